@@ -1,0 +1,59 @@
+# lstmablate — the two set-up commands are `make demo` and `make test`.
+#
+# Both install into the active virtual environment, or create ./.venv if none
+# is active. PyTorch is installed first, so the project's `torch>=2.1`
+# dependency is already met and pip never pulls a second torch:
+#   * a torch already installed is kept (e.g. your CUDA build);
+#   * else a local wheel of torch==$(TORCH_VERSION) if pip can find one offline;
+#   * else, on a machine with an NVIDIA driver (nvidia-smi), PyPI's default
+#     (CUDA) build, or the index in TORCH_INDEX (e.g. .../whl/cu121);
+#   * else the CPU-only build from the PyTorch CPU index (no CUDA wheels).
+
+TORCH_VERSION ?= 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
+PYTHON ?= python3
+VENV ?= .venv
+ifdef VIRTUAL_ENV
+  PY := $(VIRTUAL_ENV)/bin/python
+else
+  PY := $(VENV)/bin/python
+endif
+RUNS ?= runs
+THREADS ?= 2
+PYTEST_ARGS ?= -q
+
+.PHONY: install install-torch demo test bench report reproduce-dyck reproduce-table1 \
+        reproduce-table2 reproduce-table3 reproduce-table4 clean-demo
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+install-torch: $(PY)
+	@if $(PY) -c "import torch" 2>/dev/null; then \
+	  echo "torch $$($(PY) -c 'import torch; print(torch.__version__)') already installed: keeping it"; \
+	elif [ -n "$(TORCH_INDEX)" ]; then \
+	  $(PY) -m pip install "torch==$(TORCH_VERSION)" --index-url "$(TORCH_INDEX)"; \
+	elif $(PY) -m pip install --no-index "torch==$(TORCH_VERSION)" 2>/dev/null; then \
+	  echo "installed torch $(TORCH_VERSION) from a local wheel"; \
+	elif command -v nvidia-smi >/dev/null 2>&1; then \
+	  $(PY) -m pip install "torch==$(TORCH_VERSION)"; \
+	else \
+	  $(PY) -m pip install "torch==$(TORCH_VERSION)" --index-url "$(TORCH_CPU_INDEX)"; \
+	fi
+
+install: install-torch
+	$(PY) -m pip install -e ".[dev]"
+
+demo: install
+	$(PY) -m lstmablate sweep dyck-demo --out $(RUNS) --threads $(THREADS)
+	$(PY) -m lstmablate report $(RUNS) --table dyck-demo
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+report:
+	$(PY) -m lstmablate report $(RUNS)
+
+clean-demo:
+	rm -rf $(RUNS)/dyck-demo

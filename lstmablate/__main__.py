@@ -1,0 +1,5 @@
+"""``python -m lstmablate`` (also what torchrun launches)."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,243 @@
+"""Stacking, bidirectionality, masking, dropout and state handling.
+
+Any registered :class:`~lstmablate.cells.base.Cell` becomes a full encoder
+here, so every cell gets the same options:
+
+* ``num_layers`` stacked layers (equation 60 of the Neubig notes, 003);
+* ``dropout`` between layers, on the non-recurrent connections only (as in
+  Zaremba et al. 2014: what layer l emits is dropped before layer l+1 reads it;
+  the last layer's output is left to the task, like ``torch.nn.LSTM``);
+* ``recurrent_dropout``: variational dropout on h_{t-1} where it enters the
+  recurrent products (one mask per sequence, Gal & Ghahramani 2016);
+* ``residual``: x_t is added to a layer's output whenever the sizes agree
+  (equation 61 of 003); the recurrent state itself is not changed;
+* ``bidirectional``: the backward cell reads each sequence reversed *within
+  its own length*, so it starts at that sequence's last real token;
+* ``lengths``: padded positions produce zero outputs and never change the
+  state, so each sequence's outputs and final state equal those of running it
+  alone.
+
+State layout follows ``torch.nn.LSTM``: a tuple with one tensor per state
+component (``h`` first, then e.g. ``c``), each ``(num_layers * directions, B, size)``
+ordered layer-major (layer 0 forward, layer 0 backward, layer 1 forward, ...).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from lstmablate.errors import ConfigError
+
+from .base import Cell, NoMemoryCellError, State, weighted_sum
+
+if TYPE_CHECKING:
+    from .registry import CellSpec
+
+
+def lengths_to_mask(lengths: Tensor, T: int) -> Tensor:
+    """(B,) lengths -> (T, B) float mask, 1 for real tokens."""
+    steps = torch.arange(T, device=lengths.device).unsqueeze(1)
+    return (steps < lengths.unsqueeze(0)).float()
+
+
+def reverse_padded(x: Tensor, lengths: Tensor | None) -> Tensor:
+    """Reverse each sequence of time-major ``x`` (T, B, ...) within its length.
+
+    Padding stays where it is, so reversing twice is the identity.
+    """
+    if lengths is None:
+        return x.flip(0)
+    T = x.shape[0]
+    t = torch.arange(T, device=x.device).unsqueeze(1)  # (T, 1)
+    L = lengths.to(x.device).unsqueeze(0)  # (1, B)
+    idx = torch.where(t < L, L - 1 - t, t)  # (T, B)
+    idx = idx.view(T, -1, *([1] * (x.dim() - 2))).expand_as(x)
+    return x.gather(0, idx)
+
+
+class Encoder(nn.Module):
+    """A stack of cells, optionally bidirectional, that handles padding."""
+
+    def __init__(
+        self,
+        spec: CellSpec,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bidirectional: bool = False,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
+        residual: bool = False,
+        batch_first: bool = True,
+        **cell_options: Any,
+    ):
+        super().__init__()
+        if num_layers < 1:
+            raise ConfigError(f"num_layers must be at least 1, got {num_layers}")
+        for name, p in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
+            if not 0.0 <= p < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {p}")
+        self.cell_name = spec.name
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.num_layers = num_layers
+        self.num_directions = 2 if bidirectional else 1
+        self.bidirectional = bidirectional
+        self.dropout, self.recurrent_dropout = dropout, recurrent_dropout
+        self.residual, self.batch_first = residual, batch_first
+        layers = []
+        size = input_size
+        for _ in range(num_layers):
+            cells = nn.ModuleList(spec.build(size, hidden_size, **cell_options)
+                                  for _ in range(self.num_directions))
+            layers.append(cells)
+            size = cells[0].output_size * self.num_directions
+        self.layers = nn.ModuleList(layers)
+        self.output_size = size
+
+    # -- introspection -------------------------------------------------------
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return self.layers[0][0].state_names
+
+    @property
+    def has_memory_cell(self) -> bool:
+        return self.layers[0][0].has_memory_cell
+
+    def get_output_dim(self) -> int:
+        return self.output_size
+
+    def cells(self) -> list[Cell]:
+        return [c for layer in self.layers for c in layer]
+
+    def reset_parameters(self, init_scale: float | None = None) -> None:
+        """Re-initialise every cell (uniform(±init_scale) when given; see each cell)."""
+        for cell in self.cells():
+            cell.reset_parameters(init_scale)
+
+    # -- forward ---------------------------------------------------------------
+    def _prepare(self, x: Tensor, lengths: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        if x.dim() != 3:
+            raise ValueError(f"encoder input must be 3-D (batch, time, features), got shape {tuple(x.shape)}")
+        if self.batch_first:
+            x = x.transpose(0, 1)
+        T, B = x.shape[0], x.shape[1]
+        mask = None
+        if lengths is not None:
+            lengths = torch.as_tensor(lengths, device=x.device).long()
+            if lengths.shape != (B,):
+                raise ValueError(f"lengths must have shape ({B},), got {tuple(lengths.shape)}")
+            if B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
+                raise ValueError(f"lengths must lie in [0, {T}], got {lengths.tolist()}")
+            if B and int(lengths.min()) == T:
+                lengths = None  # nothing is padded: skip the masking work
+            else:
+                mask = lengths_to_mask(lengths, T).to(x.dtype)
+        return x, lengths, mask
+
+    def _split_state(self, state: State | None, B: int, like: Tensor) -> list[State | None]:
+        n = self.num_layers * self.num_directions
+        if state is None:
+            return [None] * n
+        if isinstance(state, Tensor):
+            state = (state,)
+        names = self.state_names
+        if len(state) != len(names):
+            raise ValueError(f"cell {self.cell_name!r} has state {names}, got {len(state)} tensors")
+        for s in state:
+            if s.shape[0] != n or s.shape[1] != B:
+                raise ValueError(
+                    f"each state tensor must be (num_layers*directions={n}, batch={B}, size), "
+                    f"got {tuple(s.shape)}")
+        return [tuple(s[k] for s in state) for k in range(n)]
+
+    def _h_mask(self, cell: Cell, B: int, like: Tensor) -> Tensor | None:
+        p = self.recurrent_dropout
+        if not (self.training and p > 0):
+            return None
+        keep = like.new_empty(B, cell.output_size).bernoulli_(1 - p)
+        return keep / (1 - p)
+
+    def forward(
+        self, x: Tensor, lengths: Tensor | None = None, state: State | None = None
+    ) -> tuple[Tensor, State]:
+        """Encode ``x``; returns ``(outputs, final_state)``.
+
+        ``outputs``: (B, T, output_size) if batch_first else (T, B, output_size);
+        zero at padded positions.  ``final_state``: a tuple (one tensor per
+        state component) of shape (num_layers * directions, B, size).
+        """
+        x, lengths, mask = self._prepare(x, lengths)
+        B = x.shape[1]
+        init = self._split_state(state, B, x)
+        finals: list[State] = []
+        inp = x
+        for li, layer in enumerate(self.layers):
+            if li > 0 and self.dropout > 0:
+                inp = nn.functional.dropout(inp, self.dropout, self.training)
+            outs = []
+            for d, cell in enumerate(layer):
+                s0 = init[li * self.num_directions + d]
+                h_mask = self._h_mask(cell, B, x)
+                if d == 0:
+                    out, fs = cell(inp, s0, mask, h_mask)
+                else:
+                    out, fs = cell(reverse_padded(inp, lengths), s0, mask, h_mask)
+                    out = reverse_padded(out, lengths)
+                outs.append(out)
+                finals.append(fs)
+            out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+            if self.residual and out.shape[-1] == inp.shape[-1]:
+                out = out + inp
+                if mask is not None:
+                    out = out * mask.unsqueeze(-1)
+            inp = out
+        final_state = tuple(torch.stack([f[k] for f in finals]) for k in range(len(finals[0])))
+        if self.batch_first:
+            inp = inp.transpose(0, 1)
+        return inp, final_state
+
+    # -- the weighted-sum view (equation 8) -------------------------------------
+    @torch.no_grad()
+    def weighted_sum(self, x: Tensor, lengths: Tensor | None = None) -> list[list[dict[str, Tensor]]]:
+        """The memory cell as an element-wise weighted sum, per layer and direction.
+
+        Returns ``result[layer][direction]`` = dict with ``weights`` (B, T, T, H)
+        indexed [b, t, j] (zero where j > t), ``content`` (B, T, H) and
+        ``memory`` (B, T, H), such that memory[:, t] = sum_j weights[:, t, j] * content[:, j].
+        Positions are in reading order of that direction's cell: for the backward
+        direction, index t counts from each sequence's last real token.
+        Computed in eval mode (no dropout) from a zero initial state.
+        """
+        if not self.has_memory_cell:
+            from .registry import available_cells, get_cell
+
+            with_memory = [n for n in available_cells() if get_cell(n).memory_cell]
+            raise NoMemoryCellError(
+                f"cell {self.cell_name!r} has no memory cell, so it has no weighted-sum view "
+                f"(eq 8 of Levy et al.). Cells with one: {', '.join(with_memory)}.")
+        was_training = self.training
+        self.eval()
+        try:
+            x, lengths, mask = self._prepare(x, lengths)
+            result = []
+            inp = x
+            for layer in self.layers:
+                views, outs = [], []
+                for d, cell in enumerate(layer):
+                    seq = inp if d == 0 else reverse_padded(inp, lengths)
+                    views.append(weighted_sum(cell.trace_memory(seq, mask)))
+                    out, _ = cell(seq, None, mask)
+                    outs.append(out if d == 0 else reverse_padded(out, lengths))
+                out = torch.cat(outs, dim=-1)
+                if self.residual and out.shape[-1] == inp.shape[-1]:
+                    out = out + inp
+                    if mask is not None:
+                        out = out * mask.unsqueeze(-1)
+                inp = out
+                result.append(views)
+            return result
+        finally:
+            self.train(was_training)

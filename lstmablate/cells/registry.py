@@ -1,0 +1,170 @@
+"""The central cell registry: a name -> CellSpec dict, filled by a decorator.
+
+    @register_cell("lstm-srnn", family="lstm", summary="c~_t = W_cx x_t", content="linear")
+    class LSTMFamilyCell(Cell): ...
+
+A class may be registered several times under different names with different
+preset options — that is how the LSTM ablations are "named flag sets" of one
+implementation.  Cells from other distributions are found through the
+``lstmablate.cells`` entry-point group: each entry point names a module (or a
+callable) whose import registers its cells.  Nothing else is magic.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+from lstmablate.errors import ConfigError, UnknownNameError
+
+from .base import Cell
+
+ENTRY_POINT_GROUP = "lstmablate.cells"
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Everything the toolkit knows about a registered cell name."""
+
+    name: str
+    cls: type[Cell]
+    family: str
+    summary: str  # one-line equation summary for `lstmablate list cells`
+    preset: dict[str, Any] = field(default_factory=dict)  # the flag set
+    bidirectional: bool = True  # may run right-to-left
+    equations: str = ""  # where the equations come from
+    aliases: tuple[str, ...] = ()
+
+    def build(self, input_size: int, hidden_size: int, **options: Any) -> Cell:
+        clash = set(options) & set(self.preset)
+        if clash:
+            raise ConfigError(
+                f"cell {self.name!r} fixes option(s) {', '.join(sorted(clash))} "
+                f"(its flag set is {self.preset}); choose another cell name instead."
+            )
+        allowed = self.option_names()
+        unknown = [k for k in options if k not in allowed]
+        if unknown:
+            raise UnknownNameError(
+                f"option of cell {self.name!r}", unknown[0], sorted(allowed - set(self.preset)))
+        return self.cls(input_size, hidden_size, **self.preset, **options)
+
+    def option_names(self) -> set[str]:
+        params = inspect.signature(self.cls.__init__).parameters
+        return {p for p in params if p not in ("self", "input_size", "hidden_size")}
+
+    def build_example(self) -> Cell:
+        """A cell at the class's ``example_sizes`` (for introspection only)."""
+        return self.build(*getattr(self.cls, "example_sizes", (2, 2)))
+
+    @property
+    def memory_cell(self) -> bool:
+        return self.build_example().has_memory_cell
+
+    @property
+    def fast_path(self) -> bool:
+        return bool(getattr(self.cls, "fast_path_available", lambda cell: False)(self.build_example()))
+
+
+_REGISTRY: dict[str, CellSpec] = {}
+_ALIASES: dict[str, str] = {}
+_plugins_loaded = False
+
+
+def register_cell(
+    name: str,
+    *,
+    family: str,
+    summary: str,
+    equations: str = "",
+    bidirectional: bool = True,
+    aliases: tuple[str, ...] = (),
+    **preset: Any,
+) -> Callable[[type[Cell]], type[Cell]]:
+    """Class decorator adding ``name`` (with a preset flag set) to the registry."""
+
+    def decorate(cls: type[Cell]) -> type[Cell]:
+        if not (isinstance(cls, type) and issubclass(cls, Cell)):
+            raise TypeError(f"register_cell({name!r}) expects a Cell subclass, got {cls!r}")
+        for n in (name, *aliases):
+            if n in _REGISTRY or n in _ALIASES:
+                raise ValueError(f"cell name {n!r} is already registered")
+        _REGISTRY[name] = CellSpec(name, cls, family, summary, dict(preset),
+                                   bidirectional, equations, tuple(aliases))
+        for a in aliases:
+            _ALIASES[a] = name
+        return cls
+
+    return decorate
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    from . import builtin  # noqa: F401  (registers the built-in cells)
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.module.startswith("lstmablate.cells"):
+            continue
+        # A broken third-party plugin must not take the built-in cells down
+        # with it: warn, naming the entry point, and carry on.
+        try:
+            obj = ep.load()
+            if callable(obj) and not isinstance(obj, type):
+                obj()
+        except Exception as err:  # noqa: BLE001
+            warnings.warn(
+                f"cell plugin {ep.name!r} ({ep.value}, entry point group "
+                f"{ENTRY_POINT_GROUP!r}) failed to load and was skipped: "
+                f"{type(err).__name__}: {err}", RuntimeWarning, stacklevel=2)
+
+
+def available_cells() -> list[str]:
+    """All registered cell names (not aliases), sorted."""
+    _load_plugins()
+    return sorted(_REGISTRY)
+
+
+def get_cell(name: str) -> CellSpec:
+    _load_plugins()
+    name = _ALIASES.get(name, name)
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownNameError(
+            "cell", name, list(_REGISTRY) + list(_ALIASES),
+            hint="Run `lstmablate list cells` for details.") from None
+
+
+def build_encoder(
+    name: str,
+    input_size: int,
+    hidden_size: int,
+    num_layers: int = 1,
+    bidirectional: bool = False,
+    dropout: float = 0.0,
+    recurrent_dropout: float = 0.0,
+    residual: bool = False,
+    batch_first: bool = True,
+    **cell_options: Any,
+):
+    """Build a (stacked, optionally bidirectional) encoder of cell ``name``.
+
+    The returned module's ``forward(x, lengths=None, state=None)`` gives
+    ``(outputs, final_state)``; see :class:`lstmablate.cells.encoder.Encoder`.
+    """
+    from .encoder import Encoder
+
+    spec = get_cell(name)
+    if bidirectional and not spec.bidirectional:
+        raise ConfigError(f"cell {spec.name!r} cannot run bidirectionally")
+    return Encoder(spec, input_size, hidden_size, num_layers=num_layers,
+                   bidirectional=bidirectional, dropout=dropout,
+                   recurrent_dropout=recurrent_dropout, residual=residual,
+                   batch_first=batch_first, **cell_options)

@@ -1,0 +1,249 @@
+"""The ``lstmablate`` command line. Thin: it parses, then calls library functions.
+
+Every :class:`~lstmablate.errors.UserError` becomes one paragraph on stderr and
+exit code 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+                  help="Reproduce and extend the LSTM ablations of Levy et al. (ACL 2018).")
+data_app = typer.Typer(no_args_is_help=True, help="Data directory: where it is, checks, downloads, Dyck files.")
+app.add_typer(data_app, name="data")
+
+out = Console()
+err = Console(stderr=True)
+
+DATA_DIR_HELP = "Data directory (default: $LSTMABLATE_DATA, else ./data)."
+
+
+@app.command()
+def train(
+    task: str = typer.Option(..., "--task", "-t", help="Task plugin, e.g. dyck, ptb."),
+    cell: str = typer.Option("lstm", "--cell", "-c", help="Registered cell name."),
+    recipe: Optional[str] = typer.Option(None, "--recipe", "-r", help="Recipe name or YAML path."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="Override: section.key=value (repeatable)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed (default: the recipe's first, else 1)."),
+    out_dir: Path = typer.Option(Path("runs"), "--out", help="Root of the runs tree."),
+    experiment: Optional[str] = typer.Option(None, "--experiment", help="Experiment name (default: recipe name)."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or auto."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run."),
+    force: bool = typer.Option(False, "--force", help="Replace whatever run is in the directory."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+) -> None:
+    """Train one run: runs/<experiment>/<cell>/seed-<n>/."""
+    from .runner import train_run
+
+    outcome = train_run(task, cell, recipe=recipe, overrides=set_ or [], seed=seed, out=out_dir,
+                        experiment=experiment, device=device, threads=threads, resume=resume,
+                        force=force, data_dir=data_dir, console=err)
+    if outcome.result is not None:
+        out.print(str(outcome.run_dir))
+
+
+@app.command("eval")
+def eval_(
+    run_dir: Path = typer.Argument(..., help="A run directory (with config.yaml)."),
+    split: str = typer.Option("test", "--split", help="dev or test."),
+    checkpoint: str = typer.Option("best", "--checkpoint", help="best or last."),
+    device: str = typer.Option("cpu", "--device"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
+) -> None:
+    """Recompute a run's metrics from its checkpoint."""
+    from .runner import evaluate_run
+
+    metrics = evaluate_run(run_dir, split=split, checkpoint=checkpoint, data_dir=data_dir, device=device)
+    if as_json:
+        out.print_json(json.dumps(metrics))
+        return
+    table = Table(title=f"{run_dir} — {split} ({checkpoint}.pt)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in metrics.items():
+        table.add_row(k, f"{v:.4f}")
+    out.print(table)
+
+
+@app.command()
+def report(
+    runs_dir: Path = typer.Argument(Path("runs"), help="Root of the runs tree."),
+    table: Optional[str] = typer.Option(None, "--table", help="Only this experiment / table."),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="Also write the markdown here."),
+) -> None:
+    """Markdown tables: ours (mean ± std over seeds) beside the paper's numbers."""
+    from .report import render_report
+
+    text = render_report(runs_dir, table=table)
+    if out_file:
+        from .train.atomic import atomic_write_text
+
+        atomic_write_text(out_file, text)
+    sys.stdout.write(text)
+
+
+@app.command("list")
+def list_(what: str = typer.Argument(..., help="cells, tasks or recipes.")) -> None:
+    """List registered cells, tasks or recipes."""
+    from .errors import UnknownNameError
+
+    kinds = ("cells", "tasks", "recipes")
+    if what not in kinds:
+        raise UnknownNameError("thing to list", what, kinds)
+    if what == "cells":
+        _list_cells()
+    elif what == "tasks":
+        from .task import available_tasks, get_task
+
+        t = Table(title="tasks")
+        for c in ("name", "primary metric", "description"):
+            t.add_column(c)
+        for name in available_tasks():
+            cls = get_task(name)
+            arrow = "↑" if cls.primary.higher_is_better else "↓"
+            t.add_row(name, f"{cls.primary.name} {arrow}", cls.description)
+        out.print(t)
+    else:
+        from .config import available_recipes, load_recipe
+
+        t = Table(title="recipes")
+        for c in ("name", "task", "description", "file"):
+            t.add_column(c)
+        for name, path in available_recipes().items():
+            _, r = load_recipe(str(path))
+            t.add_row(name, str(r.get("task", "")), str(r.get("description", "")), str(path))
+        out.print(t)
+
+
+def _list_cells() -> None:
+    try:
+        from .cells.describe import describe_cells
+    except ImportError:  # pragma: no cover - describe.py is optional
+        describe_cells = None
+    from .cells import available_cells, get_cell
+
+    t = Table(title="cells (params at input = hidden = 650, one layer, one direction)")
+    if describe_cells is None:
+        for c in ("name", "family", "summary"):
+            t.add_column(c)
+        for name in available_cells():
+            s = get_cell(name)
+            t.add_row(name, s.family, s.summary)
+    else:
+        rows = describe_cells()
+        cols = list(rows[0].keys()) if rows else []
+        for c in cols:
+            t.add_column(c, overflow="fold")
+        for r in rows:
+            t.add_row(*(str(r[c]) for c in cols))
+    out.print(t)
+
+
+@data_app.command("path")
+def data_path(data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP)) -> None:
+    """Print the data directory in use and how it was chosen."""
+    from .data import describe_data_dir
+
+    out.print(describe_data_dir(data_dir))
+
+
+@data_app.command("check")
+def data_check(
+    task: Optional[str] = typer.Argument(None, help="Only this task's data."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+) -> None:
+    """Verify data files (presence, checksums) for one or all tasks."""
+    from .data import resolve_data_dir
+    from .task import available_tasks, get_task
+
+    root = resolve_data_dir(data_dir)
+    names = [task] if task else available_tasks()
+    failed = False
+    for name in names:
+        cls = get_task(name)
+        try:
+            lines = cls(cls.DataConfig(), cls.ModelConfig(), root).check_data()
+            out.print(f"[green]ok[/] {name}: " + "; ".join(lines))
+        except UserError as e:
+            if task:
+                raise
+            failed = True
+            out.print(f"[red]FAILED[/] {name}: {e}")
+    if failed:
+        raise typer.Exit(2)
+
+
+@data_app.command("fetch")
+def data_fetch(
+    dataset: str = typer.Argument(..., help="Dataset name (see data/README.md)."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+) -> None:
+    """Download a dataset from its canonical location and verify its checksums."""
+    from .data import fetch, resolve_data_dir
+
+    for p in fetch(dataset, resolve_data_dir(data_dir)):
+        out.print(str(p))
+
+
+@app.command()
+def sweep(
+    recipe: str = typer.Argument(..., help="A recipe with `cells` and `seeds`."),
+    list_only: bool = typer.Option(False, "--list", help="Print one command per missing run."),
+    out_dir: Path = typer.Option(Path("runs"), "--out"),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="Override for every run."),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+    device: str = typer.Option("cpu", "--device"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+) -> None:
+    """Run every (cell, seed) of a recipe that is not finished; resume interrupted ones."""
+    from .sweep import plan_sweep, run_sweep
+
+    plan = plan_sweep(recipe, out_dir, overrides=set_ or [], threads=threads, device=device,
+                      data_dir=data_dir)
+    if list_only:
+        for item in plan:
+            if not item.finished:
+                out.print(item.command, highlight=False, soft_wrap=True)
+        return
+    run_sweep(plan, console=err)
+
+
+@app.command()
+def visualize(
+    run_dir: Path = typer.Argument(..., help="A trained run directory."),
+    text: str = typer.Option(..., "--text", help="Input to visualise (task-specific tokens)."),
+    layer: int = typer.Option(0, "--layer", help="Encoder layer (0-based)."),
+    out_file: Path = typer.Option(Path("weights.png"), "--out", help="PNG to write (CSV beside it)."),
+    checkpoint: str = typer.Option("best", "--checkpoint"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+) -> None:
+    """Appendix A: heatmap of ||w_j^t|| (the memory cell as a weighted sum)."""
+    from .visualize_run import visualize_run
+
+    png, csv = visualize_run(run_dir, text, layer=layer, out=out_file, checkpoint=checkpoint,
+                             data_dir=data_dir)
+    out.print(f"wrote {png} and {csv}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        app(args=argv, standalone_mode=True)
+    except UserError as e:
+        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=False)
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,182 @@
+"""Library entry points behind ``lstmablate train`` and ``lstmablate eval``.
+
+``train_run`` resolves the config (before touching data), prepares the run
+directory, seeds python/numpy/torch, builds the task's data and model with the
+cell bound into ``make_encoder``, trains, and writes ``result.json``.
+``evaluate_run`` rebuilds the same model from a run directory and recomputes
+its metrics from a checkpoint.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from rich.console import Console
+
+from .cells import build_encoder, get_cell
+from .config import RunConfig, config_from_dict, resolve_config
+from .data import resolve_data_dir
+from .errors import ConfigError, RunDirError, UserError
+from .runs import (RunFiles, environment, prepare_run_dir, read_json, run_dir, write_config,
+                   write_env, write_result)
+from .task import Task, get_task
+from .train import Trainer
+from .train.checkpoint import load_checkpoint
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError("--device cuda was asked for, but this PyTorch build sees no CUDA GPU "
+                        f"(torch {torch.__version__}). Use --device cpu, or install a CUDA build "
+                        "of PyTorch (see the README, 'GPU').")
+    if name not in ("cpu",) and not name.startswith("cuda"):
+        raise UserError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto.")
+    return torch.device(name)
+
+
+def identity(cfg: RunConfig) -> dict[str, Any]:
+    """What a checkpoint must match to belong to a run."""
+    return {"task": cfg.task, "cell": cfg.cell, "experiment": cfg.experiment, "seed": cfg.seed}
+
+
+def build_task_and_model(cfg: RunConfig, data_dir: Path) -> tuple[Task, torch.nn.Module]:
+    task_cls = get_task(cfg.task)
+    task = task_cls(cfg.data, cfg.model, data_dir, seed=cfg.seed)
+    task.setup()
+    make_encoder = functools.partial(build_encoder, cfg.cell)
+    model = task.build_model(make_encoder)
+    return task, model
+
+
+@dataclass
+class TrainOutcome:
+    run_dir: Path
+    result: dict[str, Any] | None
+    interrupted: bool
+
+
+def train_run(
+    task: str,
+    cell: str,
+    *,
+    recipe: str | None = None,
+    overrides: list[str] | None = None,
+    seed: int | None = None,
+    out: Path = Path("runs"),
+    experiment: str | None = None,
+    device: str = "cpu",
+    threads: int | None = None,
+    resume: bool = False,
+    force: bool = False,
+    data_dir: str | None = None,
+    console: Console | None = None,
+    progress: bool | None = None,
+) -> TrainOutcome:
+    console = console or Console(stderr=True)
+    task_cls = get_task(task)
+    get_cell(cell)  # unknown cell: fail before anything else
+    cfg = resolve_config(task_cls, cell, recipe=recipe, overrides=overrides, seed=seed,
+                         experiment=experiment)
+    dev = pick_device(device)
+    if threads:
+        torch.set_num_threads(threads)
+    files = RunFiles(run_dir(out, cfg.experiment, cfg.cell, cfg.seed))
+    has_checkpoint = prepare_run_dir(files, cfg, resume=resume, force=force)
+    if resume and files.is_finished() and not has_checkpoint:
+        raise RunDirError(f"{files.root} is finished but has no last.pt to resume from.")
+    files.root.mkdir(parents=True, exist_ok=True)
+    write_config(files, cfg)
+    write_env(files, environment(dev, torch.get_num_threads()))
+    seed_everything(cfg.seed)
+    data_path = resolve_data_dir(data_dir)
+    task_obj, model = build_task_and_model(cfg, data_path)
+    n_params = sum(p.numel() for p in model.parameters())
+    console.print(f"[bold]{cfg.experiment}[/] task={cfg.task} cell={cfg.cell} seed={cfg.seed} "
+                  f"params={n_params:,} device={dev} threads={torch.get_num_threads()} -> {files.root}")
+    trainer = Trainer(cfg.train, task_obj, model, files.root, seed=cfg.seed, device=dev,
+                      identity=identity(cfg), console=console, progress=progress)
+    t0 = time.time()
+    res = trainer.fit(resume=has_checkpoint)
+    if res.interrupted:
+        console.print(f"interrupted; continue with the same command plus --resume "
+                      f"(run directory {files.root}).")
+        return TrainOutcome(files.root, None, True)
+    result = {
+        **identity(cfg),
+        "recipe": cfg.recipe,
+        "primary": task_cls.primary.name,
+        "higher_is_better": task_cls.primary.higher_is_better,
+        "best": res.best,
+        "dev": res.best.get("dev"),
+        "test": res.test,
+        "steps": res.steps,
+        "epochs": res.epochs_completed,
+        "train_time_s": round(res.train_time_s, 2),
+        "wall_time_s": round(time.time() - t0, 2),
+        "params": n_params,
+        "skipped_nonfinite": res.skipped_nonfinite,
+        "shortened": bool(cfg.train.max_steps),
+    }
+    write_result(files, result)
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in (res.test or {}).items())
+    console.print(f"[bold green]done[/] {files.root}: test {shown}")
+    return TrainOutcome(files.root, result, False)
+
+
+def load_run_config(run_path: Path) -> RunConfig:
+    files = RunFiles(Path(run_path))
+    if not files.config.exists():
+        raise ConfigError(f"{run_path} is not a run directory (no config.yaml).")
+    try:
+        raw = yaml.safe_load(files.config.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        raise ConfigError(f"{files.config} is not valid YAML.") from None
+    task_cls = get_task(raw.get("task", ""))
+    return config_from_dict(task_cls, raw, str(files.config))
+
+
+def load_run_model(run_path: Path, checkpoint: str = "best", data_dir: str | None = None,
+                   device: str = "cpu") -> tuple[RunConfig, Task, torch.nn.Module]:
+    """Rebuild a run's task and model and load a checkpoint into the model."""
+    cfg = load_run_config(run_path)
+    files = RunFiles(Path(run_path))
+    ckpt_path = {"best": files.best, "last": files.last}.get(checkpoint)
+    if ckpt_path is None:
+        raise UserError(f"--checkpoint must be best or last, got {checkpoint!r}")
+    seed_everything(cfg.seed)
+    task, model = build_task_and_model(cfg, resolve_data_dir(data_dir))
+    ckpt = load_checkpoint(ckpt_path, expect=identity(cfg))
+    model.load_state_dict(ckpt["model"])
+    model.to(pick_device(device)).eval()
+    return cfg, task, model
+
+
+def evaluate_run(run_path: Path, split: str = "test", checkpoint: str = "best",
+                 data_dir: str | None = None, device: str = "cpu") -> dict[str, float]:
+    cfg, task, model = load_run_model(run_path, checkpoint, data_dir, device)
+    valid = {"dev": task.dev_split, "test": task.test_split}
+    if split not in valid:
+        raise UserError(f"--split must be dev or test, got {split!r}")
+    with torch.no_grad():
+        metrics = task.evaluate(model, valid[split])
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def read_result(run_path: Path) -> dict[str, Any]:
+    return read_json(RunFiles(Path(run_path)).result)

@@ -1,0 +1,160 @@
+"""The runs layout: ``runs/<experiment>/<cell>/seed-<n>/``.
+
+Each run directory holds ``config.yaml`` (the fully resolved config),
+``env.json`` (versions, git commit, device, threads, command line),
+``metrics.jsonl`` (one line per evaluation), ``result.json`` (best-dev and
+test metrics) and the checkpoints ``last.pt`` / ``best.pt``.  Everything is
+written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import RunConfig
+from .errors import ConfigError, RunDirError
+from .train.atomic import atomic_write_json, atomic_write_yaml
+
+
+def run_dir(root: Path, experiment: str, cell: str, seed: int) -> Path:
+    return Path(root) / experiment / cell / f"seed-{seed}"
+
+
+def git_commit() -> dict[str, Any]:
+    """The commit of the lstmablate checkout this code runs from, if any."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": bool(dirty) if commit else None}
+
+
+def environment(device: torch.device, threads: int, argv: list[str] | None = None) -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(pkg: str) -> str | None:
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return None
+
+    env = {
+        "lstmablate": v("lstmablate"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": v("numpy"),
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "device": str(device),
+        "threads": threads,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "command": [Path(sys.argv[0]).name, *sys.argv[1:]] if argv is None else argv,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "git": git_commit(),
+    }
+    if device.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(device)
+    return env
+
+
+@dataclass
+class RunFiles:
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def env(self) -> Path:
+        return self.root / "env.json"
+
+    @property
+    def result(self) -> Path:
+        return self.root / "result.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def last(self) -> Path:
+        return self.root / "last.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.root / "best.pt"
+
+    def is_finished(self) -> bool:
+        return self.result.exists()
+
+
+def prepare_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: bool) -> bool:
+    """Check the directory against ``cfg``; returns True if there is a run to resume.
+
+    A directory holding a *different* run (another config) is refused unless
+    ``force``; a directory holding this same run is refused unless ``resume``
+    or ``force`` — nothing is ever silently overwritten.
+    """
+    existing = files.config.exists()
+    if not existing:
+        if resume and files.root.exists() and any(files.root.iterdir()):
+            raise RunDirError(f"{files.root} has files but no config.yaml; it is not a lstmablate run.")
+        return False
+    if force:
+        for p in (files.result, files.metrics, files.last, files.best):
+            p.unlink(missing_ok=True)
+        return False
+    import yaml
+
+    try:
+        old = yaml.safe_load(files.config.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        raise ConfigError(f"{files.config} is not valid YAML; it may be damaged. "
+                          "Use --force to start this run again.") from None
+    new = cfg.to_dict()
+    if old != new:
+        diff = [k for k in sorted(set(old or {}) | set(new)) if (old or {}).get(k) != new.get(k)]
+        raise RunDirError(
+            f"{files.root} already holds a different run (config differs in: {', '.join(diff)}). "
+            "Nothing was changed. Use another --out directory, or --force to replace it.")
+    if not resume:
+        state = "finished" if files.is_finished() else "unfinished"
+        raise RunDirError(
+            f"{files.root} already holds this run ({state}). Use --resume to continue it "
+            "(a finished run is only re-evaluated), or --force to start again from scratch.")
+    return files.last.exists()
+
+
+def write_config(files: RunFiles, cfg: RunConfig) -> None:
+    atomic_write_yaml(files.config, cfg.to_dict())
+
+
+def write_env(files: RunFiles, env: dict[str, Any]) -> None:
+    atomic_write_json(files.env, env)
+
+
+def write_result(files: RunFiles, result: dict[str, Any]) -> None:
+    atomic_write_json(files.result, result)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}, line {e.lineno}: malformed JSON ({e.msg}).") from None

@@ -1,0 +1,54 @@
+"""Atomic file writes: temporary file in the same directory, fsync, rename.
+
+A crash (or a kill) in the middle of a write leaves the old file intact and at
+worst a stray ``.tmp-*`` file, never a truncated result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def atomic_write_yaml(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, yaml.safe_dump(obj, sort_keys=False))

@@ -1,0 +1,87 @@
+"""Optimisers and learning-rate schedules, configured by :class:`TrainConfig`.
+
+Schedules (all set the learning rate of every parameter group):
+
+* ``constant``;
+* ``epoch_decay``: lr * decay ** max(epoch - decay_start, 0) with 1-based
+  epochs — the TensorFlow PTB tutorial's "decay by r each epoch after epoch k"
+  (Zaremba et al. 2014: epochs 1..k at full rate, first decay in epoch k+1);
+* ``plateau``: multiply by ``decay`` when the primary dev metric has not
+  improved for more than ``plateau_patience`` evaluations (like
+  ReduceLROnPlateau);
+* ``exponential``: lr * decay ** (step / decay_steps) per optimiser step
+  (Dozat & Manning: 0.75 every 5000 steps).
+
+``min_lr`` bounds every schedule from below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lstmablate.config import TrainConfig
+
+
+def build_optimizer(cfg: TrainConfig, params: Any) -> torch.optim.Optimizer:
+    params = [p for p in params if p.requires_grad]
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
+                               weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+                                weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamax":
+        return torch.optim.Adamax(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+                                  weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adadelta":
+        return torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps,
+                                    weight_decay=cfg.weight_decay)
+    raise ValueError(cfg.optimizer)  # TrainConfig.validate() rejects this earlier
+
+
+class Schedule:
+    """Learning-rate schedule with a state that checkpoints can save."""
+
+    def __init__(self, cfg: TrainConfig, optimizer: torch.optim.Optimizer):
+        self.cfg, self.optimizer = cfg, optimizer
+        self.plateau_factor = 1.0  # accumulated plateau decays
+        self.bad_evals = 0
+
+    def lr_at(self, epoch: int, step: int) -> float:
+        """Learning rate for 0-based ``epoch`` and global optimiser ``step``."""
+        c = self.cfg
+        lr = c.lr
+        if c.schedule == "epoch_decay":
+            lr = c.lr * c.decay ** max(epoch + 1 - c.decay_start, 0)
+        elif c.schedule == "exponential":
+            lr = c.lr * c.decay ** (step / c.decay_steps)
+        elif c.schedule == "plateau":
+            lr = c.lr * self.plateau_factor
+        return max(lr, c.min_lr)
+
+    def apply(self, epoch: int, step: int) -> float:
+        lr = self.lr_at(epoch, step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def observe(self, improved: bool) -> None:
+        """Called after each evaluation of the primary dev metric."""
+        if self.cfg.schedule != "plateau":
+            return
+        if improved:
+            self.bad_evals = 0
+            return
+        self.bad_evals += 1
+        if self.bad_evals > self.cfg.plateau_patience:
+            self.plateau_factor *= self.cfg.decay
+            self.bad_evals = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"plateau_factor": self.plateau_factor, "bad_evals": self.bad_evals}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.plateau_factor = state["plateau_factor"]
+        self.bad_evals = state["bad_evals"]

@@ -1,0 +1,1 @@
+"""Recipes (YAML) shipped with lstmablate; installed as ``lstmablate_recipes``."""

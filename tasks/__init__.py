@@ -1,0 +1,1 @@
+"""Task plugins for lstmablate, installed under the import name ``lstmablate_tasks``."""

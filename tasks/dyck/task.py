@@ -1,0 +1,234 @@
+"""The ``dyck`` task plugin: m-bounded Dyck-k with any registered cell.
+
+Data are generated deterministically from ``data.data_seed`` (so every cell and
+every run seed sees the same corpus), or read from ``data.files`` (a directory
+holding ``train.txt``/``dev.txt``/``test.txt`` written by
+``lstmablate data dyck``), relative to the data directory.
+
+Model (Hewitt et al. 2020): embedding -> encoder from the registry -> linear
+read-out.  Objectives:
+
+* ``lm``: next-token language modelling over all symbols; the input is
+  ``START + seq[:-1]`` and the target ``seq`` (so END must be predicted);
+* ``close``: at each position whose next token is a close bracket, a softmax
+  over the k closing brackets (the second-order report's §4.2).
+
+Metrics: WCPA (min and mean over distance buckets) and accuracy of the
+bracket-closing criterion, plus the mean cross-entropy ``loss``; model
+selection uses the dev loss as Hewitt et al. do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lstmablate.errors import ConfigError
+from lstmablate.task import Metric, StepOutput, Task
+
+from .generator import (END_ID, PAD_ID, START_ID, DyckVocab, default_lengths, make_splits,
+                        read_split, validate_file)
+from .metrics import OBJECTIVES, BracketClosingMeter
+
+
+@dataclass
+class DyckData:
+    k: int = 2  # bracket types
+    m: int = 4  # nesting depth bound
+    objective: str = "lm"  # lm | close
+    data_seed: int = 0  # corpus seed (independent of the run seed)
+    # corpus sizes, in tokens or sequences (at most one per split; train needs one).
+    # Default: 2e5 training tokens (one point of Hewitt et al.'s grid 2e3..2e7);
+    # dev / test 0 = Hewitt's 20,000 / 300,000 tokens.
+    train_tokens: int = 200_000
+    train_sequences: int = 0
+    dev_tokens: int = 0
+    dev_sequences: int = 0
+    test_tokens: int = 0
+    test_sequences: int = 0
+    # length limits; 0 = Hewitt's defaults (train/dev 1..8m(m-2)+60, test beyond that up to 2x)
+    train_max_length: int = 0
+    test_min_length: int = 0
+    test_max_length: int = 0
+    files: str = ""  # directory (under the data dir) with train/dev/test.txt instead of generating
+    batch_size: int = 10
+    eval_batch_size: int = 64
+    # distance buckets with fewer judgements are left out of wcpa_min / wcpa_mean
+    # (1 keeps every bucket, as Hewitt et al. do)
+    min_bucket_count: int = 1
+
+    def validate(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"data.objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.k < 1 or self.m < 1:
+            raise ConfigError(f"data.k and data.m must be >= 1, got k={self.k}, m={self.m}")
+        if not self.files:
+            if bool(self.train_tokens) == bool(self.train_sequences):
+                raise ConfigError("give exactly one of data.train_tokens and data.train_sequences")
+        if self.batch_size < 1 or self.eval_batch_size < 1:
+            raise ConfigError("data.batch_size and data.eval_batch_size must be >= 1")
+
+
+@dataclass
+class DyckModel:
+    embedding_dim: int = 0  # 0: Hewitt's 2k + 10
+    hidden_size: int = 0  # 0: Hewitt's round(3 m log2 k) - m
+    num_layers: int = 1
+    dropout: float = 0.0
+    init_scale: float = 0.0  # 0: each cell's default initialisation
+    fixed_embeddings: bool = False  # freeze the embedding table
+    cell_options: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.num_layers < 1:
+            raise ConfigError("model.num_layers must be >= 1")
+
+
+def hewitt_hidden_size(k: int, m: int) -> int:
+    """round(3 m log2 k) - m, Hewitt et al.'s O(m log k) memory bound (at least 2)."""
+    return max(2, round(3 * m * math.log2(max(k, 2))) - m)
+
+
+class DyckLM(nn.Module):
+    def __init__(self, vocab_size: int, n_out: int, emb: int, encoder: nn.Module, fixed: bool):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, emb, padding_idx=PAD_ID)
+        self.embedding.weight.requires_grad_(not fixed)
+        self.encoder = encoder
+        self.readout = nn.Linear(encoder.output_size, n_out)
+
+    def forward(self, inputs: Tensor, lengths: Tensor) -> Tensor:
+        out, _ = self.encoder(self.embedding(inputs), lengths)
+        return self.readout(out)
+
+
+class DyckTask(Task):
+    name = "dyck"
+    description = "m-bounded Dyck-k: bracket closing at long distances (WCPA)"
+    DataConfig = DyckData
+    ModelConfig = DyckModel
+    train_defaults = {"optimizer": "adam", "lr": 0.01, "max_epochs": 100, "schedule": "plateau",
+                      "decay": 0.5, "plateau_patience": 0, "patience": 3}
+    metrics = (
+        Metric("wcpa_min", True, "WCPA (min over distances)", ".1f"),
+        Metric("wcpa_mean", True, "WCPA (mean over distances)", ".1f"),
+        Metric("accuracy", True, "bracket-closing accuracy", ".1f"),
+        Metric("loss", False, "cross-entropy (nats/token)", ".4f"),
+    )
+    primary = metrics[3]
+
+    def setup(self) -> None:
+        d = self.data_cfg
+        self.vocab = DyckVocab(d.k)
+        if d.files:
+            root = self.data_dir / d.files
+            self.splits = {s: read_split(self._split_path(root, s), self.vocab)
+                           for s in ("train", "dev", "test")}
+            for s in self.splits:
+                validate_file(self._split_path(root, s), d.k, d.m)
+        else:
+            lengths = default_lengths(d.m)
+            if d.train_max_length:
+                lengths["train"] = lengths["dev"] = (1, d.train_max_length)
+                if not d.test_min_length:
+                    lengths["test"] = (d.train_max_length + 1, 2 * d.train_max_length)
+            if d.test_min_length or d.test_max_length:
+                lo = d.test_min_length or lengths["test"][0]
+                hi = d.test_max_length or max(lengths["test"][1], lo)
+                lengths["test"] = (lo, hi)
+            sizes = {}
+            for s in ("train", "dev", "test"):
+                tok, seq = getattr(d, f"{s}_tokens"), getattr(d, f"{s}_sequences")
+                if tok:
+                    sizes[f"{s}_tokens"] = tok
+                if seq:
+                    sizes[f"{s}_sequences"] = seq
+            try:
+                sp = make_splits(d.k, d.m, seed=d.data_seed, lengths=lengths, **sizes)
+            except ValueError as e:
+                raise ConfigError(f"cannot generate the Dyck-({d.k},{d.m}) corpus: {e}") from None
+            self.splits = {"train": sp.train, "dev": sp.dev, "test": sp.test}
+        self.lengths = {s: max(len(x) for x in seqs) for s, seqs in self.splits.items()}
+
+    @staticmethod
+    def _split_path(root: Path, split: str) -> Path:
+        from lstmablate.data import find_file
+
+        return find_file(root.parent, f"{root.name}/{split}.txt")
+
+    # -- batches ---------------------------------------------------------------------
+    def _collate(self, seqs: list[list[int]]) -> tuple[Tensor, Tensor, Tensor]:
+        T = max(len(s) for s in seqs)
+        inputs = torch.full((len(seqs), T), PAD_ID, dtype=torch.long)
+        targets = torch.full((len(seqs), T), PAD_ID, dtype=torch.long)
+        for b, s in enumerate(seqs):
+            inputs[b, 0] = START_ID
+            inputs[b, 1:len(s)] = torch.tensor(s[:-1], dtype=torch.long)
+            targets[b, :len(s)] = torch.tensor(s, dtype=torch.long)
+        lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+        return inputs, targets, lengths
+
+    def num_train_batches(self) -> int:
+        return math.ceil(len(self.splits["train"]) / self.data_cfg.batch_size)
+
+    def train_batches(self, epoch: int, generator: torch.Generator):
+        seqs = self.splits["train"]
+        order = torch.randperm(len(seqs), generator=generator).tolist()
+        bs = self.data_cfg.batch_size
+        for i in range(0, len(order), bs):
+            yield self._collate([seqs[j] for j in order[i:i + bs]])
+
+    # -- model -------------------------------------------------------------------------
+    def build_model(self, make_encoder) -> nn.Module:
+        d, m = self.data_cfg, self.model_cfg
+        emb = m.embedding_dim or 2 * d.k + 10
+        hidden = m.hidden_size or hewitt_hidden_size(d.k, d.m)
+        enc = make_encoder(emb, hidden, num_layers=m.num_layers, dropout=m.dropout,
+                           **m.cell_options)
+        n_out = self.vocab.size if d.objective == "lm" else d.k
+        model = DyckLM(self.vocab.size, n_out, emb, enc, m.fixed_embeddings)
+        if m.init_scale:
+            for p in model.parameters():
+                nn.init.uniform_(p, -m.init_scale, m.init_scale)
+        return model
+
+    def _logits_and_targets(self, model: nn.Module, batch) -> tuple[Tensor, Tensor]:
+        inputs, targets, lengths = batch
+        logits = model(inputs, lengths)
+        if self.data_cfg.objective == "close":
+            first_close = self.vocab.close_id(0)
+            is_close = (targets >= first_close) & (targets < first_close + self.data_cfg.k)
+            targets = torch.where(is_close, targets - first_close, torch.full_like(targets, -100))
+        else:
+            targets = targets.masked_fill(targets == PAD_ID, -100)
+        return logits, targets
+
+    def loss(self, model: nn.Module, batch, carry) -> StepOutput:
+        logits, targets = self._logits_and_targets(model, batch)
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+        return StepOutput(loss, None, float((targets != -100).sum()))
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        device = next(model.parameters()).device
+        seqs = self.splits[split]
+        meter = BracketClosingMeter(self.data_cfg.k, self.data_cfg.objective)
+        nll, n = 0.0, 0
+        bs = self.data_cfg.eval_batch_size
+        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # less padding
+        for i in range(0, len(order), bs):
+            chunk = [seqs[j] for j in order[i:i + bs]]
+            batch = self.batch_to(self._collate(chunk), device)
+            logits, targets = self._logits_and_targets(model, batch)
+            nll += float(nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                                                     ignore_index=-100, reduction="sum"))
+            n += int((targets != -100).sum())
+            meter.update(torch.softmax(logits.double(), dim=-1), chunk)
+        res = meter.compute(min_count=self.data_cfg.min_bucket_count)
+        return {"wcpa_min": res["wcpa_min"], "wcpa_mean": res["wcpa_mean"],
+                "accuracy": res["accuracy"], "loss": nll / max(n, 1)}

@@ -1,0 +1,56 @@
+"""The CLI: exit codes and one-paragraph errors, no tracebacks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "lstmablate", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["train", "--task", "dyck", "--cell", "lstn"], "unknown cell 'lstn'. Did you mean 'lstm'?"),
+    (["train", "--task", "dyk"], "unknown task 'dyk'. Did you mean 'dyck'?"),
+    (["train", "--task", "dyck", "--recipe", "dyck-dem"], "Did you mean 'dyck-demo'?"),
+    (["train", "--task", "dyck", "--set", "train.lrr=1"], "Did you mean 'train.lr'?"),
+    (["list", "cels"], "Did you mean 'cells'?"),
+    (["eval", "/nonexistent/run"], "is not a run directory"),
+])
+def test_user_errors_exit_2_without_traceback(args, expected, tmp_path):
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert expected in " ".join(r.stderr.split())
+    assert "Traceback" not in r.stderr
+
+
+def test_train_eval_report_list(tmp_path, tiny_recipe):
+    r = run_cli("train", "--task", "dyck", "--cell", "lstm-srnn", "--recipe", str(tiny_recipe),
+                "--set", "train.max_steps=4", "--out", "runs", "--threads", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    run_dir = tmp_path / "runs" / "tiny" / "lstm-srnn" / "seed-1"
+    assert r.stdout.strip() == str(run_dir.relative_to(tmp_path))
+    r = run_cli("eval", str(run_dir), "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    import json
+    metrics = json.loads(r.stdout)
+    result = json.loads((run_dir / "result.json").read_text())
+    assert metrics["accuracy"] == pytest.approx(result["test"]["accuracy"], abs=1e-12)
+    r = run_cli("report", "runs", "--out", "table.md", cwd=tmp_path)
+    assert r.returncode == 0 and "| `lstm-srnn`" in r.stdout
+    assert (tmp_path / "table.md").read_text() == r.stdout
+    for what in ("cells", "tasks", "recipes"):
+        r = run_cli("list", what, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    assert "lstm-srnn-hidden" in run_cli("list", "cells", cwd=tmp_path).stdout
+
+
+def test_sweep_list_prints_one_command_per_missing_run(tmp_path, tiny_recipe):
+    r = run_cli("sweep", str(tiny_recipe), "--list", "--out", "runs", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.strip()]
+    assert len(lines) == 4 and all(l.startswith("lstmablate train --task dyck") for l in lines)

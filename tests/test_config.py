@@ -1,0 +1,89 @@
+"""Config resolution: defaults -> recipe -> --set, typed and validated before any data loads."""
+
+from __future__ import annotations
+
+import pytest
+
+from lstmablate.config import TrainConfig, convert, parse_overrides, resolve_config
+from lstmablate.errors import ConfigError, UnknownNameError
+from lstmablate.task import get_task
+from lstmablate_tasks.dyck.task import DyckTask
+
+
+def test_defaults_then_recipe_then_overrides(tiny_recipe):
+    cfg = resolve_config(DyckTask, "lstm")
+    assert cfg.train.optimizer == "adam" and cfg.train.lr == 0.01  # task defaults (Hewitt)
+    assert cfg.experiment == "dyck" and cfg.data.train_tokens == 200_000
+    with pytest.raises(ConfigError, match="exactly one of data.train_tokens"):
+        resolve_config(DyckTask, "lstm", overrides=["data.train_sequences=10"])
+
+    cfg = resolve_config(DyckTask, "lstm", recipe=str(tiny_recipe))
+    assert cfg.data.m == 3 and cfg.model.hidden_size == 8 and cfg.train.lr == 0.02
+    assert cfg.experiment == "tiny" and cfg.seed == 1 and cfg.seeds == [1, 2]
+    assert cfg.reference == {"lstm": {"accuracy": 99.0}}
+
+    cfg = resolve_config(DyckTask, "lstm", recipe=str(tiny_recipe), seed=7,
+                         overrides=["train.lr=0.5", "train.max_steps=3", "model.num_layers=2",
+                                    "train.betas=[0.9, 0.9]", "train.eval_test=false"])
+    assert cfg.train.lr == 0.5 and isinstance(cfg.train.lr, float)
+    assert cfg.train.max_steps == 3 and isinstance(cfg.train.max_steps, int)
+    assert cfg.model.num_layers == 2
+    assert cfg.train.betas == (0.9, 0.9)
+    assert cfg.train.eval_test is False
+    assert cfg.seed == 7
+
+
+def test_unknown_key_suggests_the_right_one(tiny_recipe):
+    with pytest.raises(UnknownNameError) as e:
+        resolve_config(DyckTask, "lstm", recipe=str(tiny_recipe), overrides=["train.max_step=3"])
+    assert "train.max_steps" in str(e.value) and "Did you mean" in str(e.value)
+    with pytest.raises(ConfigError, match="unknown section 'trian'.*did you mean 'train'"):
+        parse_overrides(["trian.lr=1"])
+    with pytest.raises(ConfigError, match="section.key=value"):
+        parse_overrides(["lr"])
+
+
+@pytest.mark.parametrize("item, message", [
+    ("train.max_steps=1.5", "expected an integer"),
+    ("train.lr=fast", "expected a number"),
+    ("train.eval_test=maybe", "expected true or false"),
+    ("train.betas=[0.9]", "expected 2 values"),
+    ("train.optimizer=adamw", "unknown optimizer 'adamw'.*Did you mean 'adam'"),
+    ("train.lr=-1", "train.lr must be >= 0"),
+])
+def test_bad_values_are_rejected(tiny_recipe, item, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_config(DyckTask, "lstm", recipe=str(tiny_recipe), overrides=[item])
+
+
+def test_recipe_errors_name_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task: dyck\ntrain:\n  lr: [1,\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml, line \d+"):
+        resolve_config(DyckTask, "lstm", recipe=str(bad))
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("task: dyck\ntrainer:\n  lr: 1\n")
+    with pytest.raises(UnknownNameError, match="'trainer'.*Did you mean 'train'"):
+        resolve_config(DyckTask, "lstm", recipe=str(unknown))
+    wrong_task = tmp_path / "ptb.yaml"
+    wrong_task.write_text("task: ptb\n")
+    with pytest.raises(ConfigError, match="is for task 'ptb'"):
+        resolve_config(DyckTask, "lstm", recipe=str(wrong_task))
+    with pytest.raises(UnknownNameError, match="unknown recipe 'dyck-dem'.*Did you mean 'dyck-demo'"):
+        resolve_config(DyckTask, "lstm", recipe="dyck-dem")
+
+
+def test_shipped_recipes_resolve():
+    cfg = resolve_config(get_task("dyck"), "lstm", recipe="dyck-demo")
+    cfg.data.validate()
+    assert set(cfg.cells) == {"lstm", "lstm-srnn", "lstm-srnn-out", "lstm-srnn-hidden", "lstm-gates"}
+
+
+def test_convert_optional_and_lists():
+    from typing import Optional
+
+    assert convert("none", Optional[int], "x") is None
+    assert convert("3", Optional[int], "x") == 3
+    assert convert("a,b", list[str], "x") == ["a", "b"]
+    assert convert({"a": 1}, dict, "x") == {"a": 1}
+    TrainConfig().validate()

@@ -1,0 +1,76 @@
+"""End to end on the dyck task: runs layout, eval == result.json, report grouping."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from rich.console import Console
+
+from lstmablate.errors import RunDirError
+from lstmablate.report import render_report
+from lstmablate.runner import evaluate_run, train_run
+
+QUIET = Console(file=open("/dev/null", "w"))
+
+
+def train(tiny_recipe, out, cell="lstm", seed=1, **kw):
+    return train_run("dyck", cell, recipe=str(tiny_recipe), seed=seed, out=out, console=QUIET,
+                     progress=False, **kw)
+
+
+def test_run_layout_eval_and_refusals(tiny_recipe, tmp_path):
+    out = tmp_path / "runs"
+    outcome = train(tiny_recipe, out, overrides=["train.max_steps=6"])
+    d = out / "tiny" / "lstm" / "seed-1"
+    assert outcome.run_dir == d
+    for name in ("config.yaml", "env.json", "metrics.jsonl", "result.json", "last.pt", "best.pt"):
+        assert (d / name).exists(), name
+    cfg = yaml.safe_load((d / "config.yaml").read_text())
+    assert cfg["train"]["max_steps"] == 6 and cfg["cell"] == "lstm" and cfg["data"]["m"] == 3
+    env = json.loads((d / "env.json").read_text())
+    for key in ("torch", "python", "git", "device", "threads", "command"):
+        assert key in env
+    result = json.loads((d / "result.json").read_text())
+    assert result["steps"] == 6 and result["shortened"] is True
+    assert set(result["test"]) == {"wcpa_min", "wcpa_mean", "accuracy", "loss"}
+
+    again = evaluate_run(d, split="test")
+    assert again == pytest.approx(result["test"], rel=0, abs=1e-12, nan_ok=True)
+    assert evaluate_run(d, split="dev")["loss"] == pytest.approx(result["dev"]["loss"], abs=1e-12)
+
+    with pytest.raises(RunDirError, match="already holds this run"):
+        train(tiny_recipe, out, overrides=["train.max_steps=6"])
+    with pytest.raises(RunDirError, match="different run .*train"):
+        train(tiny_recipe, out, overrides=["train.max_steps=7"])
+    # --resume of a finished run only re-evaluates; --force starts again
+    assert train(tiny_recipe, out, overrides=["train.max_steps=6"], resume=True).result["steps"] == 6
+    assert train(tiny_recipe, out, overrides=["train.max_steps=4"], force=True).result["steps"] == 4
+
+
+def test_loss_falls_on_dyck(tiny_recipe, tmp_path):
+    outcome = train(tiny_recipe, tmp_path / "runs", overrides=["train.max_epochs=4"])
+    rows = [json.loads(l) for l in (outcome.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["loss"] < rows[0]["loss"] - 0.1
+
+
+def test_report_groups_seeds_and_shows_missing(tiny_recipe, tmp_path):
+    out = tmp_path / "runs"
+    for seed in (1, 2):
+        train(tiny_recipe, out, seed=seed, overrides=["train.max_steps=3"])
+    results = [json.loads((out / "tiny" / "lstm" / f"seed-{s}" / "result.json").read_text()) for s in (1, 2)]
+    text = render_report(out)
+    assert "## tiny" in text
+    row = next(l for l in text.splitlines() if l.startswith("| `lstm`"))
+    accs = [r["test"]["accuracy"] for r in results]
+    mean = sum(accs) / 2
+    assert f"{mean:.1f} ± " in row and "(n=2)" in row
+    assert "| 99.0 |" in row  # the paper column from the recipe's reference
+    assert "†" in row  # shortened runs are marked
+    missing = next(l for l in text.splitlines() if l.startswith("| `lstm-srnn`"))
+    assert "missing" in missing
+    assert "`lstm-srnn`: 0 of 2 seeds finished" in text
+    # a table name with no runs renders from the recipe, everything missing
+    demo = render_report(out, table="dyck-demo")
+    assert demo.count("missing") >= 5 * 4

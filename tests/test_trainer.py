@@ -1,0 +1,189 @@
+"""The task-agnostic trainer on a toy task: loss falls, schedules, clipping,
+early stopping, NaN guard, checkpoints, exact resume."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import nn
+
+from lstmablate.cells import build_encoder
+from lstmablate.config import TrainConfig
+from lstmablate.task import Metric, StepOutput, Task
+from lstmablate.train import Trainer
+from lstmablate.train.checkpoint import load_checkpoint
+from lstmablate.train.optim import Schedule
+from lstmablate.train.trainer import TrainingDiverged
+
+
+@dataclass
+class ToyData:
+    n: int = 96
+    batch_size: int = 16
+
+
+@dataclass
+class ToyModel:
+    hidden: int = 8
+
+
+class ToyTask(Task):
+    """Predict the running mean of a random sequence (needs memory of the past)."""
+
+    name = "toy"
+    DataConfig, ModelConfig = ToyData, ToyModel
+    metrics = (Metric("mse", False),)
+    primary = metrics[0]
+
+    def setup(self):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(self.data_cfg.n, 12, 1, generator=g)
+        y = x.cumsum(1) / torch.arange(1, 13).view(1, 12, 1)
+        self.data = {"train": (x, y), "dev": (x[:32], y[:32]), "test": (x[32:64], y[32:64])}
+
+    def num_train_batches(self):
+        return math.ceil(self.data_cfg.n / self.data_cfg.batch_size)
+
+    def train_batches(self, epoch, generator):
+        x, y = self.data["train"]
+        order = torch.randperm(len(x), generator=generator)
+        for i in range(0, len(x), self.data_cfg.batch_size):
+            idx = order[i:i + self.data_cfg.batch_size]
+            yield x[idx], y[idx]
+
+    def build_model(self, make_encoder):
+        class M(nn.Module):
+            def __init__(s):
+                super().__init__()
+                s.enc = make_encoder(1, self.model_cfg.hidden)
+                s.drop = nn.Dropout(0.1)  # so the RNG state matters for exact resume
+                s.out = nn.Linear(self.model_cfg.hidden, 1)
+
+            def forward(s, x):
+                return s.out(s.drop(s.enc(x)[0]))
+        return M()
+
+    def loss(self, model, batch, carry):
+        x, y = batch
+        return StepOutput(nn.functional.mse_loss(model(x), y))
+
+    def evaluate(self, model, split):
+        x, y = self.data[split]
+        return {"mse": float(nn.functional.mse_loss(model(x), y))}
+
+
+def make_trainer(tmp_path, cfg: TrainConfig, name="run", seed=3):
+    torch.manual_seed(seed)
+    task = ToyTask(ToyData(), ToyModel(), tmp_path, seed=seed)
+    task.setup()
+    model = task.build_model(functools.partial(build_encoder, "lstm"))
+    return Trainer(cfg, task, model, tmp_path / name, seed=seed, device=torch.device("cpu"),
+                   identity={"task": "toy", "cell": "lstm", "experiment": "t", "seed": seed},
+                   progress=False)
+
+
+def read_metrics(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_loss_falls_and_files_are_written(tmp_path):
+    tr = make_trainer(tmp_path, TrainConfig(optimizer="adam", lr=0.02, max_epochs=6))
+    res = tr.fit()
+    rows = read_metrics(tr.metrics_path)
+    assert len(rows) == 6 and [r["epoch"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert rows[-1]["mse"] < 0.5 * rows[0]["mse"]
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"]
+    assert res.steps == 6 * 6 and res.test is not None
+    best = min(rows, key=lambda r: r["mse"])
+    assert res.best["dev"]["mse"] == pytest.approx(best["mse"])
+    assert load_checkpoint(tr.best_path)["step"] == best["step"]
+    assert load_checkpoint(tr.last_path)["position"]["done"] is True
+
+
+def test_max_steps_and_eval_every(tmp_path):
+    tr = make_trainer(tmp_path, TrainConfig(optimizer="sgd", lr=0.1, max_epochs=50, max_steps=10, eval_every=4))
+    res = tr.fit()
+    assert res.steps == 10
+    assert [r["step"] for r in read_metrics(tr.metrics_path)] == [4, 8, 10]
+
+
+def test_early_stopping(tmp_path):
+    # lr 0 never improves after the first evaluation
+    tr = make_trainer(tmp_path, TrainConfig(optimizer="sgd", lr=0.0, max_epochs=20, patience=2))
+    tr.fit()
+    assert len(read_metrics(tr.metrics_path)) == 3
+
+
+def test_epoch_decay_matches_the_tensorflow_tutorial():
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    s = Schedule(TrainConfig(lr=1.0, schedule="epoch_decay", decay=0.5, decay_start=4), opt)
+    # TF: lr * decay ** max(i + 1 - max_epoch, 0) for 0-based epoch i
+    assert [s.lr_at(e, 0) for e in range(7)] == [1.0, 1.0, 1.0, 1.0, 0.5, 0.25, 0.125]
+    s = Schedule(TrainConfig(lr=2e-3, schedule="exponential", decay=0.75, decay_steps=5000), opt)
+    assert s.lr_at(0, 10000) == pytest.approx(2e-3 * 0.75 ** 2)
+    s = Schedule(TrainConfig(lr=1.0, schedule="plateau", decay=0.5, plateau_patience=1), opt)
+    for improved in (True, False, False, False, False):
+        s.observe(improved)
+    assert s.lr_at(0, 0) == 0.25
+
+
+def test_clipping_bounds_the_update(tmp_path):
+    cfg = TrainConfig(optimizer="sgd", lr=1.0, clip_norm=1e-3, max_epochs=1, max_steps=1, eval_test=False)
+    tr = make_trainer(tmp_path, cfg)
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    tr.fit()
+    delta = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(tr.model.parameters(), before)))
+    assert delta.item() == pytest.approx(1e-3, rel=1e-4)  # lr 1 x clipped norm
+
+
+def test_nonfinite_loss_stops_or_skips(tmp_path):
+    tr = make_trainer(tmp_path, TrainConfig(optimizer="sgd", lr=0.1, max_epochs=2), name="stop")
+    real_loss = tr.task.loss
+    calls = {"n": 0}
+
+    def poisoned(model, batch, carry):
+        calls["n"] += 1
+        out = real_loss(model, batch, carry)
+        if calls["n"] == 8:
+            out.loss = out.loss * float("nan")
+        return out
+
+    tr.task.loss = poisoned
+    with pytest.raises(TrainingDiverged, match=r"non-finite loss at step 8 .*last finite loss"):
+        tr.fit()
+    assert tr.best_path.exists() and tr.last_path.exists()  # epoch-1 checkpoints kept
+
+    calls["n"] = 0
+    tr = make_trainer(tmp_path, TrainConfig(optimizer="sgd", lr=0.1, max_epochs=2, nonfinite="skip"), name="skip")
+    tr.task.loss = poisoned
+    res = tr.fit()
+    assert res.skipped_nonfinite == 1 and res.steps == 11
+
+
+def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
+    cfg = TrainConfig(optimizer="adam", lr=0.01, max_epochs=3, eval_every=5)
+    full = make_trainer(tmp_path, cfg, name="full")
+    full.fit()
+
+    part = make_trainer(tmp_path, cfg, name="part")
+    real_step = part._train_step
+
+    def interrupt_at_7(batch):
+        out = real_step(batch)
+        if part.pos.step == 7:
+            part._stop_signal = "SIGINT"
+        return out
+
+    part._train_step = interrupt_at_7
+    res = part.fit()
+    assert res.interrupted and load_checkpoint(part.last_path)["position"]["step"] == 7
+
+    resumed = make_trainer(tmp_path, cfg, name="part", seed=3)
+    torch.manual_seed(12345)  # the checkpoint's RNG state must win over this
+    resumed.fit(resume=True)
+    assert resumed.metrics_path.read_bytes() == full.metrics_path.read_bytes()

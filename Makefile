@@ -34,8 +34,9 @@ install-torch: $(PY)
 	  echo "torch $$($(PY) -c 'import torch; print(torch.__version__)') already installed: keeping it"; \
 	elif [ -n "$(TORCH_INDEX)" ]; then \
 	  $(PY) -m pip install "torch==$(TORCH_VERSION)" --index-url "$(TORCH_INDEX)"; \
-	elif $(PY) -m pip install --no-index "torch==$(TORCH_VERSION)" 2>/dev/null; then \
-	  echo "installed torch $(TORCH_VERSION) from a local wheel"; \
+	elif $(PY) -m pip download -q --no-deps --no-index -d "$$(mktemp -d)" "torch==$(TORCH_VERSION)" >/dev/null 2>&1; then \
+	  echo "a local wheel of torch $(TORCH_VERSION) is available: installing it"; \
+	  $(PY) -m pip install "torch==$(TORCH_VERSION)"; \
 	elif command -v nvidia-smi >/dev/null 2>&1; then \
 	  $(PY) -m pip install "torch==$(TORCH_VERSION)"; \
 	else \

@@ -122,12 +122,18 @@ def list_(what: str = typer.Argument(..., help="cells, tasks or recipes.")) -> N
         for c in ("name", "task", "description", "file"):
             t.add_column(c)
         for name, path in available_recipes().items():
-            _, r = load_recipe(str(path))
-            t.add_row(name, str(r.get("task", "")), str(r.get("description", "")), str(path))
+            try:
+                _, r = load_recipe(str(path))
+            except UserError as e:
+                t.add_row(name, "[red]invalid[/]", str(e), str(path))
+                continue
+            kind = r.get("task") or "table: " + ", ".join(r["table"].get("experiments") or [])
+            t.add_row(name, kind, str(r.get("description", "")), str(path))
         out.print(t)
 
 
 def _list_cells() -> None:
+    from rich.markup import escape
     try:
         from .cells.describe import describe_cells
     except ImportError:  # pragma: no cover - describe.py is optional
@@ -145,9 +151,9 @@ def _list_cells() -> None:
         rows = describe_cells()
         cols = list(rows[0].keys()) if rows else []
         for c in cols:
-            t.add_column(c, overflow="fold")
+            t.add_column(c, overflow="fold", no_wrap=(c == "name"))
         for r in rows:
-            t.add_row(*(str(r[c]) for c in cols))
+            t.add_row(*(escape(str(r[c])) for c in cols))
     out.print(t)
 
 

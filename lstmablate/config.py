@@ -57,6 +57,7 @@ class TrainConfig:
     max_steps: int = 0  # 0 = no limit
     eval_every: int = 0  # evaluate every N steps; 0 = at the end of every epoch
     patience: int = 0  # early stopping: evaluations without improvement; 0 = off
+    stop_at: float | None = None  # stop once the primary dev metric is this good (e.g. loss 1e-5)
     nonfinite: str = "stop"  # stop | skip: what a NaN/inf loss or gradient does
     eval_test: bool = True  # evaluate the best checkpoint on the test split at the end
 
@@ -202,7 +203,9 @@ def update_dataclass(obj: Any, values: dict[str, Any], section: str, source: str
 
 # -- recipes --------------------------------------------------------------------------------
 RECIPE_KEYS = ("task", "experiment", "description", "data", "model", "train", "reference",
-               "reference_source", "cells", "seeds", "cell_overrides")
+               "reference_source", "cells", "seeds", "cell_overrides", "grid", "table")
+#: keys of a table spec (a recipe with ``table:`` and no ``task:``)
+TABLE_KEYS = ("title", "experiments", "metrics", "cells", "labels")
 
 
 def recipe_dirs() -> list[Path]:
@@ -262,8 +265,42 @@ def load_recipe(name_or_path: str) -> tuple[str, dict[str, Any]]:
     for key in data:
         if key not in RECIPE_KEYS:
             raise UnknownNameError(f"top-level key in recipe {path}", str(key), RECIPE_KEYS)
+    if "table" in data and "task" not in data:
+        if not isinstance(data["table"], dict):
+            raise ConfigError(f"{path}: `table` must be a mapping with keys {', '.join(TABLE_KEYS)}")
+        for key in data["table"]:
+            if key not in TABLE_KEYS:
+                raise UnknownNameError(f"key in `table` of {path}", str(key), TABLE_KEYS)
+    elif "task" not in data:
+        raise ConfigError(f"{path}: a recipe needs `task:` (or `table:` for a table spec).")
+    grid = data.get("grid") or {}
+    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+        raise ConfigError(f"{path}: `grid` must map section.key to a non-empty list of values, "
+                          f"e.g. grid: {{data.m: [4, 6, 8]}}")
     data["_path"] = str(path)
     return path.stem, data
+
+
+def grid_points(recipe_name: str, recipe: dict[str, Any]) -> list[tuple[str, list[str], dict[str, Any]]]:
+    """Expand a recipe's ``grid`` into (experiment name, --set overrides, point) triples.
+
+    ``grid: {data.m: [4, 6, 8]}`` in recipe ``dyck-report`` gives the experiments
+    ``dyck-report-m4``, ``dyck-report-m6``, ``dyck-report-m8``.  Without a grid
+    there is one point: the recipe's own experiment.
+    """
+    import itertools
+
+    base = recipe.get("experiment") or recipe_name
+    grid = recipe.get("grid") or {}
+    if not grid:
+        return [(base, [], {})]
+    keys = list(grid)
+    points = []
+    for values in itertools.product(*(grid[k] for k in keys)):
+        suffix = "-".join(f"{k.split('.')[-1].replace('_', '-')}{v}" for k, v in zip(keys, values))
+        points.append((f"{base}-{suffix}", [f"{k}={v}" for k, v in zip(keys, values)],
+                       dict(zip(keys, values))))
+    return points
 
 
 def parse_overrides(items: list[str]) -> dict[str, dict[str, str]]:

@@ -76,13 +76,27 @@ def collect(runs_dir: Path) -> dict[str, Experiment]:
     return experiments
 
 
-def experiment_from_recipe(name: str) -> Experiment:
-    from .config import load_recipe
+def experiments_from_recipe(name: str) -> tuple[str, list[tuple[str, Experiment]], dict[str, Any]]:
+    """The experiments a recipe or table spec expects: (title, [(label, Experiment)], table spec)."""
+    from .config import grid_points, load_recipe
 
-    _, r = load_recipe(name)
-    return Experiment(r.get("experiment") or name, r["task"], list(r.get("cells") or []),
-                      list(r.get("seeds") or []), dict(r.get("reference") or {}),
-                      str(r.get("reference_source", "")))
+    rname, r = load_recipe(name)
+    if "task" not in r:  # a table spec: the experiments of each listed recipe
+        spec = r["table"]
+        groups = []
+        labels = spec.get("labels") or {}
+        for exp in spec.get("experiments") or []:
+            _, sub, _ = experiments_from_recipe(exp)
+            groups += [(labels.get(label, label), e) for label, e in sub]
+        return spec.get("title") or rname, groups, spec
+    groups = []
+    for experiment, _, point in grid_points(rname, r):
+        label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in point.items()) or experiment
+        groups.append((label, Experiment(experiment, r["task"], list(r.get("cells") or []),
+                                         list(r.get("seeds") or []), dict(r.get("reference") or {}),
+                                         str(r.get("reference_source", "")))))
+    spec = r.get("table") or {}
+    return spec.get("title") or rname, groups, spec
 
 
 def mean_std(values: list[float]) -> tuple[float, float | None]:
@@ -102,57 +116,106 @@ def format_cell(values: list[float], fmt: str) -> str:
     return text + f" (n={len(values)})"
 
 
-def render_experiment(exp: Experiment) -> str:
-    metrics: tuple[Metric, ...] = get_task(exp.task).metrics
-    cells = list(exp.expected_cells) + [c for c in exp.cells if c not in exp.expected_cells]
-    has_ref = any(exp.reference.get(c) for c in cells)
-    head = ["cell"]
-    for m in metrics:
-        head.append(f"{m.label or m.name} {'↑' if m.higher_is_better else '↓'}")
-        if has_ref and any(m.name in (exp.reference.get(c) or {}) for c in cells):
-            head.append("paper")
-    lines = [f"## {exp.name}", "",
-             f"Task `{exp.task}`, test split of the best-dev checkpoint; ours = mean ± std over seeds (n).", ""]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+def _ours(runs: CellRuns, metric: Metric) -> str:
+    if not runs.results:
+        return "missing"
+    vals = [float((r.get("test") or {}).get(metric.name, float("nan"))) for r in runs.results]
+    return format_cell(vals, metric.fmt)
+
+
+def _notes(label: str, exp: Experiment, cells: list[str]) -> list[str]:
     notes = []
     for cell in cells:
         runs = exp.cells.get(cell) or CellRuns()
-        row = [f"`{cell}`"]
-        for m in metrics:
-            if runs.results:
-                vals = [float((r.get("test") or {}).get(m.name, float("nan"))) for r in runs.results]
-                row.append(format_cell(vals, m.fmt))
-            else:
-                row.append("missing")
-            if has_ref and any(m.name in (exp.reference.get(c) or {}) for c in cells):
-                ref = (exp.reference.get(cell) or {}).get(m.name)
-                row.append(f"{ref}" if ref is not None else "—")
-        if runs.shortened:
-            row[0] += " †"
-        lines.append("| " + " | ".join(row) + " |")
         n_expected = len(exp.expected_seeds)
+        where = f"{label}: " if label else ""
         if n_expected and cell in exp.expected_cells and len(runs.results) < n_expected:
-            notes.append(f"`{cell}`: {len(runs.results)} of {n_expected} seeds finished"
+            notes.append(f"{where}`{cell}`: {len(runs.results)} of {n_expected} seeds finished"
                          + (f", {runs.unfinished} unfinished" if runs.unfinished else ""))
         elif runs.unfinished:
-            notes.append(f"`{cell}`: {runs.unfinished} unfinished run(s) not counted")
+            notes.append(f"{where}`{cell}`: {runs.unfinished} unfinished run(s) not counted")
+    return notes
+
+
+def render_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[Metric],
+                 cells: list[str] | None = None) -> str:
+    """Rows = cells; for each group (experiment) and metric: ours, and the paper's if known."""
+    if cells is None:
+        cells = []
+        for _, exp in groups:
+            for c in list(exp.expected_cells) + list(exp.cells):
+                if c not in cells:
+                    cells.append(c)
+    head, columns = ["cell"], []
+    for label, exp in groups:
+        for m in metrics:
+            name = f"{m.label or m.name} {'↑' if m.higher_is_better else '↓'}"
+            prefix = f"{label}: " if len(groups) > 1 else ""
+            head.append(prefix + name)
+            columns.append((exp, m, False))
+            if any(m.name in (exp.reference.get(c) or {}) for c in cells):
+                head.append(prefix + "paper")
+                columns.append((exp, m, True))
+    tasks = sorted({exp.task for _, exp in groups})
+    lines = [f"## {title}", "",
+             f"Task `{', '.join(tasks)}`, test split of the best-dev checkpoint; "
+             "ours = mean ± std over seeds (n).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cell in cells:
+        row = [f"`{cell}`"]
+        for exp, m, paper in columns:
+            if paper:
+                ref = (exp.reference.get(cell) or {}).get(m.name)
+                row.append(str(ref) if ref is not None else "—")
+            else:
+                row.append(_ours(exp.cells.get(cell) or CellRuns(), m))
+        if any((exp.cells.get(cell) or CellRuns()).shortened for _, exp in groups):
+            row[0] += " †"
+        lines.append("| " + " | ".join(row) + " |")
     lines.append("")
-    if any(exp.cells[c].shortened for c in exp.cells):
+    if any(r.shortened for _, exp in groups for r in exp.cells.values()):
         lines.append("† includes shortened runs (`train.max_steps` set): not the full protocol.")
-    if exp.reference_source:
-        lines.append(f"Paper numbers: {exp.reference_source}.")
-    for n in notes:
-        lines.append(f"- {n}")
+    sources = sorted({exp.reference_source for _, exp in groups if exp.reference_source})
+    for src in sources:
+        lines.append(f"Paper numbers: {src}.")
+    for label, exp in groups:
+        for n in _notes(label if len(groups) > 1 else "", exp, cells):
+            lines.append(f"- {n}")
     return "\n".join(lines).rstrip() + "\n"
 
 
+def render_experiment(exp: Experiment) -> str:
+    return render_table(exp.name, [("", exp)], list(get_task(exp.task).metrics))
+
+
 def render_report(runs_dir: Path, table: str | None = None) -> str:
-    experiments = collect(runs_dir) if Path(runs_dir).exists() or table is None else {}
-    if table is not None:
-        if table in experiments:
-            experiments = {table: experiments[table]}
-        else:
-            experiments = {table: experiment_from_recipe(table)}
-    if not experiments:
-        raise UserError(f"no runs found under {runs_dir}.")
-    return "\n".join(render_experiment(e) for _, e in sorted(experiments.items()))
+    runs_dir = Path(runs_dir)
+    found = collect(runs_dir) if (runs_dir.exists() or table is None) else {}
+    if table is None:
+        if not found:
+            raise UserError(f"no runs found under {runs_dir}.")
+        return "\n".join(render_experiment(e) for _, e in sorted(found.items()))
+    if table in found:
+        return render_experiment(found[table])
+    title, groups, spec = experiments_from_recipe(table)
+    merged = []
+    for label, exp in groups:
+        have = found.get(exp.name)
+        if have is not None:  # runs exist: keep the recipe's expectations, add the runs
+            exp.cells = have.cells
+            for c in have.cells:
+                if c not in exp.expected_cells and spec.get("cells") is None:
+                    exp.expected_cells.append(c)
+        merged.append((label, exp))
+    tasks = {exp.task for _, exp in merged}
+    metric_names = spec.get("metrics")
+    all_metrics = {m.name: m for t in tasks for m in get_task(t).metrics}
+    if metric_names:
+        unknown = [n for n in metric_names if n not in all_metrics]
+        if unknown:
+            raise UserError(f"table {table!r} asks for metric(s) {unknown}; the task(s) "
+                            f"{sorted(tasks)} have {sorted(all_metrics)}.")
+        metrics = [all_metrics[n] for n in metric_names]
+    else:
+        metrics = list(all_metrics.values())
+    return render_table(title, merged, metrics, cells=spec.get("cells"))

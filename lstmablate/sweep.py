@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .config import load_recipe
+from .config import grid_points, load_recipe
 from .errors import ConfigError
 from .runs import RunFiles, run_dir
 
@@ -24,6 +24,7 @@ from .runs import RunFiles, run_dir
 class SweepItem:
     recipe: str
     task: str
+    experiment: str
     cell: str
     seed: int
     run_dir: Path
@@ -38,6 +39,8 @@ class SweepItem:
     def command(self) -> str:
         parts = ["lstmablate", "train", "--task", self.task, "--cell", self.cell, "--recipe",
                  self.recipe, "--seed", str(self.seed), "--out", str(self.run_dir.parents[2])]
+        if self.experiment != self.recipe:
+            parts += ["--experiment", self.experiment]
         for o in self.overrides:
             parts += ["--set", o]
         if self.threads:
@@ -53,17 +56,23 @@ class SweepItem:
 
 def plan_sweep(recipe: str, out: Path, *, overrides: list[str] | None = None, threads: int | None = None,
                device: str = "cpu", data_dir: str | None = None) -> list[SweepItem]:
+    """Every run of a recipe (cells x seeds x grid points), or of each recipe of a table spec."""
     name, r = load_recipe(recipe)
+    if "task" not in r:  # a table spec: the sweeps of its experiments
+        return [item for exp in r["table"].get("experiments") or []
+                for item in plan_sweep(exp, out, overrides=overrides, threads=threads,
+                                       device=device, data_dir=data_dir)]
     cells, seeds = r.get("cells") or [], r.get("seeds") or [1]
     if not cells:
         raise ConfigError(f"recipe {r['_path']} has no `cells:` list, so it is not a sweep.")
-    experiment = r.get("experiment") or name
     items = []
-    for cell in cells:
-        for seed in seeds:
-            files = RunFiles(run_dir(out, experiment, cell, int(seed)))
-            items.append(SweepItem(recipe, r["task"], cell, int(seed), files.root, files.is_finished(),
-                                   files.config.exists(), list(overrides or []), threads, device, data_dir))
+    for experiment, grid_overrides, _ in grid_points(name, r):
+        for cell in cells:
+            for seed in seeds:
+                files = RunFiles(run_dir(out, experiment, cell, int(seed)))
+                items.append(SweepItem(recipe, r["task"], experiment, cell, int(seed), files.root,
+                                       files.is_finished(), files.config.exists(),
+                                       grid_overrides + list(overrides or []), threads, device, data_dir))
     return items
 
 
@@ -76,6 +85,7 @@ def run_sweep(plan: list[SweepItem], console: Console | None = None) -> None:
     for i, it in enumerate(todo, 1):
         console.print(f"[bold]({i}/{len(todo)})[/] {it.command}", highlight=False)
         outcome = train_run(it.task, it.cell, recipe=it.recipe, overrides=it.overrides, seed=it.seed,
+                            experiment=it.experiment,
                             out=it.run_dir.parents[2], device=it.device, threads=it.threads,
                             resume=it.started, data_dir=it.data_dir, console=console)
         if outcome.interrupted:

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from lstmablate.errors import ConfigError

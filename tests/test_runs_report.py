@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -12,7 +13,7 @@ from lstmablate.errors import RunDirError
 from lstmablate.report import render_report
 from lstmablate.runner import evaluate_run, train_run
 
-QUIET = Console(file=open("/dev/null", "w"))
+QUIET = Console(file=io.StringIO())
 
 
 def train(tiny_recipe, out, cell="lstm", seed=1, **kw):

@@ -92,3 +92,22 @@ def cell_rows(size: int = TABLE_SIZE) -> list[CellRow]:
     """One :class:`CellRow` per registered cell name (aliases folded in), sorted by family then name."""
     rows = [describe_cell(n, size) for n in available_cells()]
     return sorted(rows, key=lambda r: (r.family, r.name))
+
+
+def describe_cells(size: int = TABLE_SIZE) -> list[dict[str, str]]:
+    """The `lstmablate list cells` table as display-ready rows (all values strings).
+
+    Columns: name (aliases in parentheses), family, equations (one-line
+    summary), params (one layer, one direction, at input = hidden = ``size``;
+    cells that accept only some sizes say at which), supports, options.
+    """
+    table = []
+    for r in cell_rows(size):
+        name = r.name + (f" ({', '.join(r.aliases)})" if r.aliases else "")
+        params = f"{r.params:,}"
+        if r.params_at != (size, size):
+            params += f" (at input {r.params_at[0]}, hidden {r.params_at[1]})"
+        table.append({"name": name, "family": r.family, "equations": r.summary,
+                      "params": params, "supports": r.supports,
+                      "options": ", ".join(r.options) or "-"})
+    return table

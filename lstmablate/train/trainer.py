@@ -321,6 +321,11 @@ class Trainer:
         self._save_last()
 
     def _early_stop(self) -> bool:
+        target, best = self.cfg.stop_at, self.pos.best_value
+        if target is not None and best is not None and not self.primary.better(target, best):
+            self.console.print(f"stopping: dev {self.primary.name} {best:.4g} reached train.stop_at={target}")
+            self.pos.done = True
+            return True
         if self.cfg.patience and self.pos.evals_since_best >= self.cfg.patience:
             self.console.print(f"early stopping: no improvement of {self.primary.name} in "
                                f"{self.cfg.patience} evaluations")

@@ -74,10 +74,18 @@ class DyckData:
             raise ConfigError("data.batch_size and data.eval_batch_size must be >= 1")
 
 
+EMBEDDINGS = ("learned", "signed-type")
+
+
 @dataclass
 class DyckModel:
     embedding_dim: int = 0  # 0: Hewitt's 2k + 10
-    hidden_size: int = 0  # 0: Hewitt's round(3 m log2 k) - m
+    hidden_size: int = 0  # 0: Hewitt's round(3 m log2 k) - m (see hidden_per_m)
+    hidden_per_m: int = 0  # > 0: hidden = hidden_per_m * m (the report's Dyck-RNN: h = m, or 2m)
+    # learned: a trained table (uniform init); signed-type: the second-order report's fixed
+    # 1-d embedding, open bracket of type i -> +(i+1), its close -> -(i+1), START/END -> 0
+    # (with embedding_dim > 1 the value sits in the first coordinate)
+    embedding: str = "learned"
     num_layers: int = 1
     dropout: float = 0.0
     init_scale: float = 0.0  # 0: each cell's default initialisation
@@ -87,6 +95,8 @@ class DyckModel:
     def validate(self) -> None:
         if self.num_layers < 1:
             raise ConfigError("model.num_layers must be >= 1")
+        if self.embedding not in EMBEDDINGS:
+            raise ConfigError(f"model.embedding must be one of {', '.join(EMBEDDINGS)}, got {self.embedding!r}")
 
 
 def hewitt_hidden_size(k: int, m: int) -> int:
@@ -187,7 +197,7 @@ class DyckTask(Task):
     def build_model(self, make_encoder) -> nn.Module:
         d, m = self.data_cfg, self.model_cfg
         emb = m.embedding_dim or 2 * d.k + 10
-        hidden = m.hidden_size or hewitt_hidden_size(d.k, d.m)
+        hidden = (m.hidden_per_m * d.m if m.hidden_per_m else m.hidden_size) or hewitt_hidden_size(d.k, d.m)
         enc = make_encoder(emb, hidden, num_layers=m.num_layers, dropout=m.dropout,
                            **m.cell_options)
         n_out = self.vocab.size if d.objective == "lm" else d.k
@@ -195,6 +205,13 @@ class DyckTask(Task):
         if m.init_scale:
             for p in model.parameters():
                 nn.init.uniform_(p, -m.init_scale, m.init_scale)
+        if m.embedding == "signed-type":
+            with torch.no_grad():
+                table = model.embedding.weight
+                table.zero_()
+                for i in range(d.k):
+                    table[self.vocab.open_id(i), 0] = i + 1
+                    table[self.vocab.close_id(i), 0] = -(i + 1)
         return model
 
     def _logits_and_targets(self, model: nn.Module, batch) -> tuple[Tensor, Tensor]:

@@ -22,9 +22,9 @@ endif
 RUNS ?= runs
 THREADS ?= 2
 PYTEST_ARGS ?= -q
+SWEEP_ARGS ?=   # e.g. SWEEP_ARGS="--device cuda"
 
-.PHONY: install install-torch demo test bench report reproduce-dyck reproduce-table1 \
-        reproduce-table2 reproduce-table3 reproduce-table4 clean-demo
+.PHONY: install install-torch demo test bench report reproduce-dyck reproduce-table1 clean-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,21 @@ test: install
 
 report:
 	$(PY) -m lstmablate report $(RUNS)
+
+bench:
+	$(PY) -m lstmablate bench --threads $(THREADS)
+
+# The paper tables: run the runs that are missing, resume interrupted ones, print the table.
+# `make -n reproduce-table1` shows the commands; `lstmablate sweep table1 --list` lists every run.
+reproduce-dyck:
+	$(PY) -m lstmablate sweep dyck-report --out $(RUNS) --threads $(THREADS)
+	$(PY) -m lstmablate sweep dyck-rnn-trainable --out $(RUNS) --threads $(THREADS)
+	$(PY) -m lstmablate report $(RUNS) --table dyck-report
+	$(PY) -m lstmablate report $(RUNS) --table dyck-rnn-trainable
+
+reproduce-table1:
+	$(PY) -m lstmablate sweep table1 --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
+	$(PY) -m lstmablate report $(RUNS) --table table1
 
 clean-demo:
 	rm -rf $(RUNS)/dyck-demo

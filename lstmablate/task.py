@@ -103,6 +103,13 @@ class Task:
     def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
         raise NotImplementedError
 
+    def visualization_inputs(self, model: nn.Module, text: str) -> tuple[nn.Module, Tensor, list[str]]:
+        """For ``lstmablate visualize``: (encoder, its input vectors (1, T, I), token labels).
+
+        Tasks with several encoders return the one Appendix A would show.
+        """
+        raise NotImplementedError(f"task {self.name!r} does not support visualize")
+
     def batch_to(self, batch: Any, device: torch.device) -> Any:
         """Move a batch to ``device`` (tensors, tuples, lists and dicts of them)."""
         if isinstance(batch, Tensor):

@@ -13,7 +13,7 @@ no bias: eq 3 prints none) and W^hx (H x I).
 
 What it accepts
 ---------------
-* ``embedding_dim=1`` (default, §4.2): the input is the 1-dimensional,
+* ``embedding_dim=1`` (§4.2; the default is the input size): the input is the 1-dimensional,
   non-trainable bracket embedding, so ``input_size`` must be 1 and the hidden
   size is the stack depth, h = m.  With I = 1 and m = 4 the cell has
   1 + 4 = 5 parameters, the "5" of the report's Table 2 (m = 6, 8 give 7, 9;
@@ -78,8 +78,15 @@ class DyckRNNCell(Cell):
 
     example_sizes: ClassVar[tuple[int, int]] = (1, 4)
 
-    def __init__(self, input_size: int, hidden_size: int, embedding_dim: int = 1,
+    def __init__(self, input_size: int, hidden_size: int, embedding_dim: int | None = None,
                  init_scale: float | None = None):
+        if embedding_dim is None:  # the embedding is what the cell reads
+            if input_size not in (1, 2):
+                raise ConfigError(
+                    f"dyck-rnn reads a 1-d bracket embedding (eqs 3-5), so input_size must be 1 "
+                    f"(or 2 for the §6.2 variant with hidden_size = 2m), got {input_size}. It cannot "
+                    "read word embeddings or a lower layer's output, so use it with num_layers=1.")
+            embedding_dim = input_size
         if embedding_dim not in (1, 2):
             raise ConfigError(
                 f"dyck-rnn: embedding_dim must be 1 (the static 1-d bracket embedding of eqs 3-5) "

@@ -249,3 +249,17 @@ class DyckTask(Task):
         res = meter.compute(min_count=self.data_cfg.min_bucket_count)
         return {"wcpa_min": res["wcpa_min"], "wcpa_mean": res["wcpa_mean"],
                 "accuracy": res["accuracy"], "loss": nll / max(n, 1)}
+
+    def visualization_inputs(self, model: nn.Module, text: str):
+        """The encoder and the embedded tokens of ``text`` (brackets separated by spaces)."""
+        from lstmablate.errors import UserError
+
+        tokens = text.split()
+        try:
+            ids = self.vocab.encode(tokens)
+        except (KeyError, ValueError):
+            raise UserError(f"--text must be Dyck-{self.data_cfg.k} tokens separated by spaces "
+                            f"(e.g. '(a (b b) a)'); known tokens: {' '.join(self.vocab.tokens[1:])}") from None
+        device = next(model.parameters()).device
+        emb = model.embedding(torch.tensor([ids], device=device))
+        return model.encoder, emb, tokens

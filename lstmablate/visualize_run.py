@@ -1,0 +1,28 @@
+"""``lstmablate visualize``: Appendix A's picture for a trained run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .errors import UserError
+from .runner import load_run_model
+from .viz import visualize
+
+
+def visualize_run(run_dir: Path, text: str, *, layer: int = 0, out: Path = Path("weights.png"),
+                  checkpoint: str = "best", data_dir: str | None = None) -> tuple[Path, Path]:
+    """Heatmap of ||w_j^t|| (PNG) and its values (CSV beside it) for ``text``."""
+    cfg, task, model = load_run_model(run_dir, checkpoint, data_dir)
+    try:
+        encoder, emb, tokens = task.visualization_inputs(model, text)
+    except NotImplementedError as e:
+        raise UserError(str(e)) from None
+    if not 0 <= layer < encoder.num_layers:
+        raise UserError(f"--layer must be in 0..{encoder.num_layers - 1} for this run, got {layer}")
+    out = Path(out)
+    csv_path = out.with_suffix(".csv")
+    with torch.no_grad():
+        visualize(encoder, emb.detach(), tokens, out, layer=layer, csv_path=csv_path)
+    return out, csv_path

@@ -100,6 +100,8 @@ def train_run(
     has_checkpoint = prepare_run_dir(files, cfg, resume=resume, force=force)
     if resume and files.is_finished() and not has_checkpoint:
         raise RunDirError(f"{files.root} is finished but has no last.pt to resume from.")
+    if has_checkpoint:  # a checkpoint of another run is refused before anything is written
+        load_checkpoint(files.last, expect=identity(cfg))
     files.root.mkdir(parents=True, exist_ok=True)
     write_config(files, cfg)
     write_env(files, environment(dev, torch.get_num_threads()))

@@ -102,6 +102,7 @@ class Trainer:
         self.pos = Position()
         self.carry: Any = None
         self._stop_signal: str | None = None
+        self._t_start: float | None = None  # perf_counter at the (virtual) start of training
 
     # -- paths ----------------------------------------------------------------------
     @property
@@ -118,6 +119,8 @@ class Trainer:
 
     # -- checkpoints ------------------------------------------------------------------
     def _save_last(self) -> None:
+        if self._t_start is not None:
+            self.pos.train_time_s = time.perf_counter() - self._t_start
         save_checkpoint(self.last_path, {
             "run": self.identity,
             "model": self.model.state_dict(),
@@ -223,7 +226,7 @@ class Trainer:
         self.model.to(self.device).train()
         old_handlers = self._install_signal_handlers()
         n_batches = self.task.num_train_batches()
-        t_start = time.perf_counter() - self.pos.train_time_s
+        self._t_start = time.perf_counter() - self.pos.train_time_s
         progress = Progress(
             TextColumn("[bold blue]epoch {task.fields[epoch]}"), BarColumn(),
             MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
@@ -238,7 +241,7 @@ class Trainer:
         finally:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
-        self.pos.train_time_s = time.perf_counter() - t_start
+        self.pos.train_time_s = time.perf_counter() - self._t_start
         if self._stop_signal:
             self._save_last()
             return TrainResult(best=self._best_info(), test=None, steps=self.pos.step,

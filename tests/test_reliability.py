@@ -1,0 +1,114 @@
+"""Exact resume after a real SIGINT, atomic checkpoint writes under SIGKILL, determinism."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lstmablate.train.checkpoint import load_checkpoint
+
+TRAIN = ["--task", "dyck", "--cell", "lstm", "--threads", "1",
+         "--set", "train.max_epochs=3", "--set", "train.eval_every=3",
+         "--set", "data.train_sequences=192", "--set", "model.dropout=0.2",
+         "--set", "model.num_layers=2"]
+
+
+def cli(*args, cwd, **kw):
+    return subprocess.Popen([sys.executable, "-m", "lstmablate", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_sigint_then_resume_equals_uninterrupted(tmp_path, tiny_recipe):
+    args = ["train", *TRAIN, "--recipe", str(tiny_recipe)]
+    full = cli(*args, "--out", "full", cwd=tmp_path)
+    assert full.wait(timeout=300) == 0, full.stderr.read()
+
+    part = cli(*args, "--out", "part", cwd=tmp_path)
+    metrics = tmp_path / "part" / "tiny" / "lstm" / "seed-1" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline:  # wait until it is mid-training, then Ctrl-C
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    part.send_signal(signal.SIGINT)
+    out, err = part.communicate(timeout=120)
+    assert part.returncode == 0, err
+    assert "--resume" in " ".join(err.split())
+    ckpt = load_checkpoint(metrics.parent / "last.pt")
+    assert not ckpt["position"]["done"]
+    assert not (metrics.parent / "result.json").exists()
+
+    resumed = cli(*args, "--out", "part", "--resume", cwd=tmp_path)
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    full_metrics = tmp_path / "full" / "tiny" / "lstm" / "seed-1" / "metrics.jsonl"
+    assert metrics.read_bytes() == full_metrics.read_bytes()
+    a = json.loads((metrics.parent / "result.json").read_text())
+    b = json.loads(full_metrics.with_name("result.json").read_text())
+    assert a["test"] == b["test"] and a["best"] == b["best"]
+
+
+def test_same_seed_same_result(tmp_path, tiny_recipe):
+    results = []
+    for out in ("a", "b"):
+        p = cli("train", *TRAIN, "--recipe", str(tiny_recipe), "--out", out, cwd=tmp_path)
+        assert p.wait(timeout=300) == 0, p.stderr.read()
+        r = json.loads((tmp_path / out / "tiny" / "lstm" / "seed-1" / "result.json").read_text())
+        for timing in ("train_time_s", "wall_time_s"):
+            r.pop(timing)
+        results.append(r)
+    assert results[0] == results[1]
+    other = cli("train", *TRAIN, "--recipe", str(tiny_recipe), "--out", "c", "--seed", "2", cwd=tmp_path)
+    assert other.wait(timeout=300) == 0
+    r = json.loads((tmp_path / "c" / "tiny" / "lstm" / "seed-2" / "result.json").read_text())
+    assert r["test"] != results[0]["test"]
+
+
+WRITER = textwrap.dedent("""
+    import sys, torch
+    from pathlib import Path
+    from lstmablate.train.checkpoint import save_checkpoint
+    path = Path(sys.argv[1])
+    i = 0
+    print("ready", flush=True)
+    while True:  # keep rewriting a large checkpoint until killed
+        i += 1
+        save_checkpoint(path, {"run": {}, "i": i, "blob": torch.full((2_000_000,), float(i))})
+""")
+
+
+def test_sigkill_during_checkpoint_writes_never_corrupts(tmp_path):
+    path = tmp_path / "last.pt"
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    for delay in (0.3, 0.55, 0.8):
+        p = subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(delay)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        if path.exists():
+            ckpt = load_checkpoint(path)  # never truncated
+            assert torch.all(ckpt["blob"] == float(ckpt["i"]))
+    leftovers = [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
+    # a killed writer may leave its temporary file, but never in place of last.pt
+    assert all(f.startswith(".tmp-last.pt") for f in leftovers)
+
+
+def test_truncated_checkpoint_is_reported_by_name(tmp_path):
+    from lstmablate.errors import CheckpointError
+    from lstmablate.train.checkpoint import save_checkpoint
+
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"run": {}, "x": torch.zeros(1000)})
+    path.write_bytes(path.read_bytes()[:300])
+    with pytest.raises(CheckpointError, match=r"last.pt is truncated or corrupt"):
+        load_checkpoint(path)

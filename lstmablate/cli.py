@@ -267,6 +267,7 @@ def sweep(
     set_: Optional[list[str]] = typer.Option(None, "--set", help="Override for every run."),
     threads: Optional[int] = typer.Option(None, "--threads"),
     device: str = typer.Option("cpu", "--device"),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Runs at once (subprocesses)."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
 ) -> None:
     """Run every (cell, seed) of a recipe that is not finished; resume interrupted ones."""
@@ -279,7 +280,7 @@ def sweep(
             if not item.finished:
                 out.print(item.command, highlight=False, soft_wrap=True)
         return
-    run_sweep(plan, console=err)
+    run_sweep(plan, console=err, jobs=jobs)
 
 
 @app.command()

@@ -9,8 +9,12 @@ sweep twice is harmless.
 
 from __future__ import annotations
 
+import os
 import shlex
-from dataclasses import dataclass
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -76,12 +80,15 @@ def plan_sweep(recipe: str, out: Path, *, overrides: list[str] | None = None, th
     return items
 
 
-def run_sweep(plan: list[SweepItem], console: Console | None = None) -> None:
+def run_sweep(plan: list[SweepItem], console: Console | None = None, jobs: int = 1) -> None:
     from .runner import train_run
 
     console = console or Console(stderr=True)
     todo = [it for it in plan if not it.finished]
     console.print(f"sweep: {len(plan)} runs, {len(plan) - len(todo)} finished, {len(todo)} to run")
+    if jobs > 1:
+        _run_parallel(todo, console, jobs)
+        return
     for i, it in enumerate(todo, 1):
         console.print(f"[bold]({i}/{len(todo)})[/] {it.command}", highlight=False)
         outcome = train_run(it.task, it.cell, recipe=it.recipe, overrides=it.overrides, seed=it.seed,
@@ -91,3 +98,48 @@ def run_sweep(plan: list[SweepItem], console: Console | None = None) -> None:
         if outcome.interrupted:
             console.print("sweep interrupted; run the same command again to continue.")
             return
+
+
+def _run_parallel(todo: list[SweepItem], console: Console, jobs: int) -> None:
+    """Up to ``jobs`` runs at once, each a ``lstmablate train`` subprocess logging to
+    ``<run dir>.log``; threads per run default to the cores divided among the jobs."""
+    per_job = max(1, (os.cpu_count() or 1) // jobs)
+    pending = [it if it.threads else replace(it, threads=per_job) for it in todo]
+    running: list[tuple[SweepItem, subprocess.Popen, object]] = []
+    failed = []
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                it = pending.pop(0)
+                log_path = it.run_dir.with_name(it.run_dir.name + ".log")
+                log_path.parent.mkdir(parents=True, exist_ok=True)
+                log = open(log_path, "a", encoding="utf-8")
+                args = shlex.split(it.command)[1:]
+                proc = subprocess.Popen([sys.executable, "-m", "lstmablate", *args],
+                                        stdout=log, stderr=subprocess.STDOUT)
+                console.print(f"started {it.run_dir} (log {log_path})", highlight=False)
+                running.append((it, proc, log))
+            for entry in list(running):
+                it, proc, log = entry
+                if proc.poll() is None:
+                    continue
+                log.close()
+                running.remove(entry)
+                if proc.returncode == 0:
+                    console.print(f"[green]finished[/] {it.run_dir}", highlight=False)
+                else:
+                    failed.append(it)
+                    console.print(f"[red]failed[/] {it.run_dir} (exit {proc.returncode}; see its .log)",
+                                  highlight=False)
+            time.sleep(0.2)
+    except KeyboardInterrupt:  # the children got the same Ctrl-C and save their checkpoints
+        for _, proc, log in running:
+            proc.wait()
+            log.close()
+        console.print("sweep interrupted; run the same command again to continue.")
+        return
+    if failed:
+        from .errors import UserError
+
+        raise UserError(f"{len(failed)} of {len(todo)} runs failed: "
+                        + ", ".join(str(it.run_dir) for it in failed) + ". Their logs are beside them.")

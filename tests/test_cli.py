@@ -54,3 +54,13 @@ def test_sweep_list_prints_one_command_per_missing_run(tmp_path, tiny_recipe):
     assert r.returncode == 0, r.stderr
     lines = [l for l in r.stdout.splitlines() if l.strip()]
     assert len(lines) == 4 and all(l.startswith("lstmablate train --task dyck") for l in lines)
+
+
+def test_sweep_runs_missing_runs_in_parallel_and_skips_finished(tmp_path, tiny_recipe):
+    r = run_cli("sweep", str(tiny_recipe), "--out", "runs", "--jobs", "2", "--set", "train.max_steps=2",
+                cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    results = {p.relative_to(tmp_path).as_posix() for p in (tmp_path / "runs").rglob("result.json")}
+    assert results == {f"runs/tiny/{c}/seed-{s}/result.json" for c in ("lstm", "lstm-srnn") for s in (1, 2)}
+    again = run_cli("sweep", str(tiny_recipe), "--out", "runs", "--set", "train.max_steps=2", cwd=tmp_path)
+    assert "4 finished, 0 to run" in " ".join(again.stderr.split())

@@ -10,6 +10,7 @@ its metrics from a checkpoint.
 from __future__ import annotations
 
 import functools
+import io
 import random
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from .runs import (RunFiles, environment, prepare_run_dir, read_json, run_dir, w
                    write_env, write_result)
 from .task import Task, get_task
 from .train import Trainer
+from .train import distributed
 from .train.checkpoint import load_checkpoint
 
 
@@ -96,15 +98,25 @@ def train_run(
     dev = pick_device(device)
     if threads:
         torch.set_num_threads(threads)
+    dist = distributed.setup(dev)  # a no-op unless launched by torchrun
+    dev = distributed.device_for(dev, dist)
+    if not dist.is_main:
+        console, progress = Console(file=io.StringIO()), False
     files = RunFiles(run_dir(out, cfg.experiment, cfg.cell, cfg.seed))
-    has_checkpoint = prepare_run_dir(files, cfg, resume=resume, force=force)
-    if resume and files.is_finished() and not has_checkpoint:
-        raise RunDirError(f"{files.root} is finished but has no last.pt to resume from.")
-    if has_checkpoint:  # a checkpoint of another run is refused before anything is written
-        load_checkpoint(files.last, expect=identity(cfg))
-    files.root.mkdir(parents=True, exist_ok=True)
-    write_config(files, cfg)
-    write_env(files, environment(dev, torch.get_num_threads()))
+    if dist.is_main:
+        has_checkpoint = prepare_run_dir(files, cfg, resume=resume, force=force)
+        if resume and files.is_finished() and not has_checkpoint:
+            raise RunDirError(f"{files.root} is finished but has no last.pt to resume from.")
+        if has_checkpoint:  # a checkpoint of another run is refused before anything is written
+            load_checkpoint(files.last, expect=identity(cfg))
+        files.root.mkdir(parents=True, exist_ok=True)
+        write_config(files, cfg)
+        env = environment(dev, torch.get_num_threads())
+        env["world_size"] = dist.world_size
+        write_env(files, env)
+    distributed.barrier(dist)
+    if not dist.is_main:
+        has_checkpoint = resume and files.last.exists()
     seed_everything(cfg.seed)
     data_path = resolve_data_dir(data_dir)
     task_obj, model = build_task_and_model(cfg, data_path)
@@ -112,7 +124,7 @@ def train_run(
     console.print(f"[bold]{cfg.experiment}[/] task={cfg.task} cell={cfg.cell} seed={cfg.seed} "
                   f"params={n_params:,} device={dev} threads={torch.get_num_threads()} -> {files.root}")
     trainer = Trainer(cfg.train, task_obj, model, files.root, seed=cfg.seed, device=dev,
-                      identity=identity(cfg), console=console, progress=progress)
+                      identity=identity(cfg), console=console, progress=progress, dist_info=dist)
     t0 = time.time()
     res = trainer.fit(resume=has_checkpoint)
     if res.interrupted:
@@ -134,8 +146,10 @@ def train_run(
         "params": n_params,
         "skipped_nonfinite": res.skipped_nonfinite,
         "shortened": bool(cfg.train.max_steps),
+        "world_size": dist.world_size,
     }
-    write_result(files, result)
+    if dist.is_main:
+        write_result(files, result)
     shown = ", ".join(f"{k} {v:.4g}" for k, v in (res.test or {}).items())
     console.print(f"[bold green]done[/] {files.root}: test {shown}")
     return TrainOutcome(files.root, result, False)

@@ -53,7 +53,9 @@ class Metric:
 class StepOutput:
     loss: Tensor  # what is back-propagated
     carry: Any = None  # state handed to the next batch (detached by the task)
-    weight: float = 1.0  # e.g. number of tokens, for averaging the logged loss
+    # what ``loss`` is a mean over (e.g. the number of target tokens): lets data-parallel
+    # training weigh each process's slice of the batch exactly
+    weight: float = 1.0
 
 
 class Task:
@@ -109,6 +111,12 @@ class Task:
         Tasks with several encoders return the one Appendix A would show.
         """
         raise NotImplementedError(f"task {self.name!r} does not support visualize")
+
+    def shard(self, batch: Any, dist_info: Any) -> Any:
+        """This process's part of a global batch under torchrun (default: split dim 0)."""
+        from .train.distributed import shard_batch
+
+        return shard_batch(batch, dist_info)
 
     def batch_to(self, batch: Any, device: torch.device) -> Any:
         """Move a batch to ``device`` (tensors, tuples, lists and dicts of them)."""

@@ -31,6 +31,7 @@ from lstmablate.errors import UserError
 from lstmablate.task import Metric
 
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .distributed import DistInfo, all_reduce_sum, barrier
 from .optim import Schedule, build_optimizer
 
 
@@ -89,8 +90,11 @@ class Trainer:
         identity: dict[str, Any],
         console: Console | None = None,
         progress: bool | None = None,
+        dist_info: DistInfo | None = None,
     ):
         self.cfg, self.task, self.model = cfg, task, model
+        self.dist = dist_info or DistInfo()
+        self.train_model: nn.Module = model  # DDP-wrapped in fit() under torchrun
         self.run_dir = Path(run_dir)
         self.seed, self.device = seed, device
         self.identity = identity
@@ -121,6 +125,8 @@ class Trainer:
     def _save_last(self) -> None:
         if self._t_start is not None:
             self.pos.train_time_s = time.perf_counter() - self._t_start
+        if not self.dist.is_main:
+            return
         save_checkpoint(self.last_path, {
             "run": self.identity,
             "model": self.model.state_dict(),
@@ -132,6 +138,8 @@ class Trainer:
         })
 
     def _save_best(self, metrics: dict[str, float]) -> None:
+        if not self.dist.is_main:
+            return
         save_checkpoint(self.best_path, {
             "run": self.identity,
             "model": self.model.state_dict(),
@@ -153,18 +161,20 @@ class Trainer:
         set_rng_state(ckpt["rng"])
 
     def _truncate_metrics(self, n_lines: int) -> None:
-        if not self.metrics_path.exists():
+        if not self.dist.is_main or not self.metrics_path.exists():
             return
         lines = self.metrics_path.read_text().splitlines(keepends=True)
         if len(lines) != n_lines:
             self.metrics_path.write_text("".join(lines[:n_lines]))
 
     def _append_metrics(self, record: dict[str, Any]) -> None:
+        self.pos.metrics_lines += 1
+        if not self.dist.is_main:
+            return
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        self.pos.metrics_lines += 1
 
     # -- signals ------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
@@ -207,6 +217,7 @@ class Trainer:
         else:
             self.pos.evals_since_best += 1
         self.schedule.observe(improved)
+        barrier(self.dist)
         shown = "  ".join(f"{k} {v:{self.task.metric(k).fmt if k in {m.name for m in self.task.metrics} else '.4g'}}"
                           for k, v in metrics.items())
         loss_txt = f"train loss {train_loss:.4f}  " if train_loss is not None else ""
@@ -224,6 +235,11 @@ class Trainer:
         else:
             self._truncate_metrics(0)
         self.model.to(self.device).train()
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.train_model = DistributedDataParallel(self.model, device_ids=ids)
         old_handlers = self._install_signal_handlers()
         n_batches = self.task.num_train_batches()
         self._t_start = time.perf_counter() - self.pos.train_time_s
@@ -252,6 +268,7 @@ class Trainer:
         self.pos.done = True
         self._save_last()
         test = None
+        barrier(self.dist)  # rank 0 has written best.pt
         if cfg.eval_test and self.task.test_split:
             best = load_checkpoint(self.best_path, expect=self.identity)
             self.model.load_state_dict(best["model"])
@@ -305,6 +322,10 @@ class Trainer:
             if cfg.max_steps and pos.step >= cfg.max_steps:
                 pos.done = True
                 break
+            if self.dist.enabled:  # every rank stops at the same step
+                stop = all_reduce_sum(1.0 if self._stop_signal else 0.0, self.dist, self.device)
+                if stop and not self._stop_signal:
+                    self._stop_signal = "SIGINT"
             if self._stop_signal:
                 progress.remove_task(bar)
                 self.console.print(f"[yellow]{self._stop_signal}[/]: stopped at epoch {pos.epoch + 1}, "
@@ -338,11 +359,17 @@ class Trainer:
 
     def _train_step(self, batch: Any) -> float | None:
         cfg, pos = self.cfg, self.pos
-        batch = self.task.batch_to(batch, self.device)
+        batch = self.task.batch_to(self.task.shard(batch, self.dist), self.device)
         self.optimizer.zero_grad(set_to_none=True)
-        out = self.task.loss(self.model, batch, self.carry)
+        out = self.task.loss(self.train_model, batch, self.carry)
         loss = out.loss
         loss_value = float(loss.detach())
+        if self.dist.enabled:
+            # the loss is a mean over out.weight units (e.g. tokens): weigh each rank's slice by
+            # its share so that DDP's gradient average is the gradient of the global-batch loss
+            total = all_reduce_sum(out.weight, self.dist, self.device)
+            loss = loss * (out.weight * self.dist.world_size / total)
+            loss_value = all_reduce_sum(loss_value * out.weight, self.dist, self.device) / total
         finite = math.isfinite(loss_value)
         if finite:
             loss.backward()

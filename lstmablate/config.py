@@ -95,6 +95,7 @@ class RunConfig:
     # the sweep this run belongs to (the recipe's cells and seeds), for reports
     cells: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
+    cell_seeds: dict[str, list[int]] = field(default_factory=dict)  # per-cell seeds of the sweep
 
     def to_dict(self) -> dict[str, Any]:
         out = {}
@@ -203,7 +204,7 @@ def update_dataclass(obj: Any, values: dict[str, Any], section: str, source: str
 
 # -- recipes --------------------------------------------------------------------------------
 RECIPE_KEYS = ("task", "experiment", "description", "data", "model", "train", "reference",
-               "reference_source", "cells", "seeds", "cell_overrides", "grid", "table")
+               "reference_source", "cells", "seeds", "cell_seeds", "cell_overrides", "grid", "table")
 #: keys of a table spec (a recipe with ``table:`` and no ``task:``)
 TABLE_KEYS = ("title", "experiments", "metrics", "cells", "labels")
 
@@ -303,6 +304,18 @@ def grid_points(recipe_name: str, recipe: dict[str, Any]) -> list[tuple[str, lis
     return points
 
 
+def recipe_seeds(recipe: dict[str, Any], cell: str) -> list[int]:
+    """The seeds a recipe runs for ``cell``: ``cell_seeds[cell]``, else ``seeds``.
+
+    (The paper ran 5 seeds of the LSTM and one run of each ablation:
+    ``seeds: [1]`` plus ``cell_seeds: {lstm: [1, 2, 3, 4, 5]}``.)
+    """
+    per_cell = recipe.get("cell_seeds") or {}
+    if not isinstance(per_cell, dict):
+        raise ConfigError(f"{recipe.get('_path')}: cell_seeds must map a cell to a list of seeds")
+    return list(per_cell.get(cell) or recipe.get("seeds") or [])
+
+
 def parse_overrides(items: list[str]) -> dict[str, dict[str, str]]:
     """``["train.lr=0.1", "model.hidden_size=200"]`` -> {"train": {"lr": "0.1"}, ...}."""
     out: dict[str, dict[str, str]] = {}
@@ -369,7 +382,7 @@ def resolve_config(
     for cfg in (data_cfg, model_cfg):
         if hasattr(cfg, "validate"):
             cfg.validate()
-    seeds = [int(s) for s in rdata.get("seeds") or []]
+    seeds = [int(s) for s in recipe_seeds(rdata, cell)]  # this cell's seeds
     reference = rdata.get("reference") or {}
     if not isinstance(reference, dict):
         raise ConfigError(f"{rdata.get('_path')}: reference must map cell -> metric -> value")
@@ -385,7 +398,8 @@ def resolve_config(
         reference={str(k): dict(v or {}) for k, v in reference.items()},
         reference_source=str(rdata.get("reference_source", "")),
         cells=[str(c) for c in rdata.get("cells") or []],
-        seeds=seeds,
+        seeds=[int(x) for x in rdata.get("seeds") or []],
+        cell_seeds={str(c): [int(x) for x in v] for c, v in (rdata.get("cell_seeds") or {}).items()},
     )
 
 
@@ -400,6 +414,7 @@ def config_from_dict(task_cls: Any, d: dict[str, Any], source: str) -> RunConfig
             recipe=d.get("recipe"), reference=d.get("reference") or {},
             reference_source=d.get("reference_source", ""),
             cells=list(d.get("cells") or []), seeds=list(d.get("seeds") or []),
+            cell_seeds=dict(d.get("cell_seeds") or {}),
         )
     except KeyError as e:
         raise ConfigError(f"{source} lacks the key {e.args[0]!r}; is it a lstmablate run config?") from None

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from .errors import UserError
+from .config import recipe_seeds
 from .runs import read_json
 from .task import Metric, get_task
 
@@ -36,7 +37,7 @@ class Experiment:
     name: str
     task: str
     expected_cells: list[str] = field(default_factory=list)
-    expected_seeds: list[int] = field(default_factory=list)
+    expected_seeds: dict[str, list[int]] = field(default_factory=dict)  # cell -> seeds
     reference: dict[str, dict[str, float]] = field(default_factory=dict)
     reference_source: str = ""
     cells: dict[str, CellRuns] = field(default_factory=lambda: defaultdict(CellRuns))
@@ -62,7 +63,8 @@ def collect(runs_dir: Path) -> dict[str, Experiment]:
         for c in cfg.get("cells") or []:
             if c not in exp.expected_cells:
                 exp.expected_cells.append(c)
-        exp.expected_seeds = exp.expected_seeds or list(cfg.get("seeds") or [])
+        for c in exp.expected_cells:
+            exp.expected_seeds.setdefault(c, recipe_seeds(cfg, c))
         exp.reference = exp.reference or dict(cfg.get("reference") or {})
         exp.reference_source = exp.reference_source or cfg.get("reference_source", "")
         runs = exp.cells[cfg["cell"]]
@@ -92,8 +94,9 @@ def experiments_from_recipe(name: str) -> tuple[str, list[tuple[str, Experiment]
     groups = []
     for experiment, _, point in grid_points(rname, r):
         label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in point.items()) or experiment
-        groups.append((label, Experiment(experiment, r["task"], list(r.get("cells") or []),
-                                         list(r.get("seeds") or []), dict(r.get("reference") or {}),
+        cells = list(r.get("cells") or [])
+        groups.append((label, Experiment(experiment, r["task"], cells,
+                                         {c: recipe_seeds(r, c) for c in cells}, dict(r.get("reference") or {}),
                                          str(r.get("reference_source", "")))))
     spec = r.get("table") or {}
     return spec.get("title") or rname, groups, spec
@@ -127,7 +130,7 @@ def _notes(label: str, exp: Experiment, cells: list[str]) -> list[str]:
     notes = []
     for cell in cells:
         runs = exp.cells.get(cell) or CellRuns()
-        n_expected = len(exp.expected_seeds)
+        n_expected = len(exp.expected_seeds.get(cell) or [])
         where = f"{label}: " if label else ""
         if n_expected and cell in exp.expected_cells and len(runs.results) < n_expected:
             notes.append(f"{where}`{cell}`: {len(runs.results)} of {n_expected} seeds finished"

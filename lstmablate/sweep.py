@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .config import grid_points, load_recipe
+from .config import grid_points, load_recipe, recipe_seeds
 from .errors import ConfigError
 from .runs import RunFiles, run_dir
 
@@ -66,13 +66,13 @@ def plan_sweep(recipe: str, out: Path, *, overrides: list[str] | None = None, th
         return [item for exp in r["table"].get("experiments") or []
                 for item in plan_sweep(exp, out, overrides=overrides, threads=threads,
                                        device=device, data_dir=data_dir)]
-    cells, seeds = r.get("cells") or [], r.get("seeds") or [1]
+    cells = r.get("cells") or []
     if not cells:
         raise ConfigError(f"recipe {r['_path']} has no `cells:` list, so it is not a sweep.")
     items = []
     for experiment, grid_overrides, _ in grid_points(name, r):
         for cell in cells:
-            for seed in seeds:
+            for seed in recipe_seeds(r, cell) or [1]:
                 files = RunFiles(run_dir(out, experiment, cell, int(seed)))
                 items.append(SweepItem(recipe, r["task"], experiment, cell, int(seed), files.root,
                                        files.is_finished(), files.config.exists(),

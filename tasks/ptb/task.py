@@ -1,0 +1,274 @@
+"""The ``ptb`` task plugin: Penn Treebank language modelling as the TensorFlow PTB
+tutorial (Zaremba et al. 2014) does it, with any registered cell.
+
+Data (:mod:`lstmablate_tasks.ptb.data`): Mikolov's ``ptb/ptb.{train,valid,test}.txt``
+(``.gz`` accepted) under the data directory, checksums verified; 10,000 word
+types with ``<eos>`` at every line end, or with ``data.level: char`` Mikolov's
+character version (50 symbols). Batching is the tutorial's ``ptb_producer``:
+each split is cut into ``batch_size`` contiguous rows walked left to right in
+windows of ``num_steps`` (truncated BPTT), in a fixed order — there is no
+shuffling, so the trainer's data generator is not used.
+
+Model (:mod:`lstmablate_tasks.ptb.model`): embedding (hidden_size) ->
+``make_encoder(hidden, hidden, num_layers=2, dropout=1-keep_prob)`` -> untied
+softmax; every parameter uniform(±init_scale); dropout on the embedding output,
+between layers and on the top layer's output, never on the recurrent state.
+
+Carry: the encoder's final state, a tuple of ``(num_layers, batch_size, hidden)``
+tensors (``h`` first, then ``c`` for cells with a memory cell), detached after
+every batch; ``None`` (= zeros) at the start of every epoch and of every
+evaluation pass.
+
+Loss (the tutorial's cost; PROTOCOLS.md §1.2): the SUM over the ``num_steps``
+time steps of the batch-mean NLL, i.e. ``num_steps`` x the mean token NLL, so
+that plain SGD at lr 1.0 trains as in the tutorial. The logged training loss
+is therefore on that scale; evaluation reports per-token averages.
+
+Metrics (every split, both levels): ``ppl`` = exp(mean NLL per token) — the
+primary metric, lower is better (at char level it is 2**bpc, so model
+selection is the same as by BPC); ``nll`` = mean nats per token; ``bpc`` = mean
+bits per token (bits per character at char level, log2 of the perplexity at
+word level); ``tokens`` = number of predictions scored; and
+``eval_batch_size`` / ``eval_num_steps``, the protocol of that split (see
+:attr:`PTBTask.eval_protocol`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lstmablate.errors import ConfigError, DataError
+from lstmablate.task import Metric, StepOutput, Task
+
+from . import data as ptb_data
+from .model import PTBLanguageModel, detach_state, state_to
+
+#: PTB's vocabulary size at each level (for the hint when ``data.vocab_size`` does not match).
+PTB_VOCAB_SIZES = {"word": 10_000, "char": 50}
+
+
+@dataclass
+class PTBData:
+    level: str = "word"  # word | char (Mikolov's character version; metric bpc)
+    batch_size: int = 20
+    num_steps: int = 20  # truncated-BPTT length (tutorial: 20 small, 35 medium/large)
+    # expected vocabulary size, checked after reading (PTB: 10000 words, 50 characters
+    # with <eos>); 0 = do not check
+    vocab_size: int = 0
+    verify: bool = True  # compare the files' checksums with the catalogue
+    # tokens per forward pass of the batch-1 test evaluation; any value gives the same
+    # numbers as one token at a time (the model is deterministic in eval mode)
+    eval_chunk: int = 2000
+
+    def validate(self) -> None:
+        if self.level not in ptb_data.LEVELS:
+            raise ConfigError(f"data.level must be one of {', '.join(ptb_data.LEVELS)}, "
+                              f"got {self.level!r}")
+        for name in ("batch_size", "num_steps", "eval_chunk"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"data.{name} must be >= 1, got {getattr(self, name)}")
+        if self.vocab_size < 0:
+            raise ConfigError(f"data.vocab_size must be >= 0 (0: no check), got {self.vocab_size}")
+
+
+@dataclass
+class PTBModel:
+    hidden_size: int = 200  # also the embedding size (tutorial)
+    num_layers: int = 2
+    dropout: float = 0.0  # 1 - keep_prob: embedding output, between layers, top output
+    init_scale: float = 0.1  # every parameter uniform(±init_scale)
+    cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
+
+    def validate(self) -> None:
+        if self.hidden_size < 1 or self.num_layers < 1:
+            raise ConfigError("model.hidden_size and model.num_layers must be >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout (1 - keep_prob) must be in [0, 1), got {self.dropout}")
+        if self.init_scale <= 0:
+            raise ConfigError(f"model.init_scale must be > 0, got {self.init_scale}")
+
+
+def _nll_sum(model: nn.Module, x: Tensor, y: Tensor, state: Any) -> tuple[float, Any]:
+    logits, state = model(x, state)
+    nll = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                      reduction="sum")
+    return float(nll), state
+
+
+@torch.no_grad()
+def stream_nll(model: nn.Module, stream: Tensor, batch_size: int,
+               num_steps: int) -> tuple[float, int]:
+    """Summed NLL (nats) and token count over ``stream`` batched as in training.
+
+    The tutorial's validation pass: ``batch_size`` contiguous rows, windows of
+    ``num_steps``, the state carried from window to window starting from zeros;
+    the tail that does not fill a window is dropped (as ``ptb_producer`` does).
+    """
+    device = next(model.parameters()).device
+    total, n, state = 0.0, 0, None
+    for x, y in ptb_data.stream_batches(stream, batch_size, num_steps):
+        nll, state = _nll_sum(model, x.to(device), y.to(device), state)
+        total += nll
+        n += y.numel()
+    return total, n
+
+
+@torch.no_grad()
+def sequential_nll(model: nn.Module, stream: Tensor, chunk: int) -> tuple[float, int]:
+    """Summed NLL (nats) and token count of the tutorial's test pass, computed in chunks.
+
+    The tutorial tests with batch size 1 and num_steps 1: every token but the
+    first is predicted from all tokens before it, the state carried token by
+    token from zeros (``len(stream) - 1`` predictions). With batch size 1 a
+    chunk of ``chunk`` tokens run from the carried state gives exactly the same
+    outputs and final state as ``chunk`` single steps (eval mode is
+    deterministic), so this computes the same numbers with far fewer calls.
+    Unlike :func:`stream_nll` nothing is dropped: the last chunk may be short.
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    device = next(model.parameters()).device
+    data = stream.to(device)
+    total, n, state = 0.0, 0, None
+    for lo in range(0, data.numel() - 1, chunk):
+        hi = min(lo + chunk, data.numel() - 1)
+        x = data[lo:hi].unsqueeze(0)
+        y = data[lo + 1:hi + 1].unsqueeze(0)
+        nll, state = _nll_sum(model, x, y, state)
+        total += nll
+        n += y.numel()
+    return total, n
+
+
+class PTBTask(Task):
+    name = "ptb"
+    description = ("Penn Treebank LM (TF PTB tutorial / Zaremba et al. 2014): perplexity; "
+                   "valid at the training batch shape, test with batch 1 (state carried)")
+    eval_protocol = (
+        "valid (and train): the training batch shape, batch_size rows x num_steps windows, state "
+        "carried across windows from zeros, the tail that fills no window dropped (the tutorial's "
+        "validation). test: batch size 1 and num_steps 1 as in the tutorial (every token after "
+        "the first predicted, state carried from zeros), computed in chunks of data.eval_chunk "
+        "tokens, which gives the same numbers as one step at a time. Perplexity = exp(total NLL / "
+        "tokens); no dropout. Reported as ppl, nll (nats/token), bpc (bits/token: bits per "
+        "character at char level), tokens, eval_batch_size, eval_num_steps."
+    )
+    DataConfig = PTBData
+    ModelConfig = PTBModel
+    # the tutorial's SmallConfig (recipes ptb-small/medium/large set every value)
+    train_defaults = {"optimizer": "sgd", "lr": 1.0, "schedule": "epoch_decay", "decay": 0.5,
+                      "decay_start": 4, "clip_norm": 5.0, "max_epochs": 13}
+    metrics = (
+        Metric("ppl", False, "perplexity", ".2f"),
+        Metric("nll", False, "NLL (nats/token)", ".4f"),
+        Metric("bpc", False, "bits/token (BPC at char level)", ".4f"),
+    )
+    primary = metrics[0]
+    dev_split = "valid"
+    test_split = "test"
+
+    # -- data ----------------------------------------------------------------------
+    def check_data(self) -> list[str]:
+        from lstmablate.data import verify
+
+        results = verify(self.data_dir, "ptb")
+        bad = [r for r in results if r.status not in ("ok", "unchecked")]
+        if bad:
+            raise DataError("PTB data check failed:\n" + "\n".join(f"- {r.message}" for r in bad))
+        return [f"{r.path}: {r.algo} ok" if r.ok else f"{r.path}: {r.message}" for r in results]
+
+    def setup(self) -> None:
+        d = self.data_cfg
+        self.corpus = ptb_data.load_corpus(self.data_dir, level=d.level, verify=d.verify)
+        if d.vocab_size and self.corpus.vocab_size != d.vocab_size:
+            train = self.corpus.files.get("train")
+            expected = PTB_VOCAB_SIZES.get(d.level)
+            hint = (f"; PTB at {d.level} level has {expected}, set data.vocab_size={expected}"
+                    if expected and expected != d.vocab_size else "")
+            raise DataError(
+                f"the training file {train} gives a vocabulary of {self.corpus.vocab_size} "
+                f"{d.level} types, but data.vocab_size={d.vocab_size}{hint} (or 0 to not check).")
+        # fail here, not after the model is built, if a split is too short to batch
+        for split in ("train", self.dev_split):
+            stream = self.corpus.split(split)
+            if ptb_data.num_batches(stream.numel(), d.batch_size, d.num_steps) == 0:
+                raise ConfigError(
+                    f"the {split} split ({stream.numel()} tokens) gives no minibatch of "
+                    f"batch_size={d.batch_size} x num_steps={d.num_steps}; decrease them.")
+
+    def num_train_batches(self) -> int:
+        d = self.data_cfg
+        return ptb_data.num_batches(self.corpus.train.numel(), d.batch_size, d.num_steps)
+
+    def train_batches(self, epoch: int, generator: torch.Generator) -> Iterator[tuple[Tensor, Tensor]]:
+        """The same contiguous minibatches every epoch (``generator`` is not used)."""
+        d = self.data_cfg
+        return ptb_data.stream_batches(self.corpus.train, d.batch_size, d.num_steps)
+
+    # -- model -------------------------------------------------------------------------
+    def build_model(self, make_encoder) -> nn.Module:
+        m = self.model_cfg
+        enc = make_encoder(m.hidden_size, m.hidden_size, num_layers=m.num_layers,
+                           dropout=m.dropout, **m.cell_options)
+        model = PTBLanguageModel(self.corpus.vocab_size, m.hidden_size, enc, m.dropout)
+        model.init_weights(m.init_scale)
+        return model
+
+    def init_carry(self, model: nn.Module) -> Any:
+        return None  # zeros: the encoder's default initial state
+
+    def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor], carry: Any) -> StepOutput:
+        x, y = batch
+        logits, final = model(x, state_to(carry, x.device))
+        nll = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                          reduction="none").view_as(y)
+        loss = nll.mean(dim=0).sum()  # sum over time steps of the batch-mean NLL
+        return StepOutput(loss, detach_state(final), float(y.numel()))
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+        stream = self.corpus.split(split)
+        was_training = model.training
+        model.eval()
+        try:
+            if split == self.test_split:
+                total, n = sequential_nll(model, stream, self.data_cfg.eval_chunk)
+                bs, ns = 1, 1
+            else:
+                bs, ns = self.data_cfg.batch_size, self.data_cfg.num_steps
+                total, n = stream_nll(model, stream, bs, ns)
+        finally:
+            model.train(was_training)
+        nll = total / n if n else math.nan
+        return {"ppl": ptb_data.perplexity(nll), "nll": nll, "bpc": ptb_data.bits_per_char(nll),
+                "tokens": float(n), "eval_batch_size": float(bs), "eval_num_steps": float(ns)}
+
+    def visualization_inputs(self, model: nn.Module, text: str):
+        """The encoder and the embedded tokens of ``text`` (for ``lstmablate visualize``).
+
+        Word level: whitespace-separated words, a word not in the vocabulary shown and
+        read as ``<unk>`` (PTB's own marker); char level: the characters with ``_`` at
+        word boundaries, as in training. No ``<eos>`` is added.
+        """
+        from lstmablate.errors import UserError
+
+        stoi = self.corpus.stoi
+        if self.corpus.level == "word":
+            tokens = [w if w in stoi else "<unk>" for w in text.split()]
+        else:
+            tokens = ptb_data.line_tokens(text, "char")[:-1]
+            unknown = sorted({t for t in tokens if t not in stoi})
+            if unknown:
+                raise UserError(f"--text has characters not in PTB's character set: "
+                                f"{' '.join(unknown)}")
+        if not tokens:
+            raise UserError("--text is empty; give a few words, e.g. 'the stock market fell'.")
+        device = next(model.parameters()).device
+        emb = model.embedding(torch.tensor([[stoi[t] for t in tokens]], device=device))
+        return model.encoder, emb, tokens

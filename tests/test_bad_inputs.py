@@ -1,0 +1,120 @@
+"""The catalogue of bad inputs: each exits with code 2 and one message naming the
+file (and line) and what was expected; no traceback; nothing already written is lost."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DYCK_FILES = ["--task", "dyck", "--set", "data.files=dy", "--set", "data.m=4",
+              "--set", "data.train_tokens=0", "--set", "train.max_steps=2", "--threads", "1"]
+
+
+def run_cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "lstmablate", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def expect_error(r, *fragments):
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    text = " ".join(r.stderr.split())
+    assert "error:" in text, text
+    for f in fragments:
+        assert f in text, (f, text)
+
+
+@pytest.fixture
+def dyck_data(tmp_path):
+    r = run_cli("data", "dyck", "--out", "data/dy", "--m", "4", "--train-sequences", "40",
+                "--dev-sequences", "8", "--test-sequences", "8", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return tmp_path / "data" / "dy"
+
+
+def test_missing_data_file_names_path_and_fetch_command(tmp_path):
+    r = run_cli("train", "--task", "ptb", "--recipe", "ptb-small", "--data-dir", "nowhere", cwd=tmp_path)
+    expect_error(r, "ptb.train.txt", "nowhere", "lstmablate data fetch ptb")
+
+
+def test_wrong_checksum(tmp_path, real_data_dir):
+    d = tmp_path / "data" / "ptb"
+    d.mkdir(parents=True)
+    for split in ("train", "valid", "test"):
+        shutil.copy(real_data_dir / "ptb" / f"ptb.{split}.txt.gz", d)
+    text = gzip.decompress((d / "ptb.valid.txt.gz").read_bytes()).replace(b" the ", b" a ", 1)
+    (d / "ptb.valid.txt.gz").write_bytes(gzip.compress(text))
+    r = run_cli("data", "check", "ptb", "--data-dir", "data", cwd=tmp_path)
+    expect_error(r, "ptb.valid.txt", "sha256")
+
+
+def test_truncated_gz(tmp_path, dyck_data):
+    raw = gzip.compress((dyck_data / "train.txt").read_bytes())
+    (dyck_data / "train.txt").unlink()
+    (dyck_data / "train.txt.gz").write_bytes(raw[: len(raw) // 2])
+    expect_error(run_cli("train", *DYCK_FILES, cwd=tmp_path), "train.txt.gz", "truncated")
+
+
+def test_non_utf8(tmp_path, dyck_data):
+    with open(dyck_data / "dev.txt", "ab") as f:
+        f.write(b"(a \xff a) END\n")
+    expect_error(run_cli("train", *DYCK_FILES, cwd=tmp_path), "dev.txt, line 9", "UTF-8")
+
+
+def test_empty_file(tmp_path, dyck_data):
+    (dyck_data / "test.txt").write_text("")
+    expect_error(run_cli("train", *DYCK_FILES, cwd=tmp_path), "test.txt", "empty")
+
+
+def test_malformed_line(tmp_path, dyck_data):
+    with open(dyck_data / "train.txt", "a") as f:
+        f.write("(a (b a) b) END\n")
+    expect_error(run_cli("train", *DYCK_FILES, cwd=tmp_path), "train.txt, line 41", "does not match")
+
+
+def test_malformed_json_result(tmp_path, tiny_recipe):
+    r = run_cli("train", "--task", "dyck", "--recipe", str(tiny_recipe), "--set", "train.max_steps=2",
+                "--out", "runs", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    result = tmp_path / "runs" / "tiny" / "lstm" / "seed-1" / "result.json"
+    result.write_text('{"test": {"accuracy": 1.0,\n  oops}\n')
+    expect_error(run_cli("report", "runs", cwd=tmp_path), "result.json, line 2", "malformed JSON")
+
+
+def test_yaml_syntax_error_and_unknown_key(tmp_path):
+    (tmp_path / "bad.yaml").write_text("task: dyck\ntrain:\n  lr: [0.1,\n")
+    expect_error(run_cli("train", "--task", "dyck", "--recipe", "bad.yaml", cwd=tmp_path),
+                 "bad.yaml, line 4", "YAML syntax error")
+    (tmp_path / "typo.yaml").write_text("task: dyck\ntrain:\n  learning_rate: 0.1\n")
+    expect_error(run_cli("train", "--task", "dyck", "--recipe", "typo.yaml", cwd=tmp_path),
+                 "train.learning_rate", "typo.yaml")
+
+
+def test_output_dir_with_a_different_run_is_refused(tmp_path, tiny_recipe):
+    args = ["train", "--task", "dyck", "--recipe", str(tiny_recipe), "--out", "runs"]
+    assert run_cli(*args, "--set", "train.max_steps=2", cwd=tmp_path).returncode == 0
+    d = tmp_path / "runs" / "tiny" / "lstm" / "seed-1"
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    expect_error(run_cli(*args, "--set", "train.max_steps=3", cwd=tmp_path),
+                 "already holds a different run", "--force")
+    expect_error(run_cli(*args, "--set", "train.max_steps=2", cwd=tmp_path),
+                 "already holds this run", "--resume")
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before  # nothing overwritten
+    assert run_cli(*args, "--set", "train.max_steps=3", "--force", cwd=tmp_path).returncode == 0
+
+
+def test_checkpoint_from_another_cell(tmp_path, tiny_recipe):
+    args = ["train", "--task", "dyck", "--recipe", str(tiny_recipe), "--out", "runs",
+            "--set", "train.max_steps=2"]
+    assert run_cli(*args, "--cell", "lstm", cwd=tmp_path).returncode == 0
+    assert run_cli(*args, "--cell", "gru", cwd=tmp_path).returncode == 0
+    runs = tmp_path / "runs" / "tiny"
+    shutil.copy(runs / "lstm" / "seed-1" / "last.pt", runs / "gru" / "seed-1" / "last.pt")
+    expect_error(run_cli(*args, "--cell", "gru", "--resume", cwd=tmp_path), "last.pt", "cell='lstm'")
+    (runs / "lstm" / "seed-1" / "best.pt").write_bytes(b"not a checkpoint")
+    expect_error(run_cli("eval", "runs/tiny/lstm/seed-1", cwd=tmp_path), "best.pt", "corrupt")

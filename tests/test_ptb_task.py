@@ -1,0 +1,373 @@
+"""The ``ptb`` task plugin: batching and carried state, loss scale, evaluation protocol,
+initialisation, training, data checks and the recipes (the TF PTB tutorial's protocol)."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from lstmablate.cells import build_encoder
+from lstmablate.config import recipe_seeds, load_recipe, resolve_config
+from lstmablate.errors import DataError
+from lstmablate.task import get_task
+from lstmablate.train.optim import Schedule, build_optimizer
+from lstmablate_tasks.ptb import data as P
+from lstmablate_tasks.ptb.task import PTBData, PTBModel, PTBTask, sequential_nll, stream_nll
+
+FIXTURES = Path(__file__).parent / "fixtures"
+# Real data on developer machines and CI: ../shared/data from the project root.
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+PAPER_CELLS = ["lstm", "lstm-srnn", "lstm-srnn-out", "lstm-srnn-hidden", "lstm-gates"]
+
+
+def _real_dir() -> Path:
+    d = Path(os.environ.get("LSTMABLATE_DATA") or SHARED_DATA)
+    if not (d / "ptb").exists():
+        pytest.skip(f"real PTB not found under {d} (set LSTMABLATE_DATA)")
+    return d
+
+
+def fixture_task(level: str = "word", batch_size: int = 2, num_steps: int = 3,
+                 data_dir: Path = FIXTURES, **model) -> PTBTask:
+    model = {"hidden_size": 8, "num_layers": 2, "dropout": 0.0, "init_scale": 0.1, **model}
+    task = PTBTask(PTBData(level=level, batch_size=batch_size, num_steps=num_steps, verify=False),
+                   PTBModel(**model), data_dir)
+    task.setup()
+    return task
+
+
+def build(task: PTBTask, cell: str = "lstm", seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return task.build_model(functools.partial(build_encoder, cell))
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def test_registered_under_entry_point_with_protocol():
+    cls = get_task("ptb")
+    assert cls is PTBTask
+    assert cls.primary.name == "ppl" and not cls.primary.higher_is_better
+    assert {m.name for m in cls.metrics} == {"ppl", "nll", "bpc"}
+    assert (cls.dev_split, cls.test_split) == ("valid", "test")
+    assert "batch size 1" in cls.eval_protocol and "num_steps 1" in cls.eval_protocol
+
+
+# ----------------------------------------------------------------------------- batching
+
+
+def test_batches_are_contiguous_rows_with_shifted_targets_in_fixed_order():
+    task = fixture_task()
+    train = task.corpus.train  # 53 tokens: 2 rows of 26, (26 - 1) // 3 = 8 minibatches
+    batches = list(task.train_batches(0, torch.Generator().manual_seed(1)))
+    assert task.num_train_batches() == len(batches) == 8
+    xs = torch.cat([x for x, _ in batches], dim=1)
+    ys = torch.cat([y for _, y in batches], dim=1)
+    rows = train[:52].view(2, 26)
+    assert torch.equal(xs, rows[:, :24])  # each row continues across minibatches
+    assert torch.equal(ys, rows[:, 1:25])  # targets = inputs shifted by one
+    # no shuffling: any epoch and any generator give the same minibatches
+    again = list(task.train_batches(5, torch.Generator().manual_seed(99)))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(batches, again))
+
+
+def test_carry_is_the_detached_final_state_and_continues_the_stream():
+    task = fixture_task()
+    model = build(task, "lstm")
+    model.train()  # dropout 0: deterministic
+    (x1, y1), (x2, y2) = list(task.train_batches(0, torch.Generator()))[:2]
+    out1 = task.loss(model, (x1, y1), task.init_carry(model))
+    carry = out1.carry
+    assert isinstance(carry, tuple) and len(carry) == 2  # (h, c)
+    assert all(s.shape == (2, 2, 8) and not s.requires_grad and s.grad_fn is None for s in carry)
+    _, final = model.encoder(model.embedding(x1))
+    assert all(torch.allclose(a, b) for a, b in zip(carry, final))
+    # the second batch, started from the carry, continues the first: same logits as one
+    # pass over both windows, and no gradient flows back into the first window
+    out2 = task.loss(model, (x2, y2), carry)
+    logits_both, _ = model(torch.cat([x1, x2], dim=1))
+    nll2 = nn.functional.cross_entropy(logits_both[:, 3:].reshape(-1, logits_both.shape[-1]),
+                                       y2.reshape(-1), reduction="none").view(2, 3)
+    assert torch.allclose(out2.loss, nll2.mean(0).sum(), atol=1e-6)
+    out2.loss.backward()  # would fail or touch batch 1's graph if the carry were attached
+    # a cell without a memory cell carries (h,) only
+    s_model = build(task, "lstm-gates")
+    out = task.loss(s_model, (x1, y1), None)
+    assert len(out.carry) == 1 and out.carry[0].shape == (2, 2, 8)
+
+
+def test_loss_is_num_steps_times_mean_token_nll():
+    task = fixture_task(batch_size=2, num_steps=4)
+    model = build(task, "lstm-srnn")
+    x, y = next(iter(task.train_batches(0, torch.Generator())))
+    out = task.loss(model, (x, y), None)
+    logits, _ = model(x)
+    mean_nll = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    assert out.loss.item() == pytest.approx(4 * mean_nll.item(), rel=1e-6)
+    assert out.weight == 8
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def hand_nll(model: nn.Module, stream: torch.Tensor) -> tuple[float, int]:
+    """The tutorial's test loop written out: batch 1, num_steps 1, state carried."""
+    model.eval()
+    total, state = 0.0, None
+    with torch.no_grad():
+        for t in range(stream.numel() - 1):
+            logits, state = model(stream[t].view(1, 1), state)
+            total -= torch.log_softmax(logits[0, 0], dim=-1)[stream[t + 1]].item()
+    return total, stream.numel() - 1
+
+
+@pytest.mark.parametrize("cell", ["lstm", "lstm-gates"])
+def test_test_perplexity_is_exp_mean_nll_of_the_one_token_loop(cell):
+    task = fixture_task(dropout=0.3)
+    model = build(task, cell).double()
+    model.train()
+    stream = task.corpus.test
+    total, n = hand_nll(model, stream)
+    model.train()
+    metrics = task.evaluate(model, "test")
+    assert model.training  # evaluate restores the mode
+    assert metrics["tokens"] == n == stream.numel() - 1
+    assert metrics["nll"] == pytest.approx(total / n, rel=1e-12)
+    assert metrics["ppl"] == pytest.approx(math.exp(total / n), rel=1e-12)
+    assert metrics["bpc"] == pytest.approx(total / n / math.log(2), rel=1e-12)
+    assert (metrics["eval_batch_size"], metrics["eval_num_steps"]) == (1, 1)
+    # any chunk length gives the one-token-at-a-time numbers
+    model.eval()
+    for chunk in (1, 2, 5, 13, 1000):
+        assert sequential_nll(model, stream, chunk) == (pytest.approx(total, rel=1e-12), n)
+
+
+def test_valid_uses_the_training_batch_shape_with_carried_state():
+    task = fixture_task(batch_size=2, num_steps=2)
+    model = build(task, "lstm-srnn").double().eval()
+    valid = task.corpus.valid  # 11 tokens: 2 rows of 5, (5 - 1) // 2 = 2 windows
+    rows = valid[:10].view(2, 5)
+    with torch.no_grad():
+        logits, _ = model(rows[:, :4])  # the two windows in one pass = state carried
+        expected = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                               rows[:, 1:5].reshape(-1), reduction="sum").item()
+    metrics = task.evaluate(model, "valid")
+    assert metrics["tokens"] == 8
+    assert metrics["nll"] == pytest.approx(expected / 8, rel=1e-12)
+    assert (metrics["eval_batch_size"], metrics["eval_num_steps"]) == (2, 2)
+    assert stream_nll(model, valid, 2, 2) == (pytest.approx(expected, rel=1e-12), 8)
+
+
+def test_char_level_reports_bits_per_character():
+    task = fixture_task(level="char", batch_size=2, num_steps=5)
+    assert task.corpus.level == "char"
+    model = build(task, "lstm")
+    m = task.evaluate(model, "valid")
+    assert m["bpc"] == pytest.approx(m["nll"] / math.log(2))
+    assert m["ppl"] == pytest.approx(2 ** m["bpc"])
+
+
+# ----------------------------------------------------------------------------- model
+
+
+@pytest.mark.parametrize("cell", PAPER_CELLS)
+def test_every_parameter_uniform_within_init_scale(cell):
+    task = fixture_task(hidden_size=16, init_scale=0.05)
+    model = build(task, cell)
+    names = {n for n, _ in model.named_parameters()}
+    assert {"embedding.weight", "decoder.weight", "decoder.bias"} <= names
+    for name, p in model.named_parameters():
+        # torch's defaults (N(0,1) embedding, ±1/sqrt(16) = ±0.25 linear) would fail this
+        assert p.abs().max() <= 0.05, name
+        if p.numel() >= 16:
+            assert p.abs().max() > 0.03, name  # really spread over the range
+
+
+def test_dropout_on_embedding_between_layers_and_top_output_only():
+    task = fixture_task(dropout=0.5)
+    model = build(task, "lstm")
+    assert model.encoder.dropout == 0.5 and model.encoder.recurrent_dropout == 0.0
+    x = next(iter(task.train_batches(0, torch.Generator())))[0]
+    model.train()
+    torch.manual_seed(7)
+    logits, _ = model(x)
+    torch.manual_seed(7)  # the same masks, drawn in the same order, written out
+    emb = nn.functional.dropout(model.embedding(x), 0.5, True)
+    out, _ = model.encoder(emb)  # drops between its layers
+    expected = model.decoder(nn.functional.dropout(out, 0.5, True))
+    assert torch.allclose(logits, expected)
+    model.eval()
+    assert torch.equal(model(x)[0], model(x)[0])
+
+
+@pytest.mark.parametrize("cell", ["lstm", "lstm-srnn"])
+def test_a_few_sgd_epochs_lower_the_loss(cell):
+    # init 0.3: at the tutorial's 0.1 a model this small first sits at the unigram
+    # entropy (about 2.6 nats) for a few hundred steps
+    task = fixture_task(batch_size=2, num_steps=4, hidden_size=32, init_scale=0.3)
+    model = build(task, cell, seed=3)
+    from lstmablate.config import TrainConfig
+
+    cfg = TrainConfig(optimizer="sgd", lr=1.0, clip_norm=5.0)
+    opt = build_optimizer(cfg, model.parameters())
+    before = task.evaluate(model, "train")["nll"]
+    model.train()
+    for epoch in range(10):
+        carry = task.init_carry(model)
+        for batch in task.train_batches(epoch, torch.Generator()):
+            opt.zero_grad()
+            out = task.loss(model, batch, carry)
+            out.loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
+            opt.step()
+            carry = out.carry
+    after = task.evaluate(model, "train")["nll"]
+    assert before == pytest.approx(math.log(17), abs=0.1)  # near-uniform at init
+    assert after < before - 1.0, after
+
+
+def test_visualization_inputs_are_the_encoder_and_embedded_words():
+    task = fixture_task()
+    model = build(task, "lstm")
+    enc, emb, tokens = task.visualization_inputs(model, "the zebra sat")
+    assert enc is model.encoder and tokens == ["the", "<unk>", "sat"]
+    ids = torch.tensor([[task.corpus.stoi[t] for t in tokens]])
+    assert torch.equal(emb, model.embedding(ids))
+
+
+# ----------------------------------------------------------------------------- data checks
+
+
+def test_vocab_size_mismatch_names_the_file():
+    task = PTBTask(PTBData(vocab_size=10000, verify=False), PTBModel(), FIXTURES)
+    with pytest.raises(DataError, match=r"ptb\.train\.txt gives a vocabulary of 17 word types"):
+        task.setup()
+
+
+def test_checksums_reject_a_corrupted_file(tmp_path):
+    real_data_dir = _real_dir()
+    src = P.find_file(real_data_dir, "ptb/ptb.train.txt")
+    (tmp_path / "ptb").mkdir()
+    for split in ("valid", "test"):
+        f = P.find_file(real_data_dir, f"ptb/ptb.{split}.txt")
+        shutil.copy(f, tmp_path / "ptb" / f.name)
+    raw = gzip.decompress(src.read_bytes()) if src.suffix == ".gz" else src.read_bytes()
+    bad = tmp_path / "ptb" / "ptb.train.txt"
+    bad.write_bytes(raw.replace(b" the ", b" teh ", 1))  # one word changed
+    task = PTBTask(PTBData(), PTBModel(), tmp_path)
+    with pytest.raises(DataError) as exc:
+        task.check_data()
+    msg = str(exc.value)
+    assert f"checksum mismatch for {bad}" in msg
+    assert "ptb.valid.txt" not in msg and "ptb.test.txt" not in msg
+    with pytest.raises(DataError, match=f"checksum mismatch for {bad}"):
+        task.setup()
+    # the intact originals pass
+    lines = PTBTask(PTBData(), PTBModel(), real_data_dir).check_data()
+    assert len(lines) == 3 and all("sha256 ok" in line for line in lines)
+
+
+# ----------------------------------------------------------------------------- real PTB
+
+
+@pytest.fixture(scope="module")
+def real_task() -> PTBTask:
+    cfg = resolve_config(PTBTask, "lstm-srnn", recipe="ptb-small")
+    task = PTBTask(cfg.data, cfg.model, _real_dir())
+    task.setup()
+    return task
+
+
+def test_real_ptb_matches_the_tutorial(real_task):
+    c = real_task.corpus
+    assert c.vocab_size == 10000 and c.vocab[0] == "the" and "<eos>" in c.stoi
+    assert (c.train.numel(), c.valid.numel(), c.test.numel()) == (929589, 73760, 82430)
+    assert real_task.num_train_batches() == 2323  # the tutorial's small epoch_size
+    medium = PTBTask(PTBData(num_steps=35), PTBModel(), real_task.data_dir)
+    medium.corpus = c
+    assert medium.num_train_batches() == 1327
+
+
+def test_real_test_split_slice_is_evaluated_with_batch_1(real_task):
+    model = build(real_task, "lstm-srnn")
+    full = real_task.corpus.test
+    try:
+        real_task.corpus.test = full[:1500]
+        m = real_task.evaluate(model, "test")
+    finally:
+        real_task.corpus.test = full
+    assert m["tokens"] == 1499 and m["eval_batch_size"] == 1
+    assert 5000 < m["ppl"] < 20000  # untrained at init 0.1: about the vocabulary size
+
+
+def test_cli_train_ptb_small_shortened(tmp_path):
+    data_dir = _real_dir()
+    r = subprocess.run(
+        [sys.executable, "-m", "lstmablate", "train", "--task", "ptb", "--cell", "lstm-srnn",
+         "--recipe", "ptb-small", "--set", "train.max_steps=5", "--set", "train.eval_test=false",
+         "--out", str(tmp_path / "runs"), "--data-dir", str(data_dir), "--threads", "1"],
+        capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    result = json.loads((tmp_path / "runs" / "ptb-small" / "lstm-srnn" / "seed-1" /
+                         "result.json").read_text())
+    assert result["primary"] == "ppl" and result["steps"] == 5 and result["shortened"]
+    dev = result["dev"]
+    assert dev["tokens"] == 73600 and dev["eval_batch_size"] == 20 and dev["eval_num_steps"] == 20
+    assert 100 < dev["ppl"] < 10000 and math.isfinite(dev["nll"])
+
+
+# ----------------------------------------------------------------------------- recipes
+
+
+@pytest.mark.parametrize("name, hidden, steps, init, clip, dropout, decay, start, epochs", [
+    ("ptb-small", 200, 20, 0.1, 5, 0.0, 0.5, 4, 13),
+    ("ptb-medium", 650, 35, 0.05, 5, 0.5, 0.8, 6, 39),
+    ("ptb-large", 1500, 35, 0.04, 10, 0.65, 1 / 1.15, 14, 55),
+])
+def test_recipes_are_the_tutorial_configs(name, hidden, steps, init, clip, dropout, decay,
+                                          start, epochs):
+    cfg = resolve_config(PTBTask, "lstm", recipe=name)
+    d, m, t = cfg.data, cfg.model, cfg.train
+    assert (d.level, d.batch_size, d.num_steps, d.vocab_size) == ("word", 20, steps, 10000)
+    assert (m.hidden_size, m.num_layers, m.init_scale, m.dropout) == (hidden, 2, init, dropout)
+    assert (t.optimizer, t.lr, t.schedule, t.clip_norm, t.max_epochs) == \
+        ("sgd", 1.0, "epoch_decay", clip, epochs)
+    assert t.decay == pytest.approx(decay, rel=1e-12) and t.decay_start == start
+    # TF: lr = 1.0 * lr_decay ** max(i + 1 - max_epoch, 0) for 0-based epoch i
+    sched = Schedule(t, torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0))
+    for i in range(epochs):
+        assert sched.lr_at(i, 0) == pytest.approx(decay ** max(i + 1 - start, 0))
+    assert cfg.cells == PAPER_CELLS
+    assert cfg.reference["lstm"]["ppl"] > 0
+
+
+def test_table1_references():
+    medium = resolve_config(PTBTask, "lstm", recipe="ptb-medium")
+    large = resolve_config(PTBTask, "lstm", recipe="ptb-large")
+    assert {c: r["ppl"] for c, r in medium.reference.items()} == {
+        "lstm": 83.9, "lstm-srnn": 80.5, "lstm-srnn-out": 81.6, "lstm-srnn-hidden": 83.3,
+        "lstm-gates": 140.9}
+    assert {c: r["ppl"] for c, r in large.reference.items()} == {
+        "lstm": 78.8, "lstm-srnn": 76.0, "lstm-srnn-out": 78.5, "lstm-srnn-hidden": 82.9,
+        "lstm-gates": 126.1}
+    # the paper's effort: 5 LSTM seeds, one run per ablation
+    for cfg in (medium, large):
+        assert recipe_seeds(cfg.to_dict(), "lstm") == [1, 2, 3, 4, 5]
+        assert recipe_seeds(cfg.to_dict(), "lstm-srnn") == [1]
+    assert "82.07" in medium.reference_source and "78.29" in large.reference_source
+    _, table1 = load_recipe("table1")  # a table spec over the two recipes
+    assert "task" not in table1 and "47.5" in table1["reference_source"]  # draft's Billion Word
+    spec = table1["table"]
+    assert spec["experiments"] == ["ptb-medium", "ptb-large"]
+    assert spec["cells"] == PAPER_CELLS and spec["metrics"] == ["ppl"]

@@ -42,13 +42,15 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run."),
     force: bool = typer.Option(False, "--force", help="Replace whatever run is in the directory."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+    deterministic: bool = typer.Option(False, "--deterministic",
+                                       help="Deterministic CUDA kernels where they exist (CPU is already)."),
 ) -> None:
     """Train one run: runs/<experiment>/<cell>/seed-<n>/."""
     from .runner import train_run
 
     outcome = train_run(task, cell, recipe=recipe, overrides=set_ or [], seed=seed, out=out_dir,
                         experiment=experiment, device=device, threads=threads, resume=resume,
-                        force=force, data_dir=data_dir, console=err)
+                        force=force, data_dir=data_dir, console=err, deterministic=deterministic)
     if outcome.result is not None:
         out.print(str(outcome.run_dir))
 

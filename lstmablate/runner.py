@@ -40,6 +40,26 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+DETERMINISM_NOTE = (
+    "deterministic mode: torch.use_deterministic_algorithms(True, warn_only=True), "
+    "cudnn.deterministic=True, cudnn.benchmark=False, CUBLAS_WORKSPACE_CONFIG=:4096:8. "
+    "What this cannot promise on CUDA: ops without a deterministic kernel only warn (see the log); "
+    "results still differ across GPU models, driver/cuDNN/PyTorch versions and numbers of GPUs; "
+    "cuDNN's fused RNN kernels are deterministic only with these settings and the same hardware. "
+    "On CPU, runs are deterministic without this flag.")
+
+
+def set_deterministic(device: torch.device) -> str:
+    """Ask PyTorch/cuDNN for deterministic kernels; returns what was (and was not) promised."""
+    import os
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    return DETERMINISM_NOTE
+
+
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
@@ -89,6 +109,7 @@ def train_run(
     data_dir: str | None = None,
     console: Console | None = None,
     progress: bool | None = None,
+    deterministic: bool = False,
 ) -> TrainOutcome:
     console = console or Console(stderr=True)
     task_cls = get_task(task)
@@ -98,6 +119,9 @@ def train_run(
     dev = pick_device(device)
     if threads:
         torch.set_num_threads(threads)
+    note = set_deterministic(dev) if deterministic else None
+    if note:
+        console.print(note, highlight=False)
     dist = distributed.setup(dev)  # a no-op unless launched by torchrun
     dev = distributed.device_for(dev, dist)
     if not dist.is_main:
@@ -113,6 +137,7 @@ def train_run(
         write_config(files, cfg)
         env = environment(dev, torch.get_num_threads())
         env["world_size"] = dist.world_size
+        env["deterministic"] = note
         write_env(files, env)
     distributed.barrier(dist)
     if not dist.is_main:

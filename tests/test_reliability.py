@@ -112,3 +112,21 @@ def test_truncated_checkpoint_is_reported_by_name(tmp_path):
     path.write_bytes(path.read_bytes()[:300])
     with pytest.raises(CheckpointError, match=r"last.pt is truncated or corrupt"):
         load_checkpoint(path)
+
+
+def test_deterministic_flag_sets_and_records(tmp_path, tiny_recipe):
+    from lstmablate.runner import set_deterministic
+
+    try:
+        note = set_deterministic(torch.device("cpu"))
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        assert "cannot promise" in note
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
+    p = cli("train", *TRAIN, "--recipe", str(tiny_recipe), "--out", "d", "--deterministic",
+            "--set", "train.max_steps=2", cwd=tmp_path)
+    assert p.wait(timeout=300) == 0, p.stderr.read()
+    env = json.loads((tmp_path / "d" / "tiny" / "lstm" / "seed-1" / "env.json").read_text())
+    assert "cannot promise" in env["deterministic"]

@@ -24,6 +24,8 @@ app.add_typer(data_app, name="data")
 
 out = Console()
 err = Console(stderr=True)
+# tables too wide for 80 columns: full width when printing to a file or pipe
+wide = out if out.is_terminal else Console(width=220)
 
 DATA_DIR_HELP = "Data directory (default: $LSTMABLATE_DATA, else ./data)."
 
@@ -156,7 +158,7 @@ def _list_cells() -> None:
             t.add_column(c, overflow="fold", no_wrap=(c == "name"))
         for r in rows:
             t.add_row(*(escape(str(r[c])) for c in cols))
-    out.print(t)
+    wide.print(t)
 
 
 @data_app.command("path")
@@ -283,6 +285,32 @@ def sweep(
                 out.print(item.command, highlight=False, soft_wrap=True)
         return
     run_sweep(plan, console=err, jobs=jobs)
+
+
+@app.command()
+def bench(
+    cells: Optional[list[str]] = typer.Option(None, "--cell", help="Only these cells (repeatable)."),
+    shapes: Optional[list[str]] = typer.Option(None, "--shape",
+                                               help="ptb-200, ptb-650, parser-400 or BxTxHxL[xbi]."),
+    threads: int = typer.Option(2, "--threads"),
+    device: str = typer.Option("cpu", "--device"),
+    repeats: int = typer.Option(7, "--repeats"),
+    quick: bool = typer.Option(False, "--quick", help="Fewer shapes and repeats."),
+    models: bool = typer.Option(True, "--models/--no-models", help="Also PTB-small training tokens/s."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
+) -> None:
+    """Forward+backward tokens/s and memory per cell against torch.nn.LSTM, same process."""
+    from . import bench as b
+
+    note = (lambda msg: err.print(msg, highlight=False)) if not as_json else None
+    rows = b.bench_cells(cells or None, shapes or None, threads=threads, device=device,
+                         repeats=repeats, quick=quick, progress=note)
+    if models:
+        rows += b.bench_models(cells or None, threads=threads, device=device, quick=quick, progress=note)
+    if as_json:
+        sys.stdout.write(b.to_json(rows) + "\n")
+    else:
+        wide.print(b.render(rows))
 
 
 @app.command()

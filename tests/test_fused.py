@@ -1,0 +1,362 @@
+"""The fast paths (``lstmablate.cells.fused``) against the reference step loop.
+
+For every cell with a fast path: outputs, final states and every gradient
+(inputs, initial states, all parameters) agree with the plain reference loop
+(``fused.reference_mode()``), uni- and bidirectional, 2 layers, with padded
+batches (including a length-0 row) and full batches, with and without
+recurrent dropout and projections: to 1e-10 in float64 and 1e-5 in float32.
+Plus: which kernel each call selects (CPU and CUDA, without a GPU), the
+switches that force the reference loop, and the fallback for masks with holes.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from lstmablate.cells import available_cells, build_encoder, get_cell
+from lstmablate.cells import fused
+from lstmablate.cells.fused import mask_kind, plan, reference_mode
+
+F64 = torch.float64
+
+# (cell, options): every LSTM-family flag set of the registry plus the options
+# that change the kernel (projection, content bias, gates without h, ...)
+CASES = [
+    ("lstm", {}), ("lstm-srnn", {}), ("lstm-srnn-out", {}), ("lstm-srnn-hidden", {}),
+    ("lstm-srnn-hidden-out", {}), ("lstm-gates", {}), ("lstm-noforget", {}),
+    ("lstm", {"proj_size": 3}), ("lstm", {"content_bias": False}),
+    ("lstm", {"gates_see_hidden": False}), ("lstm-srnn", {"content_bias": True}),
+    ("lstm-srnn-hidden", {"proj_size": 2}), ("lstm-noforget", {"gates_see_hidden": False}),
+    ("lstm-srnn-hidden-out", {"forget_gate": False}), ("lstm-srnn-out", {"proj_size": 2}),
+    ("gru", {}), ("gru", {"reset_after": True}),
+]
+IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in CASES]
+
+
+def count_steps(enc) -> list[int]:
+    """Make every cell of ``enc`` count its reference ``step`` calls (the fast paths make none)."""
+    calls = [0]
+    for cell in enc.cells():
+        def step(*a, _orig=cell.step, **k):
+            calls[0] += 1
+            return _orig(*a, **k)
+        cell.step = step
+    return calls
+
+
+def _run(enc, x, lengths, state, seed, reference):
+    """Forward + backward of a fixed random loss; returns every tensor to compare."""
+    enc.zero_grad(set_to_none=True)
+    calls = count_steps(enc)
+    xi = x.clone().requires_grad_(True)
+    st = tuple(s.clone().requires_grad_(True) for s in state)
+    torch.manual_seed(seed)  # the recurrent-dropout masks
+    with reference_mode(reference):
+        out, fin = enc(xi, lengths=lengths, state=st)
+    g = torch.Generator().manual_seed(99)
+    loss = (out * torch.randn(out.shape, generator=g, dtype=x.dtype)).sum()
+    for s in fin:
+        loss = loss + (s * torch.randn(s.shape, generator=g, dtype=x.dtype)).sum()
+    loss.backward()
+    res = {"out": out, **{f"final{k}": s for k, s in enumerate(fin)}, "dx": xi.grad}
+    res.update({f"dstate{k}": s.grad for k, s in enumerate(st)})
+    res.update({f"d{n}": p.grad for n, p in enc.named_parameters()})
+    return res, calls[0]
+
+
+@pytest.fixture(params=["native", "python", "torch"])
+def backend(request, monkeypatch):
+    """native: the compiled kernel (CPU default); python: the PyTorch loops (no compiler);
+    torch: PyTorch's own LSTM/RNN for lstm / lstm-gates (as on CUDA)."""
+    if request.param == "native" and fused.native_kernel() is None:
+        pytest.skip("the native kernel cannot be built here")
+    if request.param == "python":
+        monkeypatch.setenv("LSTMABLATE_NATIVE", "0")
+    if request.param == "torch":
+        monkeypatch.setattr(fused, "TORCH_ON_CPU", "1")
+    return request.param
+
+
+def _compare(name, opts, dtype, bidirectional, lengths, recurrent_dropout, tol):
+    torch.manual_seed(0)
+    I, H, T = 5, 4, 7
+    enc = build_encoder(name, I, H, num_layers=2, bidirectional=bidirectional,
+                        recurrent_dropout=recurrent_dropout, **opts).to(dtype)
+    enc.train()
+    B = len(lengths)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(B, T, I, generator=gen, dtype=dtype) * 2
+    n = 2 * (2 if bidirectional else 1)
+    state = tuple(torch.randn(n, B, s, generator=gen, dtype=dtype)
+                  for s in enc.layers[0][0].state_sizes)
+    lt = torch.tensor(lengths)
+    fast, fn_fast = _run(enc, x, lt, state, 5, reference=False)
+    ref, fn_ref = _run(enc, x, lt, state, 5, reference=True)
+    assert fn_fast == 0 and fn_ref > 0, "the fast path was not taken"
+    assert fast.keys() == ref.keys()
+    for k in ref:
+        a, b = fast[k], ref[k]
+        if a is None or b is None:  # no gradient = a zero gradient
+            assert a is None or not a.any(), k
+            assert b is None or not b.any(), k
+            continue
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol, msg=lambda m: f"{k}: {m}")
+    for b, L in enumerate(lengths):
+        assert torch.all(fast["out"][b, L:] == 0), "padding leaked into the outputs"
+        assert torch.all(fast["dx"][b, L:] == 0), "gradient flowed into the padding"
+
+
+@pytest.mark.parametrize("name,opts", CASES, ids=IDS)
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
+@pytest.mark.parametrize("lengths", [[7, 7, 7], [7, 3, 0, 5]], ids=["full", "varlen"])
+def test_fast_matches_reference_float64(name, opts, bidirectional, lengths, backend):
+    if backend == "torch" and name not in ("lstm", "lstm-gates"):
+        pytest.skip("the same kernel as the python backend")
+    _compare(name, opts, F64, bidirectional, lengths, 0.0, 1e-10)
+
+
+@pytest.mark.parametrize("name,opts", CASES, ids=IDS)
+@pytest.mark.parametrize("lengths", [[7, 7, 7], [7, 3, 1, 5]], ids=["full", "varlen"])
+def test_fast_matches_reference_float32(name, opts, lengths, backend):
+    if backend == "torch" and name not in ("lstm", "lstm-gates"):
+        pytest.skip("the same kernel as the python backend")
+    _compare(name, opts, torch.float32, True, lengths, 0.0, 1e-5)
+
+
+@pytest.mark.parametrize("name,opts", [("lstm", {}), ("lstm-srnn", {}), ("lstm-srnn-hidden", {}),
+                                       ("lstm-gates", {}), ("gru", {}), ("gru", {"reset_after": True})],
+                         ids=["lstm", "lstm-srnn", "lstm-srnn-hidden", "lstm-gates", "gru",
+                              "gru-reset_after"])
+def test_fast_matches_reference_float32_larger(name, opts, backend):
+    """Sizes where the native kernel splits rows across threads and packs its weights."""
+    if backend == "torch" and name not in ("lstm", "lstm-gates"):
+        pytest.skip("the same kernel as the python backend")
+    torch.manual_seed(0)
+    enc = build_encoder(name, 48, 160, num_layers=2, bidirectional=True, **opts).float()
+    x = torch.randn(24, 9, 48)
+    lengths = torch.tensor([9] * 12 + [5] * 12)
+    res = {}
+    for ref in (False, True):
+        res[ref], _ = _run(enc, x, lengths, tuple(torch.zeros(4, 24, s) for s in
+                                                  enc.layers[0][0].state_sizes), 3, reference=ref)
+    for k in res[True]:
+        a, b = res[False][k], res[True][k]
+        if a is None or b is None:
+            continue
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=lambda m: f"{k}: {m}")
+
+
+@pytest.mark.parametrize("name,opts", [c for c in CASES if c[0] != "lstm-srnn-hidden-out"
+                                       and c[0] != "lstm-srnn-hidden"],
+                         ids=[i for c, i in zip(CASES, IDS) if not c[0].startswith("lstm-srnn-hidden")])
+def test_fast_matches_reference_recurrent_dropout(name, opts, backend):
+    if backend == "torch":
+        pytest.skip("recurrent dropout never goes to PyTorch's kernels")
+    _compare(name, opts, F64, True, [7, 3, 0, 5], 0.3, 1e-10)
+
+
+def test_every_lstm_family_and_gru_cell_has_a_fast_path():
+    for name in available_cells():
+        spec = get_cell(name)
+        if spec.family in ("lstm", "gru"):
+            assert spec.fast_path, name
+
+
+# ---------------------------------------------------------------------------------
+# selection and fallbacks
+# ---------------------------------------------------------------------------------
+
+def _cell(name, **opts):
+    return get_cell(name).build(3, 4, **opts)
+
+
+def test_plan_cpu():
+    # with the native kernel (the default where it builds), every cell runs it on CPU
+    assert plan(_cell("lstm"), native=True) == "recurrent"
+    assert plan(_cell("lstm-gates"), native=True) == "recurrent"
+    # without it, lstm and lstm-gates go to PyTorch's kernels when the call allows
+    assert plan(_cell("lstm"), native=False) == "torch-lstm"
+    assert plan(_cell("lstm"), native=False, mask="prefix") == "torch-lstm"  # packed sequence
+    assert plan(_cell("lstm"), native=False, mask="prefix0") == "recurrent"  # cannot pack a 0
+    assert plan(_cell("lstm"), native=False, h_mask=True) == "recurrent"
+    assert plan(_cell("lstm", proj_size=2), native=False) == "recurrent"  # oneDNN: no projection
+    assert plan(_cell("lstm-gates"), native=False) == "torch-rnn"
+    assert plan(_cell("lstm-gates"), native=False, h_mask=True) == "recurrent"
+    for name in ("lstm-srnn", "lstm-srnn-out", "lstm-noforget"):
+        assert plan(_cell(name)) == "recurrent"
+    for name in ("lstm-srnn-hidden", "lstm-srnn-hidden-out"):
+        assert plan(_cell(name)) == "scan"
+        assert plan(_cell(name), h_mask=True) == "scan"  # nothing reads h: no mask to apply
+    for name in ("lstm", "lstm-srnn", "lstm-srnn-hidden"):
+        assert plan(_cell(name), mask="other") == "reference"  # holes in the mask
+        assert plan(_cell(name), autocast=True) == "reference"
+        assert plan(_cell(name), dtype=torch.bfloat16) == "reference"
+        assert plan(_cell(name), reference=True) == "reference"
+
+
+def test_plan_cuda():
+    """On CUDA, lstm (with or without a projection) and the S-RNN go to cuDNN, whatever
+    the native kernel (a CPU kernel) would say."""
+    for native in (True, False, None):
+        assert plan(_cell("lstm"), device_type="cuda", native=native) == "torch-lstm"
+    assert plan(_cell("lstm"), device_type="cuda") == "torch-lstm"
+    assert plan(_cell("lstm", proj_size=2), device_type="cuda") == "torch-lstm"
+    assert plan(_cell("lstm-gates"), device_type="cuda") == "torch-rnn"
+    assert plan(_cell("lstm-srnn"), device_type="cuda", dtype=torch.float16) == "recurrent"
+    assert plan(_cell("lstm-srnn-hidden"), device_type="cuda") == "scan"
+    assert fused.gru_plan(_cell("gru", reset_after=True), device_type="cuda") == "torch-gru"
+    assert fused.gru_plan(_cell("gru"), device_type="cuda") == "recurrent"
+
+
+def test_reference_switches(monkeypatch):
+    cell = _cell("lstm-srnn")
+    x = torch.randn(4, 2, 3)
+    assert type(cell(x)[0].grad_fn).__name__.startswith("_Recurrent")
+    with reference_mode():
+        assert plan(cell) == "reference"
+        assert type(cell(x)[0].grad_fn).__name__ == "StackBackward0"
+        with reference_mode(False):
+            assert plan(cell) == "recurrent"
+    monkeypatch.setenv("LSTMABLATE_REFERENCE", "1")
+    assert plan(cell) == "reference"
+    assert type(cell(x)[0].grad_fn).__name__ == "StackBackward0"
+    assert get_cell("lstm-srnn").fast_path  # availability ignores the switch
+    fused.set_reference_mode(False)
+    try:
+        assert plan(cell) == "recurrent"
+    finally:
+        fused.set_reference_mode(None)
+
+
+def test_mask_kinds():
+    m = torch.tensor([[1.0, 1, 1], [1, 1, 0], [1, 0, 0]])
+    kind, lengths = mask_kind(m)
+    assert kind == "prefix" and lengths.tolist() == [3, 2, 1]
+    assert mask_kind(torch.ones(3, 2))[0] == "none"
+    assert mask_kind(torch.tensor([[1.0, 0], [1, 0]]))[0] == "prefix0"
+    assert mask_kind(torch.tensor([[1.0, 0], [0, 1]]))[0] == "other"
+    assert mask_kind(torch.tensor([[0.5, 1], [0.5, 1]]))[0] == "other"
+    kind, lengths = mask_kind(torch.tensor([[True, True], [True, False]]))  # bool masks too
+    assert kind == "prefix" and lengths.tolist() == [2, 1]
+
+
+@pytest.mark.parametrize("name", ["lstm", "lstm-srnn", "lstm-srnn-hidden", "gru"])
+def test_mask_with_holes_falls_back_to_the_reference(name):
+    cell = get_cell(name).build(3, 4).double()
+    x = torch.randn(4, 2, 3, dtype=F64)
+    mask = torch.tensor([[1.0, 1], [0, 1], [1, 1], [1, 0]], dtype=F64)
+    calls = count_steps(type("E", (), {"cells": lambda self: [cell]})())
+    out, st = cell(x, None, mask)
+    assert calls[0] == 4
+    with reference_mode():
+        out_r, st_r = cell(x, None, mask)
+    torch.testing.assert_close(out, out_r)
+
+
+@pytest.mark.parametrize("name", ["lstm", "lstm-srnn", "lstm-srnn-hidden", "lstm-gates", "gru"])
+def test_no_grad_and_empty_sequences(name):
+    cell = get_cell(name).build(3, 4)
+    x = torch.randn(5, 2, 3)
+    with torch.no_grad():
+        out, st = cell(x)
+    with reference_mode(), torch.no_grad():
+        out_r, st_r = cell(x)
+    torch.testing.assert_close(out, out_r, atol=1e-5, rtol=1e-5)
+    out0, st0 = cell(x[:0])
+    assert out0.shape == (0, 2, 4) and all(torch.all(s == 0) for s in st0)
+
+
+def test_gradients_reach_our_parameters_through_torch_lstm(monkeypatch):
+    """The delegated lstm: the permuted copies are intermediates, our parameters get the grads."""
+    monkeypatch.setattr(fused, "TORCH_ON_CPU", "1")
+    enc = build_encoder("lstm", 3, 4, num_layers=1)
+    out, _ = enc(torch.randn(2, 5, 3))
+    names, todo = set(), [out.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is not None and type(fn).__name__ not in names:
+            names.add(type(fn).__name__)
+            todo.extend(f for f, _ in fn.next_functions)
+    assert "_PermuteBlocksBackward" in names
+    out.sum().backward()
+    for n, p in enc.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, n
+
+
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
+def test_gru_cudnn_mapping_on_cpu(monkeypatch, bidirectional):
+    """The CUDA path of gru (reset_after -> torch._VF.gru, i.e. cuDNN there) run on the CPU:
+    the update gate's sign flip and the bias split must give the reference's numbers."""
+    monkeypatch.setattr(fused, "gru_plan", lambda *a, **k: "torch-gru")
+    _compare("gru", {"reset_after": True}, F64, bidirectional, [7, 3, 2, 5], 0.0, 1e-10)
+
+
+def test_native_fallback_warns_once(monkeypatch):
+    """No compiler (or no BLAS symbols): one warning, then the PyTorch loops, same numbers."""
+    monkeypatch.setattr(fused, "_native_state", {})
+    monkeypatch.setattr(fused, "_build_native", lambda: (_ for _ in ()).throw(RuntimeError("no cc")))
+    with pytest.warns(RuntimeWarning, match="native LSTM kernel is not available"):
+        assert fused.native_kernel() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fused.native_kernel() is None  # no second warning
+    cell = get_cell("lstm-srnn").build(3, 4).double()
+    assert plan(cell) == "recurrent"
+    x = torch.randn(5, 2, 3, dtype=F64)
+    out, _ = cell(x)
+    with reference_mode():
+        ref, _ = cell(x)
+    torch.testing.assert_close(out, ref)
+    assert plan(_cell("lstm")) == "torch-lstm"  # PyTorch's own LSTM without the native kernel
+
+
+# ---------------------------------------------------------------------------------
+# the benchmark library (what `lstmablate bench` calls), at toy sizes
+# ---------------------------------------------------------------------------------
+
+def test_bench_library_rows_table_json():
+    import json
+
+    from rich.table import Table
+
+    from lstmablate import bench
+
+    rows = bench.bench_cells(cells=["lstm", "lstm-srnn-hidden", "gru", "mrnn", "dyck-rnn"],
+                             shapes=["4x5x8x1", "3x4x6x2xbi"], threads=1, repeats=1, warmup=0)
+    cells = {(r["shape"], r["cell"]) for r in rows}
+    assert ("4x5x8x1", "nn.LSTM") in cells and ("3x4x6x2xbi", "gru") in cells
+    assert not any(r["cell"] == "dyck-rnn" for r in rows)  # cannot run at these shapes
+    for r in rows:
+        assert r["kind"] == "cell" and r["tokens_per_s"] > 0 and r["ms"] > 0
+        assert r["memory_mb"] >= 0 and r["gflops"] > 0
+    mrnn = next(r for r in rows if r["cell"] == "mrnn")
+    assert mrnn["speedup_vs_reference"] is not None and mrnn["kernel"] == "reference"
+    lstm = next(r for r in rows if r["cell"] == "lstm")
+    assert lstm["target"] is None  # targets apply to the PTB shapes only
+    models = bench.bench_models(cells=["lstm-srnn"], threads=1, repeats=1, warmup=0, vocab=50,
+                                hidden=8, batch=2, steps=3)
+    assert [m["cell"] for m in models] == ["nn.LSTM", "lstm-srnn"]
+    assert isinstance(bench.render(rows), Table) and isinstance(bench.render(models), Table)
+    assert isinstance(bench.render(rows + models), Table)
+    doc = json.loads(bench.to_json(rows + models, environment=bench.environment(1)))
+    assert len(doc["rows"]) == len(rows) + 2
+    assert "| lstm-srnn |" in bench.to_markdown(models)
+    assert bench.parse_shape("ptb-650").hidden == 650
+    with pytest.raises(Exception, match="unknown shape"):
+        bench.parse_shape("big")
+
+
+def test_bench_targets():
+    from lstmablate import bench
+
+    row = dict(ratio_lstm=1.1, ratio_rnn=0.5, speedup_vs_reference=None)
+    t = bench._target("lstm-srnn", bench.SHAPES["ptb-650"], row)
+    assert t["target"] == 1.05 and t["target_met"] is True
+    t = bench._target("lstm-gates", bench.SHAPES["ptb-200"], row)
+    assert t["target_baseline"] == "nn.RNN" and t["target_met"] is False
+    t = bench._target("gru", bench.SHAPES["ptb-200"], dict(row, speedup_vs_reference=2.5))
+    assert t["target"] == 2.0 and t["target_met"] is True
+    assert bench._target("lstm", bench.SHAPES["parser-400"], row)["target"] is None

@@ -263,6 +263,15 @@ def data_validate_dyck(
     out.print(f"ok {path}: {s.num_sequences} strings, {s.num_tokens} tokens, max depth {s.max_depth}")
 
 
+@data_app.command("validate-conllu")
+def data_validate_conllu(path: Path = typer.Argument(..., help="A .conllu or .conllu.gz file.")) -> None:
+    """Check a CoNLL-U file line by line; report the first malformed line."""
+    from lstmablate_tasks.parsing.conllu import read_conllu
+
+    sents = read_conllu(path)
+    out.print(f"ok {path}: {len(sents)} sentences, {sum(len(s) for s in sents)} words")
+
+
 @app.command()
 def sweep(
     recipe: str = typer.Argument(..., help="A recipe with `cells` and `seeds`."),

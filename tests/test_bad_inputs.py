@@ -118,3 +118,9 @@ def test_checkpoint_from_another_cell(tmp_path, tiny_recipe):
     expect_error(run_cli(*args, "--cell", "gru", "--resume", cwd=tmp_path), "last.pt", "cell='lstm'")
     (runs / "lstm" / "seed-1" / "best.pt").write_bytes(b"not a checkpoint")
     expect_error(run_cli("eval", "runs/tiny/lstm/seed-1", cwd=tmp_path), "best.pt", "corrupt")
+
+
+def test_malformed_conllu_line(tmp_path):
+    (tmp_path / "x.conllu").write_text("1\tI\tI\tPRON\tPRP\t_\t0\troot\t_\t_\n2\tam\tbe\tAUX\n\n")
+    expect_error(run_cli("data", "validate-conllu", "x.conllu", cwd=tmp_path),
+                 "x.conllu, line 2", "4 tab-separated fields instead of 10")

@@ -164,9 +164,10 @@ def _list_cells() -> None:
 @data_app.command("path")
 def data_path(data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP)) -> None:
     """Print the data directory in use and how it was chosen."""
-    from .data import describe_data_dir
+    from .data import describe_data_dir, resolve_data_dir
 
-    out.print(describe_data_dir(data_dir))
+    path = resolve_data_dir(data_dir)
+    out.print(f"{path} ({describe_data_dir(path)})", highlight=False, soft_wrap=True)
 
 
 @data_app.command("check")

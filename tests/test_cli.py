@@ -64,3 +64,19 @@ def test_sweep_runs_missing_runs_in_parallel_and_skips_finished(tmp_path, tiny_r
     assert results == {f"runs/tiny/{c}/seed-{s}/result.json" for c in ("lstm", "lstm-srnn") for s in (1, 2)}
     again = run_cli("sweep", str(tiny_recipe), "--out", "runs", "--set", "train.max_steps=2", cwd=tmp_path)
     assert "4 finished, 0 to run" in " ".join(again.stderr.split())
+
+
+def test_data_path_follows_the_documented_order(tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "LSTMABLATE_DATA"}
+    r = subprocess.run([sys.executable, "-m", "lstmablate", "data", "path"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith(str(tmp_path / "data")), r.stderr
+    env["LSTMABLATE_DATA"] = str(tmp_path / "from-env")
+    r = subprocess.run([sys.executable, "-m", "lstmablate", "data", "path"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout.startswith(str(tmp_path / "from-env")) and "LSTMABLATE_DATA" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "lstmablate", "data", "path", "--data-dir", "x"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.stdout.startswith(str(tmp_path / "x")) and "--data-dir" in r.stdout

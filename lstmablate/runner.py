@@ -211,9 +211,11 @@ def load_run_model(run_path: Path, checkpoint: str = "best", data_dir: str | Non
 def evaluate_run(run_path: Path, split: str = "test", checkpoint: str = "best",
                  data_dir: str | None = None, device: str = "cpu") -> dict[str, float]:
     cfg, task, model = load_run_model(run_path, checkpoint, data_dir, device)
-    valid = {"dev": task.dev_split, "test": task.test_split}
+    valid = {"dev": task.dev_split, "test": task.test_split,
+             task.dev_split: task.dev_split, task.test_split: task.test_split}
     if split not in valid:
-        raise UserError(f"--split must be dev or test, got {split!r}")
+        raise UserError(f"--split must be dev or test (this task calls them "
+                        f"{task.dev_split!r} and {task.test_split!r}), got {split!r}")
     with torch.no_grad():
         metrics = task.evaluate(model, valid[split])
     return {k: float(v) for k, v in metrics.items()}

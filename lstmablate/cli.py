@@ -63,12 +63,17 @@ def eval_(
     split: str = typer.Option("test", "--split", help="dev or test."),
     checkpoint: str = typer.Option("best", "--checkpoint", help="best or last."),
     device: str = typer.Option("cpu", "--device"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
 ) -> None:
     """Recompute a run's metrics from its checkpoint."""
     from .runner import evaluate_run
 
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     metrics = evaluate_run(run_dir, split=split, checkpoint=checkpoint, data_dir=data_dir, device=device)
     if as_json:
         out.print_json(json.dumps(metrics))

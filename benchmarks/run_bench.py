@@ -9,7 +9,6 @@ environment (load average included) as JSON, plus the Markdown tables next to it
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time

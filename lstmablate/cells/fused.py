@@ -1225,7 +1225,6 @@ class _RecurrentLSTM(torch.autograd.Function):
         T, B, _ = x.shape
         H, P, nb = L.H, L.P, L.nb
         rs = slice(L.r0 * H, L.r1 * H)
-        need = ctx.needs_input_grad  # (L, x, h0, c0, w_ih, w_hh, bias, w_hr, h_mask, lengths)
         # DH[t]: gradient w.r.t. h_t (outputs and the final state folded in; the
         # recurrent contributions are added by the loop)
         DH, dh0_direct = _state_grads_into_steps(dout, dhn, lengths, Hs[1:])
@@ -1248,7 +1247,6 @@ class _RecurrentLSTM(torch.autograd.Function):
         dhs = DH.unbind(0)
         dZ = A.new_empty(T, B, nb * H)
         dzr = dZ[:, :, rs].unbind(0)
-        Hprev = Hs[:-1] if HM is None else HM  # what the recurrent product read
         if not L.memory:
             K = Hs[1:] * Hs[1:]
             K.neg_().add_(1)  # tanh' = 1 - h^2
@@ -1592,7 +1590,6 @@ class _RecurrentGRU(torch.autograd.Function):
     def backward(ctx, dout, dhn):
         x, w_ih, w_hh, bias, bias_hh, h_mask, lengths, A, Hs, HM, U = ctx.saved_tensors
         reset_after = ctx.reset_after
-        need = ctx.needs_input_grad  # (reset_after, x, h0, w_ih, w_hh, bias, bias_hh, h_mask, lengths)
         T, B, _ = x.shape
         H = Hs.shape[-1]
         DH, dh0_direct = _state_grads_into_steps(dout, dhn, lengths, Hs[1:])

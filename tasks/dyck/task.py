@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from lstmablate.errors import ConfigError
 from lstmablate.task import Metric, StepOutput, Task
 
-from .generator import (END_ID, PAD_ID, START_ID, DyckVocab, default_lengths, make_splits,
+from .generator import (PAD_ID, START_ID, DyckVocab, default_lengths, make_splits,
                         read_split, validate_file)
 from .metrics import OBJECTIVES, BracketClosingMeter
 

@@ -139,7 +139,9 @@ def convert(value: Any, tp: Any, where: str) -> Any:
                 return convert(value, a, where)
             except ConfigError as e:
                 errors.append(str(e))
-        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+        names = " or ".join(_type_name(a) for a in args if a is not type(None))
+        raise ConfigError(f"{where}: expected {names}{' or none' if type(None) in args else ''}, "
+                          f"got {value!r}")
     if isinstance(value, str) and tp is not str and origin is None and tp in (int, float, bool):
         value = _parse_scalar(value)
     if tp is bool:
@@ -151,6 +153,11 @@ def convert(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
         return int(value)
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads "1e-5" and "inf" as strings
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
         return float(value)

@@ -87,3 +87,11 @@ def test_convert_optional_and_lists():
     assert convert("a,b", list[str], "x") == ["a", "b"]
     assert convert({"a": 1}, dict, "x") == {"a": 1}
     TrainConfig().validate()
+
+
+def test_scientific_notation_and_optional_floats(tiny_recipe):
+    cfg = resolve_config(DyckTask, "lstm", recipe=str(tiny_recipe),
+                         overrides=["train.stop_at=1e-5", "train.lr=2e-3"])
+    assert cfg.train.stop_at == 1e-5 and cfg.train.lr == 2e-3
+    with pytest.raises(ConfigError, match="expected float or none"):
+        resolve_config(DyckTask, "lstm", recipe=str(tiny_recipe), overrides=["train.stop_at=low"])

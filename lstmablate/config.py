@@ -273,13 +273,13 @@ def load_recipe(name_or_path: str) -> tuple[str, dict[str, Any]]:
     for key in data:
         if key not in RECIPE_KEYS:
             raise UnknownNameError(f"top-level key in recipe {path}", str(key), RECIPE_KEYS)
-    if "table" in data and "task" not in data:
+    if "table" in data:
         if not isinstance(data["table"], dict):
             raise ConfigError(f"{path}: `table` must be a mapping with keys {', '.join(TABLE_KEYS)}")
         for key in data["table"]:
             if key not in TABLE_KEYS:
                 raise UnknownNameError(f"key in `table` of {path}", str(key), TABLE_KEYS)
-    elif "task" not in data:
+    if "task" not in data and "table" not in data:
         raise ConfigError(f"{path}: a recipe needs `task:` (or `table:` for a table spec).")
     grid = data.get("grid") or {}
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):

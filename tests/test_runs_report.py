@@ -75,3 +75,24 @@ def test_report_groups_seeds_and_shows_missing(tiny_recipe, tmp_path):
     # a table name with no runs renders from the recipe, everything missing
     demo = render_report(out, table="dyck-demo")
     assert demo.count("missing") >= 5 * 4
+
+
+def test_grid_recipe_expands_to_experiments_and_one_table(tmp_path, tiny_recipe):
+    from lstmablate.sweep import plan_sweep
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(tiny_recipe.read_text().replace("experiment: tiny", "experiment: g")
+                    + "grid:\n  data.m: [2, 3]\ntable:\n  title: The grid\n  metrics: [accuracy]\n")
+    plan = plan_sweep(str(grid), tmp_path / "runs")
+    assert {(p.experiment, p.cell, p.seed) for p in plan} == {
+        (f"g-m{m}", c, s) for m in (2, 3) for c in ("lstm", "lstm-srnn") for s in (1, 2)}
+    assert all(f"--set data.m={p.experiment[-1]}" in p.command for p in plan)
+    first = plan[0]
+    train_run("dyck", first.cell, recipe=str(grid), seed=first.seed, out=tmp_path / "runs",
+              experiment=first.experiment, overrides=first.overrides + ["train.max_steps=2"],
+              console=QUIET, progress=False)
+    text = render_report(tmp_path / "runs", table=str(grid))
+    assert "## The grid" in text and "m=2: bracket-closing accuracy" in text
+    assert "m=3: bracket-closing accuracy" in text and "WCPA" not in text
+    row = next(l for l in text.splitlines() if l.startswith("| `lstm` "))
+    assert row.count("missing") == 1  # m=2 has a run, m=3 has none

@@ -71,6 +71,7 @@ from torch import Tensor, nn
 
 from lstmablate.errors import ConfigError
 
+from . import fused_multiplicative
 from ._memory import MemoryTraceMixin
 from .base import Cell, State
 from .registry import register_cell
@@ -104,6 +105,20 @@ class _FactoredCell(Cell):
 
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, factor_size={self.factor_size}"
+
+    def fast_path_available(self) -> bool:
+        """Has a fast kernel (``lstmablate.cells.fused_multiplicative``; see its ``plan``)."""
+        return fused_multiplicative.fast_path_available(self)
+
+    def forward(self, x: Tensor, state: State | None = None, mask: Tensor | None = None,
+                h_mask: Tensor | None = None) -> tuple[Tensor, State]:
+        """As :meth:`Cell.forward`, through a fast kernel unless the reference loop is
+        forced (``fused.reference_mode()`` / ``LSTMABLATE_REFERENCE=1``) or the call
+        has no fast path (e.g. a mask with holes)."""
+        result = fused_multiplicative.forward(self, x, state, mask, h_mask)
+        if result is not None:
+            return result
+        return super().forward(x, state, mask, h_mask)
 
     def project_inputs(self, x: Tensor) -> Tensor:
         """[W_mx x_t, W_x x_t + b] for every step: one matrix product."""
@@ -226,6 +241,20 @@ class _MultiMatrixCell(Cell):
     def extra_repr(self) -> str:
         ks = ", ".join(f"{g}={k}" for g, k in self.num_matrices.items())
         return f"{self.input_size}, {self.hidden_size}, matrices=({ks}), bias={self.bias is not None}"
+
+    def fast_path_available(self) -> bool:
+        """Has a fast kernel (``lstmablate.cells.fused_multiplicative``; see its ``plan``)."""
+        return fused_multiplicative.fast_path_available(self)
+
+    def forward(self, x: Tensor, state: State | None = None, mask: Tensor | None = None,
+                h_mask: Tensor | None = None) -> tuple[Tensor, State]:
+        """As :meth:`Cell.forward`, through a fast kernel unless the reference loop is
+        forced (``fused.reference_mode()`` / ``LSTMABLATE_REFERENCE=1``) or the call
+        has no fast path (e.g. a mask with holes)."""
+        result = fused_multiplicative.forward(self, x, state, mask, h_mask)
+        if result is not None:
+            return result
+        return super().forward(x, state, mask, h_mask)
 
     def key_projection(self, block: str) -> Tensor:
         """W_g^proj as printed: (K_g, K_g + H + I), columns [v; h; x]."""

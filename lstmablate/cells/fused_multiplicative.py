@@ -1,0 +1,572 @@
+"""Fast paths for the second-order cells: ``mrnn``, ``mlstm``, ``mmrnn``, ``mmlstm``, ``dyck-rnn``.
+
+The equations and parameter layouts are those of :mod:`lstmablate.cells.multiplicative`
+and :mod:`lstmablate.cells.dyck`; nothing here changes them.  Each kernel is a
+``torch.autograd.Function`` with a hand-written BPTT in plain PyTorch operations
+(so it runs on any device PyTorch supports), written the way the PyTorch-loop
+kernels of :mod:`lstmablate.cells.fused` are:
+
+* everything that depends on x alone is ONE matrix product for all steps;
+* per step only what reads h_{t-1}, with in-place operations on buffers
+  allocated once per call (per-step views made up front with ``unbind``);
+* the backward loop does only what sits on the recurrence; the derivative
+  factors of the element-wise work are computed for all steps before it, and
+  the input and weight gradients are ONE matrix product each over all steps
+  after it;
+* padding: prefix masks (what the encoder makes) run every row over all T
+  steps and take each sequence's final state at its last real step (its
+  initial state for length 0); outputs are zero at padding.  Nothing after a
+  sequence's end feeds anything the caller sees, so outputs, final states and
+  all gradients are those of the reference loop.  Masks with holes, autocast,
+  CPU dtypes other than float32/float64, parameters of another dtype or device
+  than the input, and subclasses that override the cell's arithmetic take the
+  reference loop (:func:`plan`); so does everything under
+  ``fused.reference_mode()`` / ``LSTMABLATE_REFERENCE=1``.
+* recurrent dropout (``h_mask``) is supported everywhere: h_{t-1} * h_mask is
+  what the recurrent products read (and is kept for the weight gradients).
+
+Per cell (B rows, H hidden, F factors, K_g choice matrices per block, K = sum K_g):
+
+``mrnn`` / ``mlstm`` (:class:`_FactoredRecurrence`)
+    Up front: A = x W_mx^T (T, B, F) and Z = x W_x^T + b (T, B, n*H).  Per step:
+    P_t = h'_{t-1} W_mh^T, M_t = A_t * P_t, Z_t += M_t W_hm^T, then tanh (mrnn) or
+    the LSTM element-wise work (mlstm; blocks i, f, o, u).  Backward per step:
+    dZ_t from dh_t (and dc_t), dM_t = dZ_t W_hm, dP_t = dM_t * A_t,
+    dh_{t-1} += dP_t W_mh.  After the loop dA = dM * P and
+    dW_ih = [dA, dZ]^T X, dW_mh = dP^T H', dW_hm = dZ^T M, dX = [dA, dZ] W_ih.
+
+``mmrnn`` / ``mmlstm`` (:class:`_MultiMatrixRecurrence`)
+    The key recurrences of all blocks are one: v_{t-1} (B, K) is the concatenated
+    keys and ``torch.block_diag`` of the ``key_weights`` (K x K) maps it to every
+    block's logits in one product (its gradient goes back to the blocks through
+    ``block_diag``'s own autograd).  Up front: the x-columns of all key
+    projections (T, B, K) and all W_g^hx x_t (T, B, n*H).  Per step: logits +=
+    h' W_key^T + v_{t-1} BD^T; a softmax per block (one call for all blocks when
+    the K_g are equal); R_t = h' W_choice^T (B, K*H): every W_g[j] h'; the mixture
+    sum_j v_g[j] W_g[j] h' as ONE batched product (B*n batches of 1 x K_g times
+    K_g x H) added in place to the pre-activations; then tanh / the LSTM work.
+    Backward per step: d pre-activations; dv_t += R_t . d pre (a batched product);
+    dR_t = v_t (x) d pre (an outer product written straight into the gradient of
+    the recurrent product); the softmax backward (one call); then ONE product
+    dh_{t-1} += [d logits, dR_t] W_hh and the key carry dv_{t-1} += d logits BD.
+    After the loop: dW_hh = [d logits, dR]^T H' (one product), dBD, dW_ih, dX.
+
+``dyck-rnn`` (:class:`_DyckRecurrence`)
+    ``project_inputs`` (g_t and g_t W^hx x_t for all steps) stays ordinary
+    autograd; per step one product with the stacked shift matrices [W_1; W_2]
+    (fixed buffers) and h_t = g_t W_1 h' + (1 - g_t) W_2 h' + g_t W^hx x_t as two
+    ``addcmul``; backward per step one outer product and one matrix product; dg
+    for all steps after the loop.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from .fused import (_add, _autocast_on, _final, _masked_outputs, _state_grads_into_steps,
+                    mask_kind, reference_forced)
+
+State = tuple[Tensor, ...]
+
+#: the methods that define a cell's arithmetic; a subclass that overrides one of them
+#: is not what the kernels compute, so it runs the reference loop
+_MATH = ("step", "memory_step", "_recurrent", "_mixed", "project_inputs")
+
+
+def _classes() -> dict[type, str]:
+    from .dyck import DyckRNNCell
+    from .multiplicative import MLSTMCell, MMLSTMCell, MMRNNCell, MRNNCell
+
+    return {MRNNCell: "factored", MLSTMCell: "factored", MMRNNCell: "multi-matrix",
+            MMLSTMCell: "multi-matrix", DyckRNNCell: "dyck"}
+
+
+def cell_kind(cell) -> str | None:
+    """``"factored"`` (mrnn, mlstm), ``"multi-matrix"`` (mmrnn, mmlstm), ``"dyck"``, or None
+    (not one of these cells, or a subclass that overrides its arithmetic)."""
+    for cls, kind in _classes().items():
+        if isinstance(cell, cls):
+            if all(getattr(type(cell), m, None) is getattr(cls, m, None) for m in _MATH):
+                return kind
+            return None
+    return None
+
+
+def plan(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
+         mask: str = "none", h_mask: bool = False, autocast: bool = False,
+         reference: bool | None = None) -> str:
+    """Which kernel a call of an mrnn / mlstm / mmrnn / mmlstm / dyck-rnn cell runs:
+    ``"recurrent"`` (the kernels of this module) or ``"reference"`` (the step loop).
+
+    ``mask`` is the :func:`~lstmablate.cells.fused.mask_kind` of the call's mask;
+    ``reference`` (default: :func:`~lstmablate.cells.fused.reference_forced`) forces the
+    reference loop.  ``h_mask`` (recurrent dropout) is supported by every kernel.
+    """
+    del h_mask  # supported everywhere; kept for the same signature as fused.plan
+    if reference is None:
+        reference = reference_forced()
+    kind = cell_kind(cell)
+    if kind is None or reference or autocast or mask == "other" or not dtype.is_floating_point:
+        return "reference"
+    if dtype not in (torch.float32, torch.float64) and device_type == "cpu":
+        return "reference"
+    if kind == "dyck" and (cell.shift_push.requires_grad or cell.shift_pop.requires_grad):
+        return "reference"  # the shift matrices are fixed buffers; trained ones: reference
+    return "recurrent"
+
+
+def fast_path_available(cell) -> bool:
+    """Does this cell have a fast path for a plain float32 CPU call?"""
+    return plan(cell, reference=False) != "reference"
+
+
+def forward(cell, x: Tensor, state: State | None, mask: Tensor | None,
+            h_mask: Tensor | None) -> tuple[Tensor, State] | None:
+    """The fast path of one of these cells, or None (the caller runs the reference loop)."""
+    if reference_forced() or x.dim() != 3:
+        return None
+    kind, lengths = mask_kind(mask)
+    path = plan(cell, device_type=x.device.type, dtype=x.dtype, mask=kind,
+                h_mask=h_mask is not None, autocast=_autocast_on(x))
+    if path == "reference":
+        return None
+    T, B = x.shape[0], x.shape[1]
+    if state is None:
+        state = cell.initial_state(B, x)
+    state = tuple(state)
+    tensors = list(cell.parameters()) + list(state) + ([h_mask] if h_mask is not None else [])
+    if any(t.dtype != x.dtype or t.device != x.device for t in tensors):
+        return None  # let the reference loop raise (or promote) as it would
+    if T == 0:
+        return x.new_zeros(0, B, cell.output_size), state
+    if lengths is not None:
+        lengths = lengths.to(x.device)
+    ck = cell_kind(cell)
+    if ck == "factored":
+        return _factored(cell, x, state, lengths, h_mask)
+    if ck == "multi-matrix":
+        return _multi_matrix(cell, x, state, lengths, h_mask)
+    return _dyck(cell, x, state, lengths, h_mask)
+
+
+# ---------------------------------------------------------------------------------
+# mRNN and mLSTM: m_t = (W_mx x_t) * (W_mh h_{t-1})
+# ---------------------------------------------------------------------------------
+
+def _factored(cell, x, state, lengths, h_mask):
+    memory = cell.n_blocks == 4
+    h0 = state[0]
+    c0 = state[1] if memory else None
+    out, hn, cn = _FactoredRecurrence.apply(memory, cell.factor_size, x, h0, c0, cell.weight_ih,
+                                            cell.weight_mh, cell.weight_hm, cell.bias, h_mask,
+                                            lengths)
+    return out, ((hn, cn) if memory else (hn,))
+
+
+class _FactoredRecurrence(torch.autograd.Function):
+    """mRNN (``memory=False``) and mLSTM (``memory=True``; blocks i, f, o, u).
+
+    Forward buffers: ``A`` (T, B, F) = W_mx x_t; ``Z`` (T, B, n*H) = W_x x_t + b, then
+    + W_hm m_t, then (mLSTM) the activations in place; ``P`` (T, B, F) = W_mh h'_{t-1};
+    ``M`` (T, B, F) = m_t; ``Hs`` (T+1, B, H) with Hs[0] = h_0; ``HM`` (T, B, H) =
+    h_{t-1} * h_mask with recurrent dropout; mLSTM: ``C`` (T+1, B, H), ``TC`` = tanh(c_t).
+    """
+
+    @staticmethod
+    def forward(ctx, memory, F, x, h0, c0, w_ih, w_mh, w_hm, bias, h_mask, lengths):
+        T, B, I = x.shape
+        H = h0.shape[-1]
+        nH = w_hm.shape[0]
+        x2 = x.reshape(T * B, I)
+        A = torch.mm(x2, w_ih[:F].t()).view(T, B, F)
+        Z = torch.addmm(bias, x2, w_ih[F:].t()).view(T, B, nH)
+        P = x.new_empty(T, B, F)
+        M = x.new_empty(T, B, F)
+        Hs = x.new_empty(T + 1, B, H)
+        Hs[0] = h0
+        HM = x.new_empty(T, B, H) if h_mask is not None else None
+        hs, as_, ps, ms, zs = Hs.unbind(0), A.unbind(0), P.unbind(0), M.unbind(0), Z.unbind(0)
+        hms = HM.unbind(0) if HM is not None else None
+        w_mh_t, w_hm_t = w_mh.t(), w_hm.t()
+        C = TC = None
+        if not memory:
+            for t in range(T):
+                hp = hs[t] if hms is None else torch.mul(hs[t], h_mask, out=hms[t])
+                torch.mul(as_[t], torch.mm(hp, w_mh_t, out=ps[t]), out=ms[t])
+                torch.tanh(zs[t].addmm_(ms[t], w_hm_t), out=hs[t + 1])
+        else:
+            C = x.new_empty(T + 1, B, H)
+            C[0] = c0
+            TC = x.new_empty(T, B, H)
+            cs, tcs = C.unbind(0), TC.unbind(0)
+            Z4 = Z.view(T, B, 4, H)
+            zg = Z[:, :, :3 * H].unbind(0)
+            zi, zf, zo, zu = (Z4[:, :, k].unbind(0) for k in range(4))
+            for t in range(T):
+                hp = hs[t] if hms is None else torch.mul(hs[t], h_mask, out=hms[t])
+                torch.mul(as_[t], torch.mm(hp, w_mh_t, out=ps[t]), out=ms[t])
+                zs[t].addmm_(ms[t], w_hm_t)
+                zg[t].sigmoid_()  # i, f, o
+                zu[t].tanh_()  # u
+                c = torch.mul(zf[t], cs[t], out=cs[t + 1])
+                c.addcmul_(zi[t], zu[t])  # c_t = f_t * c_{t-1} + i_t * u_t
+                torch.mul(zo[t], torch.tanh(c, out=tcs[t]), out=hs[t + 1])  # h_t = o_t * tanh(c_t)
+        out = _masked_outputs(Hs[1:], lengths)
+        hn = _final(Hs, lengths)
+        cn = _final(C, lengths) if memory else None
+        ctx.memory, ctx.F = memory, F
+        ctx.save_for_backward(x, w_ih, w_mh, w_hm, bias, h_mask, lengths, A, Z, P, M, Hs, HM, C, TC)
+        return out, hn, cn
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout, dhn, dcn):
+        x, w_ih, w_mh, w_hm, bias, h_mask, lengths, A, Z, P, M, Hs, HM, C, TC = ctx.saved_tensors
+        memory, F = ctx.memory, ctx.F
+        T, B, I = x.shape
+        H = Hs.shape[-1]
+        nH = Z.shape[-1]
+        DH, dh0_direct = _state_grads_into_steps(dout, dhn, lengths, Hs[1:])
+        dXP = A.new_empty(T, B, F + nH)  # [dA, dZ]: the gradient of the input-side products
+        dZ = dXP[:, :, F:]
+        DM = A.new_empty(T, B, F)
+        DP = A.new_empty(T, B, F)
+        dhs, dzs, dms, dps, as_ = DH.unbind(0), dZ.unbind(0), DM.unbind(0), DP.unbind(0), A.unbind(0)
+        dc0 = None
+        if not memory:
+            Kz = Hs[1:] * Hs[1:]
+            Kz.neg_().add_(1)  # tanh' = 1 - h^2
+            kzs = Kz.unbind(0)
+            for t in range(T - 1, -1, -1):
+                torch.mul(dhs[t], kzs[t], out=dzs[t])
+                torch.mul(torch.mm(dzs[t], w_hm, out=dms[t]), as_[t], out=dps[t])
+                if t > 0:
+                    if h_mask is None:
+                        dhs[t - 1].addmm_(dps[t], w_mh)
+                    else:
+                        dhs[t - 1].addcmul_(torch.mm(dps[t], w_mh), h_mask)
+        else:
+            Z4 = Z.view(T, B, 4, H)  # activations i, f, o, u
+            G, u, o = Z4[:, :, :3], Z4[:, :, 3], Z4[:, :, 2]
+            # derivative factors of all steps: dz_{i,f,u} = dc * K, dz_o = dh * K_o, dc += dh * Kc
+            K = A.new_empty(T, B, 4, H)
+            sd = G * (1 - G)
+            torch.mul(sd[:, :, 0], u, out=K[:, :, 0])
+            torch.mul(sd[:, :, 1], C[:-1], out=K[:, :, 1])
+            torch.mul(sd[:, :, 2], TC, out=K[:, :, 2])
+            torch.mul(1 - u * u, G[:, :, 0], out=K[:, :, 3])
+            Kc = 1 - TC * TC
+            Kc.mul_(o)
+            DC, dc0_direct = _state_grads_into_steps(None, dcn, lengths, C[1:])
+            dcs, kcs, ks, kos = DC.unbind(0), Kc.unbind(0), K.unbind(0), K[:, :, 2].unbind(0)
+            dZ4 = dZ.view(T, B, 4, H)
+            dz4s, dzos = dZ4.unbind(0), dZ4[:, :, 2].unbind(0)
+            fs = Z4[:, :, 1].unbind(0)
+            for t in range(T - 1, -1, -1):
+                dh = dhs[t]
+                dc = dcs[t].addcmul_(dh, kcs[t])
+                torch.mul(ks[t], dc.unsqueeze(1), out=dz4s[t])
+                torch.mul(kos[t], dh, out=dzos[t])
+                torch.mul(torch.mm(dzs[t], w_hm, out=dms[t]), as_[t], out=dps[t])
+                if t > 0:
+                    if h_mask is None:
+                        dhs[t - 1].addmm_(dps[t], w_mh)
+                    else:
+                        dhs[t - 1].addcmul_(torch.mm(dps[t], w_mh), h_mask)
+                    dcs[t - 1].addcmul_(dc, fs[t])
+            dc0 = _add(dcs[0] * fs[0], dc0_direct)
+        dh0 = torch.mm(dps[0], w_mh)
+        if h_mask is not None:
+            dh0.mul_(h_mask)
+        dh0 = _add(dh0, dh0_direct)
+        torch.mul(DM, P, out=dXP[:, :, :F])  # dA = dM * P
+        # input and weight gradients: one matrix product each over all steps
+        need = ctx.needs_input_grad
+        dXP2 = dXP.view(T * B, F + nH)
+        dx = torch.mm(dXP2, w_ih).view(T, B, I) if need[2] else None
+        dw_ih = torch.mm(dXP2.t(), x.reshape(T * B, I)) if need[5] else None
+        dw_mh = None
+        if need[6]:
+            Hprev = Hs[:-1] if HM is None else HM
+            dw_mh = torch.mm(DP.view(T * B, F).t(), Hprev.reshape(T * B, H))
+        dw_hm = torch.mm(dXP2[:, F:].t(), M.view(T * B, F)) if need[7] else None
+        db = dXP2[:, F:].sum(0) if need[8] else None
+        return (None, None, dx, dh0 if need[3] else None, dc0 if memory and need[4] else None,
+                dw_ih, dw_mh, dw_hm, db, None, None)
+
+
+# ---------------------------------------------------------------------------------
+# mmRNN and mmLSTM: a key vector mixes K choice matrices
+# ---------------------------------------------------------------------------------
+
+def _groups(Ks: tuple[int, ...]) -> tuple[tuple[int, int, int, int], ...]:
+    """Blocks processed together: (first block, number of blocks, K, key offset).
+
+    Equal K_g: one group of all blocks (one softmax, one batched product per step);
+    otherwise one group per block.
+    """
+    if len(set(Ks)) == 1:
+        return ((0, len(Ks), Ks[0], 0),)
+    return tuple((b, 1, k, sum(Ks[:b])) for b, k in enumerate(Ks))
+
+
+def _softmax(logits: Tensor, out: Tensor, contiguous: bool) -> None:
+    """out = softmax(logits, -1); ``contiguous``: ``out`` is a contiguous tensor (the
+    ``out=`` variants write contiguous results, so a strided ``out`` gets a copy)."""
+    if contiguous:
+        torch.ops.aten._softmax.out(logits, -1, False, out=out)
+    else:
+        out.copy_(torch._softmax(logits, -1, False))
+
+
+def _softmax_backward(grad: Tensor, v: Tensor, out: Tensor, contiguous: bool) -> None:
+    """out = v * (grad - sum(v * grad)): the gradient of the softmax's input."""
+    if contiguous:
+        torch.ops.aten._softmax_backward_data.out(grad, v, -1, v.dtype, grad_input=out)
+    else:
+        out.copy_(torch._softmax_backward_data(grad, v, -1, v.dtype))
+
+
+def _multi_matrix(cell, x, state, lengths, h_mask):
+    memory = cell._n_plain == 2
+    np_ = cell._n_plain
+    h0 = state[0]
+    c0 = state[1] if memory else None
+    keys = state[np_:]
+    Ks = tuple(cell.num_matrices[g] for g in cell.blocks)
+    v0 = torch.cat(keys, dim=-1) if len(keys) > 1 else keys[0]
+    bd = torch.block_diag(*cell.key_weights) if len(Ks) > 1 else cell.key_weights[0]
+    out, hn, cn, vn = _MultiMatrixRecurrence.apply(memory, Ks, x, h0, c0, v0, cell.weight_ih,
+                                                   cell.weight_hh, bd, cell.bias, h_mask, lengths)
+    new_keys = tuple(vn.split(list(Ks), dim=-1)) if len(Ks) > 1 else (vn,)
+    return out, ((hn, cn) if memory else (hn,)) + new_keys
+
+
+class _MultiMatrixRecurrence(torch.autograd.Function):
+    """mmRNN (``memory=False``: one block) and mmLSTM (``memory=True``: blocks i, f, o, c).
+
+    Forward buffers: ``XK`` (T, B, K): the key logits (x-columns, + bias, then the h- and
+    v-columns added per step); ``V`` (T+1, B, K): the keys, V[0] = v_0; ``R`` (T, B, K*H):
+    every W_g[j] h'_{t-1}; ``XP`` (T, B, n*H): W_g^hx x_t (+ bias), + the mixture, then the
+    activations in place; ``Hs`` (T+1, B, H); ``HM`` (T, B, H) with recurrent dropout;
+    mmLSTM: ``C`` (T+1, B, H), ``TC`` = tanh(c_t).
+    """
+
+    @staticmethod
+    def forward(ctx, memory, Ks, x, h0, c0, v0, w_ih, w_hh, bd, bias, h_mask, lengths):
+        T, B, I = x.shape
+        H = h0.shape[-1]
+        n, Kt = len(Ks), sum(Ks)
+        groups = _groups(Ks)
+        x2 = x.reshape(T * B, I)
+        if bias is None:
+            XK = torch.mm(x2, w_ih[:Kt].t()).view(T, B, Kt)
+            XP = torch.mm(x2, w_ih[Kt:].t()).view(T, B, n * H)
+        else:
+            XK = torch.addmm(bias[:Kt], x2, w_ih[:Kt].t()).view(T, B, Kt)
+            XP = torch.addmm(bias[Kt:], x2, w_ih[Kt:].t()).view(T, B, n * H)
+        V = x.new_empty(T + 1, B, Kt)
+        V[0] = v0
+        R = x.new_empty(T, B, Kt * H)
+        Hs = x.new_empty(T + 1, B, H)
+        Hs[0] = h0
+        HM = x.new_empty(T, B, H) if h_mask is not None else None
+        hs, vs, xks, xps, rs = Hs.unbind(0), V.unbind(0), XK.unbind(0), XP.unbind(0), R.unbind(0)
+        hms = HM.unbind(0) if HM is not None else None
+        w_key_t, w_choice_t, bd_t = w_hh[:Kt].t(), w_hh[Kt:].t(), bd.t()
+        C = TC = None
+        if memory:
+            C = x.new_empty(T + 1, B, H)
+            C[0] = c0
+            TC = x.new_empty(T, B, H)
+            cs, tcs = C.unbind(0), TC.unbind(0)
+            XP4 = XP.view(T, B, 4, H)
+            zg, zc = XP[:, :, :3 * H].unbind(0), XP[:, :, 3 * H:].unbind(0)
+            zi, zf, zo = (XP4[:, :, k].unbind(0) for k in range(3))
+        one = len(groups) == 1  # the softmax outputs are whole rows (contiguous)
+        for t in range(T):
+            hp = hs[t] if hms is None else torch.mul(hs[t], h_mask, out=hms[t])
+            lg = xks[t].addmm_(hp, w_key_t).addmm_(vs[t], bd_t)  # eqs 6 / 9-15: the key logits
+            r = torch.mm(hp, w_choice_t, out=rs[t])  # every W_g[j] h'_{t-1}
+            v, pre = vs[t + 1], xps[t]
+            for b0, nb, k, ko in groups:
+                kk = slice(ko, ko + nb * k)
+                _softmax(lg[:, kk].view(B, nb, k), v[:, kk].view(B, nb, k), one)
+                # eqs 7 / 10-16: pre_g += sum_j v_g[j] (W_g[j] h'), one batched product
+                pre[:, b0 * H:(b0 + nb) * H].view(B * nb, 1, H).baddbmm_(
+                    v[:, kk].view(B * nb, 1, k), r[:, ko * H:(ko + nb * k) * H].view(B * nb, k, H))
+            if not memory:
+                torch.tanh(pre, out=hs[t + 1])  # eq 8
+            else:
+                zg[t].sigmoid_()  # eqs 17-19
+                zc[t].tanh_()  # eq 20
+                c = torch.mul(zf[t], cs[t], out=cs[t + 1])
+                c.addcmul_(zi[t], zc[t])  # eq 21
+                torch.mul(zo[t], torch.tanh(c, out=tcs[t]), out=hs[t + 1])  # eq 22
+        out = _masked_outputs(Hs[1:], lengths)
+        hn = _final(Hs, lengths)
+        cn = _final(C, lengths) if memory else None
+        vn = _final(V, lengths)
+        ctx.memory, ctx.Ks = memory, Ks
+        ctx.save_for_backward(x, w_ih, w_hh, bd, bias, h_mask, lengths, V, R, XP, Hs, HM, C, TC)
+        return out, hn, cn, vn
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout, dhn, dcn, dvn):
+        x, w_ih, w_hh, bd, bias, h_mask, lengths, V, R, XP, Hs, HM, C, TC = ctx.saved_tensors
+        memory, Ks = ctx.memory, ctx.Ks
+        T, B, I = x.shape
+        H = Hs.shape[-1]
+        n, Kt = len(Ks), sum(Ks)
+        groups = _groups(Ks)
+        DH, dh0_direct = _state_grads_into_steps(dout, dhn, lengths, Hs[1:])
+        DV, dv0_direct = _state_grads_into_steps(None, dvn, lengths, V[1:])  # dv_t (+ carry)
+        DPRE = XP.new_empty(T, B, n * H)  # gradient of the pre-activations (= of W_g^hx x_t)
+        dR = XP.new_empty(T, B, Kt + Kt * H)  # gradient of h' W_hh^T: [d logits, d R]
+        DL = XP.new_empty(T, B, Kt)  # d logits (contiguous; copied into dR per step)
+        dhs, dvs, dpres, dRs, dls = DH.unbind(0), DV.unbind(0), DPRE.unbind(0), dR.unbind(0), DL.unbind(0)
+        vs, rs = V.unbind(0), R.unbind(0)
+        one = len(groups) == 1
+        if not memory:
+            Kz = Hs[1:] * Hs[1:]
+            Kz.neg_().add_(1)
+            kzs = Kz.unbind(0)
+        else:
+            XP4 = XP.view(T, B, 4, H)  # activations i, f, o, c^
+            G, g, o = XP4[:, :, :3], XP4[:, :, 3], XP4[:, :, 2]
+            K = XP.new_empty(T, B, 4, H)
+            sd = G * (1 - G)
+            torch.mul(sd[:, :, 0], g, out=K[:, :, 0])
+            torch.mul(sd[:, :, 1], C[:-1], out=K[:, :, 1])
+            torch.mul(sd[:, :, 2], TC, out=K[:, :, 2])
+            torch.mul(1 - g * g, G[:, :, 0], out=K[:, :, 3])
+            Kc = 1 - TC * TC
+            Kc.mul_(o)
+            DC, dc0_direct = _state_grads_into_steps(None, dcn, lengths, C[1:])
+            dcs, kcs, ks, kos = DC.unbind(0), Kc.unbind(0), K.unbind(0), K[:, :, 2].unbind(0)
+            DPRE4 = DPRE.view(T, B, 4, H)
+            dp4s, dpos = DPRE4.unbind(0), DPRE4[:, :, 2].unbind(0)
+            fs = XP4[:, :, 1].unbind(0)
+        for t in range(T - 1, -1, -1):
+            dh = dhs[t]
+            if not memory:
+                torch.mul(dh, kzs[t], out=dpres[t])
+            else:
+                dc = dcs[t].addcmul_(dh, kcs[t])
+                torch.mul(ks[t], dc.unsqueeze(1), out=dp4s[t])
+                torch.mul(kos[t], dh, out=dpos[t])
+            dpre, dv, v, r, dr = dpres[t], dvs[t], vs[t + 1], rs[t], dRs[t]
+            for b0, nb, k, ko in groups:
+                kk = slice(ko, ko + nb * k)
+                dp = dpre[:, b0 * H:(b0 + nb) * H]
+                rg = r[:, ko * H:(ko + nb * k) * H]
+                # dv_g[j] += (W_g[j] h') . d pre_g
+                dv[:, kk].view(B * nb, k, 1).baddbmm_(rg.view(B * nb, k, H), dp.view(B * nb, H, 1))
+                # d (W_g[j] h') = v_g[j] d pre_g
+                torch.mul(v[:, kk].view(B, nb, k, 1), dp.view(B, nb, 1, H),
+                          out=dr[:, Kt + ko * H:Kt + (ko + nb * k) * H].view(B, nb, k, H))
+                _softmax_backward(dv[:, kk].view(B, nb, k), v[:, kk].view(B, nb, k),
+                                  dls[t][:, kk].view(B, nb, k), one)
+            dr[:, :Kt].copy_(dls[t])
+            if t > 0:
+                if h_mask is None:
+                    dhs[t - 1].addmm_(dr, w_hh)
+                else:
+                    dhs[t - 1].addcmul_(torch.mm(dr, w_hh), h_mask)
+                dvs[t - 1].addmm_(dls[t], bd)  # the key's own recurrence
+                if memory:
+                    dcs[t - 1].addcmul_(dc, fs[t])
+        dh0 = torch.mm(dRs[0], w_hh)
+        if h_mask is not None:
+            dh0.mul_(h_mask)
+        dh0 = _add(dh0, dh0_direct)
+        dv0 = _add(torch.mm(dls[0], bd), dv0_direct)
+        dc0 = _add(dcs[0] * fs[0], dc0_direct) if memory else None
+        # input and weight gradients: one matrix product each over all steps
+        need = ctx.needs_input_grad
+        dR2 = dR.view(T * B, Kt + Kt * H)
+        dL2 = DL.view(T * B, Kt)  # d logits = gradient of the key projections' x-columns
+        DPRE2 = DPRE.view(T * B, n * H)
+        x2 = x.reshape(T * B, I)
+        dx = dw_ih = db = dw_hh = dbd = None
+        if need[2]:
+            dx = torch.mm(DPRE2, w_ih[Kt:])
+            dx.addmm_(dL2, w_ih[:Kt])
+            dx = dx.view(T, B, I)
+        if need[6]:
+            dw_ih = torch.cat([torch.mm(dL2.t(), x2), torch.mm(DPRE2.t(), x2)])
+        if need[7]:
+            Hprev = Hs[:-1] if HM is None else HM
+            dw_hh = torch.mm(dR2.t(), Hprev.reshape(T * B, H))
+        if need[8]:
+            dbd = torch.mm(dL2.t(), V[:-1].reshape(T * B, Kt))
+        if bias is not None and need[9]:
+            db = torch.cat([dL2.sum(0), DPRE2.sum(0)])
+        return (None, None, dx, dh0 if need[3] else None, dc0 if memory and need[4] else None,
+                dv0 if need[5] else None, dw_ih, dw_hh, dbd, db, None, None)
+
+
+# ---------------------------------------------------------------------------------
+# dyck-rnn: h_t = (g_t W_1 + (1 - g_t) W_2) h_{t-1} + g_t W^hx x_t
+# ---------------------------------------------------------------------------------
+
+def _dyck(cell, x, state, lengths, h_mask):
+    xp = cell.project_inputs(x)  # [g_t, g_t W^hx x_t] for all steps (ordinary autograd)
+    shifts = torch.cat([cell.shift_push, cell.shift_pop])  # [W_1; W_2] (2H, H), fixed
+    out, hn = _DyckRecurrence.apply(xp[..., :1], xp[..., 1:], state[0], shifts, h_mask, lengths)
+    return out, (hn,)
+
+
+class _DyckRecurrence(torch.autograd.Function):
+    """Eqs 4-5 given g_t (T, B, 1) and u_t = g_t W^hx x_t (T, B, H).
+
+    Buffers: ``S`` (T, B, 2H) = [W_1 h'; W_2 h'] per step; ``Hs`` (T+1, B, H).
+    """
+
+    @staticmethod
+    def forward(ctx, g, u, h0, shifts, h_mask, lengths):
+        T, B, H = u.shape
+        G1 = 1 - g
+        S = u.new_empty(T, B, 2 * H)
+        Hs = u.new_empty(T + 1, B, H)
+        Hs[0] = h0
+        hs, ss, gs, g1s, us = Hs.unbind(0), S.unbind(0), g.unbind(0), G1.unbind(0), u.unbind(0)
+        sh_t = shifts.t()
+        tmp = u.new_empty(B, H) if h_mask is not None else None
+        for t in range(T):
+            hp = hs[t] if h_mask is None else torch.mul(hs[t], h_mask, out=tmp)
+            s = torch.mm(hp, sh_t, out=ss[t])
+            h = torch.addcmul(us[t], gs[t], s[:, :H], out=hs[t + 1])  # g W_1 h' + g W^hx x
+            h.addcmul_(g1s[t], s[:, H:])  # + (1 - g) W_2 h'
+        out = _masked_outputs(Hs[1:], lengths)
+        hn = _final(Hs, lengths)
+        ctx.save_for_backward(g, shifts, h_mask, lengths, S)
+        return out, hn
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout, dhn):
+        g, shifts, h_mask, lengths, S = ctx.saved_tensors
+        T, B, H2 = S.shape
+        H = H2 // 2
+        DH, dh0_direct = _state_grads_into_steps(dout, dhn, lengths, S[..., :H])
+        G2 = torch.cat([g, 1 - g], dim=-1).unsqueeze(-1)  # (T, B, 2, 1): [g, 1 - g]
+        dS = S.new_empty(T, B, 2, H)
+        dhs, dss, g2s = DH.unbind(0), dS.unbind(0), G2.unbind(0)
+        for t in range(T - 1, -1, -1):
+            torch.mul(g2s[t], dhs[t].unsqueeze(1), out=dss[t])
+            if t > 0:
+                if h_mask is None:
+                    dhs[t - 1].addmm_(dss[t].view(B, 2 * H), shifts)
+                else:
+                    dhs[t - 1].addcmul_(torch.mm(dss[t].view(B, 2 * H), shifts), h_mask)
+        dh0 = torch.mm(dss[0].view(B, 2 * H), shifts)
+        if h_mask is not None:
+            dh0.mul_(h_mask)
+        dh0 = _add(dh0, dh0_direct)
+        need = ctx.needs_input_grad
+        dg = (DH * (S[..., :H] - S[..., H:])).sum(-1, keepdim=True) if need[0] else None
+        return dg, DH if need[1] else None, dh0 if need[2] else None, None, None, None

@@ -1,0 +1,291 @@
+"""The fast paths of the second-order cells (``lstmablate.cells.fused_multiplicative``)
+against the reference step loop.
+
+For mrnn, mlstm, mmrnn, mmlstm (2 layers, uni- and bidirectional) and dyck-rnn (one
+layer, unidirectional: all it accepts): outputs, final states (keys included) and every
+gradient (inputs, initial states, all parameters) agree with the plain reference loop
+(``fused.reference_mode()``) with padded batches (including a length-0 row) and full
+batches, with and without recurrent dropout: to 1e-10 in float64 and 1e-5 in float32.
+Plus which path each call selects, and the fallbacks.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lstmablate.cells import available_cells, build_encoder, get_cell
+from lstmablate.cells import fused_multiplicative as fm
+from lstmablate.cells.fused import reference_mode
+from lstmablate.cells.multiplicative import MRNNCell
+
+F64 = torch.float64
+
+# (cell, options): defaults plus the options that change the kernel (factor size,
+# biases, the number of choice matrices, unequal K per block: eq 14 as printed)
+CASES = [
+    ("mrnn", {}), ("mrnn", {"factor_size": 3}), ("mlstm", {}),
+    ("mlstm", {"factor_size": 6, "forget_bias": 1.0}),
+    ("mmrnn", {}), ("mmrnn", {"num_matrices": 3, "bias": True}),
+    ("mmlstm", {}), ("mmlstm", {"forget_matrices": 2, "bias": True}),
+    ("mmlstm", {"num_matrices": 2, "content_matrices": 3, "output_matrices": 1}),
+]
+IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in CASES]
+# dyck-rnn: 1-d inputs with hidden m, or the 2-d variant with hidden 2m; one layer, one direction
+DYCK = [(1, 4), (2, 6)]
+
+
+def count_steps(cells) -> list[int]:
+    """Make every cell count its reference ``step`` calls (the fast paths make none)."""
+    calls = [0]
+    for cell in cells:
+        def step(*a, _orig=cell.step, **k):
+            calls[0] += 1
+            return _orig(*a, **k)
+        cell.step = step
+    return calls
+
+
+def _run(enc, x, lengths, state, reference):
+    """Forward + backward of a fixed random loss; returns every tensor to compare."""
+    enc.zero_grad(set_to_none=True)
+    calls = count_steps(enc.cells())
+    xi = x.clone().requires_grad_(True)
+    st = tuple(s.clone().requires_grad_(True) for s in state)
+    torch.manual_seed(5)  # the recurrent-dropout masks
+    with reference_mode(reference):
+        out, fin = enc(xi, lengths=lengths, state=st)
+    g = torch.Generator().manual_seed(99)
+    loss = (out * torch.randn(out.shape, generator=g, dtype=x.dtype)).sum()
+    for s in fin:
+        loss = loss + (s * torch.randn(s.shape, generator=g, dtype=x.dtype)).sum()
+    loss.backward()
+    res = {"out": out, **{f"final{k}": s for k, s in enumerate(fin)}, "dx": xi.grad}
+    res.update({f"dstate{k}": s.grad for k, s in enumerate(st)})
+    res.update({f"d{n}": p.grad for n, p in enc.named_parameters()})
+    return res, calls[0]
+
+
+def _random_state(enc, B, gen, dtype):
+    """Random h (and c) and random keys on the simplex (what the state of these cells holds)."""
+    cell = enc.layers[0][0]
+    n = enc.num_layers * enc.num_directions
+    state = []
+    for k, size in enumerate(cell.state_sizes):
+        s = torch.randn(n, B, size, generator=gen, dtype=dtype)
+        if cell.state_names[k].startswith("key"):
+            s = torch.softmax(s, dim=-1)
+        state.append(s)
+    return tuple(state)
+
+
+def _compare(name, opts, dtype, bidirectional, lengths, recurrent_dropout, tol, sizes=(5, 4),
+             num_layers=2, T=7):
+    torch.manual_seed(0)
+    I, H = sizes
+    enc = build_encoder(name, I, H, num_layers=num_layers, bidirectional=bidirectional,
+                        recurrent_dropout=recurrent_dropout, **opts).to(dtype)
+    enc.train()
+    B = len(lengths)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(B, T, I, generator=gen, dtype=dtype) * 2
+    state = _random_state(enc, B, gen, dtype)
+    lt = torch.tensor(lengths)
+    fast, n_fast = _run(enc, x, lt, state, reference=False)
+    ref, n_ref = _run(enc, x, lt, state, reference=True)
+    assert n_fast == 0 and n_ref > 0, "the fast path was not taken"
+    assert fast.keys() == ref.keys()
+    for k in ref:
+        a, b = fast[k], ref[k]
+        assert (a is None) == (b is None), k
+        if a is None:
+            continue
+        assert a.dtype == b.dtype and a.shape == b.shape, k
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol, msg=lambda m: f"{k}: {m}")
+    for b, L in enumerate(lengths):
+        assert torch.all(fast["out"][b, L:] == 0), "padding leaked into the outputs"
+        assert torch.all(fast["dx"][b, L:] == 0), "gradient flowed into the padding"
+    return fast
+
+
+@pytest.mark.parametrize("name,opts", CASES, ids=IDS)
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
+@pytest.mark.parametrize("lengths", [[7, 7, 7], [7, 3, 0, 5]], ids=["full", "varlen"])
+def test_fast_matches_reference_float64(name, opts, bidirectional, lengths):
+    _compare(name, opts, F64, bidirectional, lengths, 0.0, 1e-10)
+
+
+@pytest.mark.parametrize("name,opts", CASES, ids=IDS)
+@pytest.mark.parametrize("lengths", [[7, 7, 7], [7, 3, 0, 5]], ids=["full", "varlen"])
+def test_fast_matches_reference_float32(name, opts, lengths):
+    _compare(name, opts, torch.float32, True, lengths, 0.0, 1e-5)
+
+
+@pytest.mark.parametrize("name,opts", CASES, ids=IDS)
+def test_fast_matches_reference_recurrent_dropout(name, opts):
+    _compare(name, opts, F64, True, [7, 3, 0, 5], 0.3, 1e-10)
+
+
+@pytest.mark.parametrize("name", ["mrnn", "mlstm", "mmrnn", "mmlstm"])
+def test_fast_matches_reference_float32_larger(name):
+    """Closer to the benchmark's sizes (longer sequences, wider layers) in float32."""
+    _compare(name, {}, torch.float32, True, [20, 13, 20, 1, 17, 20], 0.0, 1e-5, sizes=(24, 40),
+             T=20)
+
+
+@pytest.mark.parametrize("sizes", DYCK, ids=["1d", "2d"])
+@pytest.mark.parametrize("lengths", [[7, 7, 7], [7, 3, 0, 5]], ids=["full", "varlen"])
+@pytest.mark.parametrize("dtype,tol", [(F64, 1e-10), (torch.float32, 1e-5)], ids=["f64", "f32"])
+@pytest.mark.parametrize("recurrent_dropout", [0.0, 0.3], ids=["nodrop", "drop"])
+def test_dyck_fast_matches_reference(sizes, lengths, dtype, tol, recurrent_dropout):
+    _compare("dyck-rnn", {}, dtype, False, lengths, recurrent_dropout, tol, sizes=sizes,
+             num_layers=1)
+
+
+def test_dyck_exact_stack_still_exact():
+    """The static embedding with a saturated gate implements a stack (dyck.py): the fast
+    path must keep the top of the stack equal to the innermost open bracket."""
+    from lstmablate.cells.dyck import static_bracket_embedding
+
+    cell = get_cell("dyck-rnn").build(1, 4).double()
+    with torch.no_grad():
+        cell.weight_proj.fill_(50.0)
+        cell.weight_hx.zero_()
+        cell.weight_hx[0] = 1.0
+    emb = static_bracket_embedding(2).double()
+    seq = [0, 1, 3, 0, 2, 2]  # ( [ ] ( ) )
+    x = emb[seq].unsqueeze(1)  # (T, 1, 1)
+    out, _ = cell(x)
+    with reference_mode():
+        ref, _ = cell(x)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    assert round(out[2, 0, 0].item()) == 1 and round(out[3, 0, 0].item()) == 1
+
+
+def test_every_second_order_cell_has_a_fast_path():
+    for name in ("mrnn", "mlstm", "mmrnn", "mmlstm", "dyck-rnn"):
+        assert name in available_cells()
+        assert get_cell(name).fast_path, name
+
+
+# ---------------------------------------------------------------------------------
+# selection and fallbacks
+# ---------------------------------------------------------------------------------
+
+def _cell(name, **opts):
+    spec = get_cell(name)
+    sizes = spec.cls.example_sizes if name == "dyck-rnn" else (3, 4)
+    return spec.build(*sizes, **opts)
+
+
+@pytest.mark.parametrize("name", ["mrnn", "mlstm", "mmrnn", "mmlstm", "dyck-rnn"])
+def test_plan(name):
+    cell = _cell(name)
+    assert fm.plan(cell) == "recurrent"
+    assert fm.plan(cell, mask="prefix") == "recurrent"
+    assert fm.plan(cell, mask="prefix0") == "recurrent"
+    assert fm.plan(cell, h_mask=True) == "recurrent"
+    assert fm.plan(cell, dtype=torch.float64) == "recurrent"
+    assert fm.plan(cell, device_type="cuda") == "recurrent"
+    assert fm.plan(cell, device_type="cuda", dtype=torch.float16) == "recurrent"
+    assert fm.plan(cell, mask="other") == "reference"  # holes in the mask
+    assert fm.plan(cell, autocast=True) == "reference"
+    assert fm.plan(cell, dtype=torch.bfloat16) == "reference"
+    assert fm.plan(cell, dtype=torch.int64) == "reference"
+    assert fm.plan(cell, reference=True) == "reference"
+    with reference_mode():
+        assert fm.plan(cell) == "reference"
+        assert cell.fast_path_available()  # availability ignores the switch
+
+
+def test_plan_other_cells_and_subclasses():
+    assert fm.plan(_cell("lstm")) == "reference"  # not a cell of this module
+    assert fm.cell_kind(_cell("gru")) is None
+
+    class Changed(MRNNCell):
+        def step(self, xp, state, h_mask):  # different arithmetic: the kernel would be wrong
+            return super().step(xp, state, h_mask)
+
+    assert fm.plan(Changed(3, 4)) == "reference"
+    assert not Changed(3, 4).fast_path_available()
+
+    class Renamed(MRNNCell):  # same arithmetic
+        pass
+
+    assert fm.plan(Renamed(3, 4)) == "recurrent"
+    dyck = _cell("dyck-rnn")
+    dyck.shift_push.requires_grad_(True)  # the shifts are fixed buffers
+    assert fm.plan(dyck) == "reference"
+
+
+@pytest.mark.parametrize("name", ["mrnn", "mlstm", "mmrnn", "mmlstm", "dyck-rnn"])
+def test_dispatch_and_reference_switch(name, monkeypatch):
+    cell = _cell(name).double()
+    x = torch.randn(4, 2, cell.input_size, dtype=F64)
+    assert type(cell(x)[0].grad_fn).__name__.endswith("RecurrenceBackward")
+    with reference_mode():
+        assert type(cell(x)[0].grad_fn).__name__ == "StackBackward0"
+    monkeypatch.setenv("LSTMABLATE_REFERENCE", "1")
+    assert type(cell(x)[0].grad_fn).__name__ == "StackBackward0"
+
+
+@pytest.mark.parametrize("name", ["mrnn", "mlstm", "mmrnn", "mmlstm", "dyck-rnn"])
+def test_mask_with_holes_falls_back_to_the_reference(name):
+    cell = _cell(name).double()
+    x = torch.randn(4, 2, cell.input_size, dtype=F64)
+    mask = torch.tensor([[1.0, 1], [0, 1], [1, 1], [1, 0]], dtype=F64)
+    calls = count_steps([cell])
+    out, st = cell(x, None, mask)
+    assert calls[0] == 4
+    with reference_mode():
+        out_r, st_r = cell(x, None, mask)
+    torch.testing.assert_close(out, out_r)
+
+
+@pytest.mark.parametrize("name", ["mrnn", "mlstm", "mmrnn", "mmlstm", "dyck-rnn"])
+def test_mismatched_dtype_falls_back(name):
+    """A float64 input to a float32 cell is not the kernels' business: the reference loop
+    runs (and behaves as it always did)."""
+    cell = _cell(name)
+    x = torch.randn(3, 2, cell.input_size, dtype=F64)
+    assert fm.forward(cell, x, None, None, None) is None
+    with reference_mode(), pytest.raises(RuntimeError) as ref_err:
+        cell(x)
+    with pytest.raises(RuntimeError) as err:
+        cell(x)
+    assert str(err.value) == str(ref_err.value)
+
+
+@pytest.mark.parametrize("name", ["mrnn", "mlstm", "mmrnn", "mmlstm", "dyck-rnn"])
+def test_no_grad_initial_state_and_empty_sequences(name):
+    cell = _cell(name)
+    x = torch.randn(5, 2, cell.input_size)
+    with torch.no_grad():
+        out, st = cell(x)
+    with reference_mode(), torch.no_grad():
+        out_r, st_r = cell(x)
+    torch.testing.assert_close(out, out_r, atol=1e-5, rtol=1e-5)
+    assert len(st) == len(st_r) == len(cell.state_names)
+    for a, b in zip(st, st_r):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    out0, st0 = cell(x[:0])
+    assert out0.shape == (0, 2, cell.output_size)
+    for a, b in zip(st0, cell.initial_state(2, x)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["mlstm", "mmlstm", "dyck-rnn"])
+def test_in_place_changes_to_outputs_are_safe(name):
+    """The outputs and final states are not views of buffers the backward pass reads."""
+    cell = _cell(name).double()
+    x = torch.randn(5, 3, cell.input_size, dtype=F64)
+    grads = []
+    for ref in (False, True):
+        xi = x.clone().requires_grad_(True)
+        with reference_mode(ref):
+            out, st = cell(xi)
+        out.mul_(2)
+        st[0].add_(1)
+        loss = (out * out).sum() + sum((s * s).sum() for s in st)
+        grads.append(torch.autograd.grad(loss, xi)[0])
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-10, rtol=1e-10)

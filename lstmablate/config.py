@@ -59,13 +59,18 @@ class TrainConfig:
     patience: int = 0  # early stopping: evaluations without improvement; 0 = off
     stop_at: float | None = None  # stop once the primary dev metric is this good (e.g. loss 1e-5)
     nonfinite: str = "stop"  # stop | skip: what a NaN/inf loss or gradient does
-    eval_test: bool = True  # evaluate the best checkpoint on the test split at the end
+    eval_test: bool = True  # evaluate on the test split at the end
+    # which checkpoint the final test evaluation uses: best (best dev metric) or last (the
+    # state at the end of training, as the TF PTB tutorial reports its numbers)
+    test_checkpoint: str = "best"
 
     def validate(self) -> None:
         if self.optimizer not in OPTIMIZERS:
             raise UnknownNameError("optimizer", self.optimizer, OPTIMIZERS)
         if self.schedule not in SCHEDULES:
             raise UnknownNameError("schedule", self.schedule, SCHEDULES)
+        if self.test_checkpoint not in ("best", "last"):
+            raise UnknownNameError("test checkpoint", self.test_checkpoint, ("best", "last"))
         if self.nonfinite not in ("stop", "skip"):
             raise UnknownNameError("nonfinite policy", self.nonfinite, ("stop", "skip"))
         for name in ("lr", "clip_norm", "min_lr", "weight_decay"):

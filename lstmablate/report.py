@@ -160,9 +160,12 @@ def render_table(title: str, groups: list[tuple[str, Experiment]], metrics: list
                 head.append(prefix + "paper")
                 columns.append((exp, m, True))
     tasks = sorted({exp.task for _, exp in groups})
+    which = sorted({r.get("test_checkpoint", "best") for _, exp in groups
+                    for runs in exp.cells.values() for r in runs.results}) or ["best"]
+    names = {"best": "best-dev", "last": "last (end of training)"}
     lines = [f"## {title}", "",
-             f"Task `{', '.join(tasks)}`, test split of the best-dev checkpoint; "
-             "ours = mean ± std over seeds (n).", "",
+             f"Task `{', '.join(tasks)}`, test split of the {' / '.join(names[w] for w in which)} "
+             "checkpoint; ours = mean ± std over seeds (n).", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cell in cells:
         row = [f"`{cell}`"]

@@ -164,6 +164,7 @@ def train_run(
         "best": res.best,
         "dev": res.best.get("dev"),
         "test": res.test,
+        "test_checkpoint": cfg.train.test_checkpoint,
         "steps": res.steps,
         "epochs": res.epochs_completed,
         "train_time_s": round(res.train_time_s, 2),

@@ -187,3 +187,14 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
     torch.manual_seed(12345)  # the checkpoint's RNG state must win over this
     resumed.fit(resume=True)
     assert resumed.metrics_path.read_bytes() == full.metrics_path.read_bytes()
+
+
+def test_test_checkpoint_last_uses_the_final_model(tmp_path):
+    cfg = TrainConfig(optimizer="adam", lr=0.05, max_epochs=3, test_checkpoint="last")
+    tr = make_trainer(tmp_path, cfg, name="last")
+    res = tr.fit()
+    assert res.test == tr.task.evaluate(tr.model.eval(), "test")  # the model as training left it
+    best = make_trainer(tmp_path, TrainConfig(optimizer="adam", lr=0.05, max_epochs=3), name="best")
+    res_best = best.fit()
+    best.model.load_state_dict(load_checkpoint(best.best_path)["model"])
+    assert res_best.test == best.task.evaluate(best.model.eval(), "test")

@@ -270,9 +270,10 @@ class Trainer:
         test = None
         barrier(self.dist)  # rank 0 has written best.pt
         if cfg.eval_test and self.task.test_split:
-            best = load_checkpoint(self.best_path, expect=self.identity)
-            self.model.load_state_dict(best["model"])
-            test = self._evaluate(self.task.test_split)
+            if cfg.test_checkpoint == "best":
+                best = load_checkpoint(self.best_path, expect=self.identity)
+                self.model.load_state_dict(best["model"])
+            test = self._evaluate(self.task.test_split)  # else: the model as training left it
         return TrainResult(best=self._best_info(), test=test, steps=self.pos.step,
                            epochs_completed=min(self.pos.epoch, cfg.max_epochs),
                            train_time_s=self.pos.train_time_s,

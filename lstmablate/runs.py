@@ -128,8 +128,9 @@ def prepare_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: boo
         raise ConfigError(f"{files.config} is not valid YAML; it may be damaged. "
                           "Use --force to start this run again.") from None
     new = cfg.to_dict()
+    old = _with_defaults(old, cfg)
     if old != new:
-        diff = [k for k in sorted(set(old or {}) | set(new)) if (old or {}).get(k) != new.get(k)]
+        diff = _differences(old or {}, new)
         raise RunDirError(
             f"{files.root} already holds a different run (config differs in: {', '.join(diff)}). "
             "Nothing was changed. Use another --out directory, or --force to replace it.")
@@ -139,6 +140,33 @@ def prepare_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: boo
             f"{files.root} already holds this run ({state}). Use --resume to continue it "
             "(a finished run is only re-evaluated), or --force to start again from scratch.")
     return files.last.exists()
+
+
+def _with_defaults(old: Any, cfg: RunConfig) -> Any:
+    """A config saved by an older version, with keys added since then at their defaults.
+
+    (So adding an option to the toolkit does not make every existing run "different".)
+    """
+    if not isinstance(old, dict):
+        return old
+    from .config import config_from_dict
+    from .task import get_task
+
+    try:
+        return config_from_dict(get_task(cfg.task), old, "config.yaml").to_dict()
+    except Exception:  # noqa: BLE001 - not comparable: report it as a difference
+        return old
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(old) | set(new), key=str):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k} ({a!r} -> {b!r})")
+    return out
 
 
 def write_config(files: RunFiles, cfg: RunConfig) -> None:

@@ -101,7 +101,7 @@ def _compare(name, opts, dtype, bidirectional, lengths, recurrent_dropout, tol, 
         if a is None:
             continue
         assert a.dtype == b.dtype and a.shape == b.shape, k
-        torch.testing.assert_close(a, b, atol=tol, rtol=tol, msg=lambda m: f"{k}: {m}")
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol, msg=lambda m, k=k: f"{k}: {m}")
     for b, L in enumerate(lengths):
         assert torch.all(fast["out"][b, L:] == 0), "padding leaked into the outputs"
         assert torch.all(fast["dx"][b, L:] == 0), "gradient flowed into the padding"
@@ -258,6 +258,8 @@ def test_mask_with_holes_falls_back_to_the_reference(name):
     with reference_mode():
         out_r, st_r = cell(x, None, mask)
     torch.testing.assert_close(out, out_r)
+    for a, b in zip(st, st_r):
+        torch.testing.assert_close(a, b)
 
 
 @pytest.mark.parametrize("name", ["mrnn", "mlstm", "mmrnn", "mmlstm", "dyck-rnn"])

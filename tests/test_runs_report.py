@@ -96,3 +96,17 @@ def test_grid_recipe_expands_to_experiments_and_one_table(tmp_path, tiny_recipe)
     assert "m=3: bracket-closing accuracy" in text and "WCPA" not in text
     row = next(l for l in text.splitlines() if l.startswith("| `lstm` "))
     assert row.count("missing") == 1  # m=2 has a run, m=3 has none
+
+
+def test_a_run_saved_before_an_option_existed_still_resumes(tiny_recipe, tmp_path):
+    import yaml as _yaml
+
+    out = tmp_path / "runs"
+    train(tiny_recipe, out, overrides=["train.max_steps=2"])
+    cfg_path = out / "tiny" / "lstm" / "seed-1" / "config.yaml"
+    old = _yaml.safe_load(cfg_path.read_text())
+    del old["train"]["test_checkpoint"], old["cell_seeds"]  # as an older lstmablate wrote it
+    cfg_path.write_text(_yaml.safe_dump(old))
+    assert train(tiny_recipe, out, overrides=["train.max_steps=2"], resume=True).result["steps"] == 2
+    with pytest.raises(RunDirError, match=r"train.max_steps \(2 -> 3\)"):
+        train(tiny_recipe, out, overrides=["train.max_steps=3"], resume=True)

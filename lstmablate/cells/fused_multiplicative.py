@@ -24,6 +24,12 @@ kernels of :mod:`lstmablate.cells.fused` are:
   ``fused.reference_mode()`` / ``LSTMABLATE_REFERENCE=1``.
 * recurrent dropout (``h_mask``) is supported everywhere: h_{t-1} * h_mask is
   what the recurrent products read (and is kept for the weight gradients).
+* the per-step products with the recurrent weights (B rows each) go through
+  :class:`_StepProduct`: on CPU in float32 a weight of at least :data:`PACK_MIN`
+  entries is packed once per call for MKL's packed GEMM (``torch.ops.mkl``, as
+  the native LSTM kernel of ``fused`` packs its weights;
+  ``LSTMABLATE_PACKED_GEMM=0`` turns it off), any other weight is made
+  row-major (in, out) once and each step calls ``mm``.
 
 Per cell (B rows, H hidden, F factors, K_g choice matrices per block, K = sum K_g):
 
@@ -67,8 +73,15 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .fused import (_add, _autocast_on, _final, _masked_outputs, _state_grads_into_steps,
-                    mask_kind, reference_forced)
+from .fused import (
+    _add,
+    _autocast_on,
+    _final,
+    _masked_outputs,
+    _state_grads_into_steps,
+    mask_kind,
+    reference_forced,
+)
 
 State = tuple[Tensor, ...]
 
@@ -276,7 +289,7 @@ class _FactoredRecurrence(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dout, dhn, dcn):
-        x, w_ih, w_mh, w_hm, bias, h_mask, lengths, A, Z, P, M, Hs, HM, C, TC = ctx.saved_tensors
+        x, w_ih, w_mh, w_hm, _bias, h_mask, lengths, A, Z, P, M, Hs, HM, C, TC = ctx.saved_tensors
         memory, F = ctx.memory, ctx.F
         T, B, I = x.shape
         H = Hs.shape[-1]
@@ -286,7 +299,8 @@ class _FactoredRecurrence(torch.autograd.Function):
         dZ = dXP[:, :, F:]
         DM = A.new_empty(T, B, F)
         DP = A.new_empty(T, B, F)
-        dhs, dzs, dms, dps, as_ = DH.unbind(0), dZ.unbind(0), DM.unbind(0), DP.unbind(0), A.unbind(0)
+        dhs, dzs, dms, dps = DH.unbind(0), dZ.unbind(0), DM.unbind(0), DP.unbind(0)
+        as_ = A.unbind(0)
         hm, mh = _StepProduct(w_hm, B), _StepProduct(w_mh, B)  # dM = dZ W_hm, dh' = dP W_mh
         dc0 = None
         if not memory:
@@ -416,10 +430,17 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
     """mmRNN (``memory=False``: one block) and mmLSTM (``memory=True``: blocks i, f, o, c).
 
     Forward buffers: ``XK`` (T, B, K): the key logits (x-columns, + bias, then the h- and
-    v-columns added per step); ``V`` (T+1, B, K): the keys, V[0] = v_0; ``R`` (T, B, K*H):
-    every W_g[j] h'_{t-1}; ``XP`` (T, B, n*H): W_g^hx x_t (+ bias), + the mixture, then the
-    activations in place; ``Hs`` (T+1, B, H); ``HM`` (T, B, H) with recurrent dropout;
-    mmLSTM: ``C`` (T+1, B, H), ``TC`` = tanh(c_t).
+    v-columns added per step); ``V`` (T+1, B, K): the keys, V[0] = v_0; ``rs``: T tensors
+    R_t (B, K*H), every W_g[j] h'_{t-1} (the per-step product's own output, kept rather
+    than copied into a buffer); ``XP`` (T, B, n*H): W_g^hx x_t (+ bias), + the mixture,
+    then the activations in place; ``Hs`` (T+1, B, H); ``HM`` (T, B, H) with recurrent
+    dropout; mmLSTM: ``C`` (T+1, B, H), ``TC`` = tanh(c_t).
+
+    Backward buffers: ``DPRE`` (T, B, n*H): d pre-activations; ``DV`` (T, B, K): dv_t (the
+    final keys' gradient, then the carry from t+1, then R_t . d pre added); ``DL``
+    (T, B, K): d logits; ``dR`` (T, B, K + K*H): [d logits, dR_t], the gradient of
+    h'_{t-1} W_hh^T, so that dh'_{t-1} is ONE product with W_hh per step and dW_hh ONE
+    product over all steps.
     """
 
     @staticmethod
@@ -443,9 +464,8 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
         hs, vs, xks, xps = Hs.unbind(0), V.unbind(0), XK.unbind(0), XP.unbind(0)
         rs = []  # R_t (B, K*H): every W_g[j] h'_{t-1}, one tensor per step
         hms = HM.unbind(0) if HM is not None else None
-        # transposed copies: the per-step products run faster on (in, out) row-major weights
-        w_key_t, bd_t = w_hh[:Kt].t(), bd.t()
-        choice = _StepProduct(w_hh[Kt:].t(), B)
+        w_key_t, bd_t = w_hh[:Kt].t(), bd.t()  # small: the key logits' h- and v-columns
+        choice = _StepProduct(w_hh[Kt:].t(), B)  # the choice matrices: the big per-step product
         C = TC = None
         if memory:
             C = x.new_empty(T + 1, B, H)
@@ -504,8 +524,8 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
         DPRE = XP.new_empty(T, B, n * H)  # gradient of the pre-activations (= of W_g^hx x_t)
         dR = XP.new_empty(T, B, Kt + Kt * H)  # gradient of h' W_hh^T: [d logits, d R]
         DL = XP.new_empty(T, B, Kt)  # d logits (contiguous; copied into dR per step)
-        dhs, dvs, dpres, dRs, dls = DH.unbind(0), DV.unbind(0), DPRE.unbind(0), dR.unbind(0), DL.unbind(0)
-        vs = V.unbind(0)
+        dhs, dvs, dpres = DH.unbind(0), DV.unbind(0), DPRE.unbind(0)
+        dRs, dls = dR.unbind(0), DL.unbind(0)
         one = len(groups) == 1
         rec = _StepProduct(w_hh, B)  # dh' = [d logits, dR] W_hh
         if not memory:
@@ -533,7 +553,8 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
         for b0, nb, k, ko in groups:
             kk, hc, rc = _cols(b0, nb, k, ko, H)
             rcd = slice(Kt + rc.start, Kt + rc.stop)
-            gviews.append((_per_step(DV, kk, B * nb, k, 1), [r[:, rc].view(B * nb, k, H) for r in rs],
+            gviews.append((_per_step(DV, kk, B * nb, k, 1),
+                           [r[:, rc].view(B * nb, k, H) for r in rs],
                            _per_step(DPRE, hc, B * nb, H, 1), _per_step(Vn, kk, B, nb, k, 1),
                            _per_step(DPRE, hc, B, nb, 1, H), _per_step(dR, rcd, B, nb, k, H),
                            _per_step(DV, kk, B, nb, k), _per_step(Vn, kk, B, nb, k),

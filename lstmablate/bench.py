@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from lstmablate.cells import available_cells, build_encoder, get_cell
-from lstmablate.cells import fused
+from lstmablate.cells import fused, fused_multiplicative
 from lstmablate.errors import ConfigError
 
 # ---------------------------------------------------------------------------------
@@ -239,6 +239,9 @@ def _path(enc: nn.Module, device: torch.device, dtype: torch.dtype, masked: bool
             p = fused.plan(cell, device_type=device.type, dtype=dtype, mask=kind)
         elif hasattr(fused, "gru_plan") and type(cell).__name__ == "GRUCell":
             p = fused.gru_plan(cell, device_type=device.type, dtype=dtype, mask=kind)
+        elif fused_multiplicative.cell_kind(cell) is not None:
+            p = fused_multiplicative.plan(cell, device_type=device.type, dtype=dtype, mask=kind)
+            return p if p == "reference" else p + " (pytorch)"
         else:
             return "reference"
     except Exception:  # noqa: BLE001  (a plugin cell: just say so)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-DYCK_FILES = ["--task", "dyck", "--set", "data.files=dy", "--set", "data.m=4",
+DYCK_FILES = ["--task", "dyck", "--data-dir", "data", "--set", "data.files=dy", "--set", "data.m=4",
               "--set", "data.train_tokens=0", "--set", "train.max_steps=2", "--threads", "1"]
 
 

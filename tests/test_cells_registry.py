@@ -205,7 +205,7 @@ def test_list_cells_rows():
     assert rows["lstm-gates"].aliases == ("srnn",)
     assert rows["lstm"].proj_size and not rows["lstm-gates"].proj_size and not rows["gru"].proj_size
     assert rows["lstm"].memory_cell and rows["gru"].memory_cell and not rows["mmrnn"].memory_cell
-    assert "weighted-sum" in rows["lstm"].supports and rows["dyck-rnn"].supports == "-"
+    assert "weighted-sum" in rows["lstm"].supports and rows["dyck-rnn"].supports == "fast path"
     assert "content" not in rows["lstm-srnn"].options  # preset, not settable
     assert rows["lstm"].as_dict()["name"] == "lstm"
     # the 4.5M of the report's Table 2: mmLSTM h = 512 with 128-d character embeddings

@@ -51,8 +51,8 @@ sequences.  A mask that is not a prefix mask (holes) falls back to the
 reference loop, as do autocast and CPU dtypes other than float32/float64.
 
 Recurrent dropout (``h_mask``) and ``proj_size`` are supported by the
-hand-written kernels.  Cells without a fast path (``mrnn``, ``mlstm``,
-``mmrnn``, ``mmlstm``, ``dyck-rnn``) run the reference loop.
+hand-written kernels.  The second-order cells (``mrnn``, ``mlstm``, ``mmrnn``,
+``mmlstm``, ``dyck-rnn``) have their own kernels in ``fused_multiplicative.py``.
 """
 
 from __future__ import annotations

@@ -173,6 +173,8 @@ def forward(cell, x: Tensor, state: State | None, mask: Tensor | None,
 #: pack a per-step weight for MKL's packed GEMM (float32 CPU) when it has at least this many
 #: entries; below it plain ``mm`` is as fast.  ``LSTMABLATE_PACKED_GEMM=0`` turns packing off.
 PACK_MIN = 300_000
+#: ... and only for calls of at least this many steps (packing costs about two products)
+PACK_MIN_STEPS = 4
 
 
 def _packing_available() -> bool:
@@ -192,10 +194,11 @@ class _StepProduct:
     Otherwise ``w`` is made row-major (in, out) once and the steps call ``mm``.
     """
 
-    def __init__(self, w: Tensor, rows: int):
+    def __init__(self, w: Tensor, rows: int, steps: int):
         self.rows = rows
         self.packed = None
         if (w.device.type == "cpu" and w.dtype == torch.float32 and w.numel() >= PACK_MIN
+                and steps >= PACK_MIN_STEPS
                 and os.environ.get("LSTMABLATE_PACKED_GEMM", "1") != "0" and _packing_available()):
             self.w_out_in = w.t().contiguous()  # (out, in): nn.Linear's layout
             self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.w_out_in, rows)
@@ -254,8 +257,8 @@ class _FactoredRecurrence(torch.autograd.Function):
         HM = x.new_empty(T, B, H) if h_mask is not None else None
         hs, as_, ps, ms, zs = Hs.unbind(0), A.unbind(0), P.unbind(0), M.unbind(0), Z.unbind(0)
         hms = HM.unbind(0) if HM is not None else None
-        # transposed copies: the per-step products run faster on (in, out) row-major weights
-        mh, hm = _StepProduct(w_mh.t(), B), _StepProduct(w_hm.t(), B)
+        # the per-step products: h' W_mh^T and m W_hm^T (packed, or row-major (in, out) copies)
+        mh, hm = _StepProduct(w_mh.t(), B, T), _StepProduct(w_hm.t(), B, T)
         C = TC = None
         if not memory:
             for t in range(T):
@@ -301,7 +304,7 @@ class _FactoredRecurrence(torch.autograd.Function):
         DP = A.new_empty(T, B, F)
         dhs, dzs, dms, dps = DH.unbind(0), dZ.unbind(0), DM.unbind(0), DP.unbind(0)
         as_ = A.unbind(0)
-        hm, mh = _StepProduct(w_hm, B), _StepProduct(w_mh, B)  # dM = dZ W_hm, dh' = dP W_mh
+        hm, mh = _StepProduct(w_hm, B, T), _StepProduct(w_mh, B, T)  # dM = dZ W_hm, dh' = dP W_mh
         dc0 = None
         if not memory:
             Kz = Hs[1:] * Hs[1:]
@@ -465,7 +468,7 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
         rs = []  # R_t (B, K*H): every W_g[j] h'_{t-1}, one tensor per step
         hms = HM.unbind(0) if HM is not None else None
         w_key_t, bd_t = w_hh[:Kt].t(), bd.t()  # small: the key logits' h- and v-columns
-        choice = _StepProduct(w_hh[Kt:].t(), B)  # the choice matrices: the big per-step product
+        choice = _StepProduct(w_hh[Kt:].t(), B, T)  # the choice matrices: the big per-step product
         C = TC = None
         if memory:
             C = x.new_empty(T + 1, B, H)
@@ -527,7 +530,7 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
         dhs, dvs, dpres = DH.unbind(0), DV.unbind(0), DPRE.unbind(0)
         dRs, dls = dR.unbind(0), DL.unbind(0)
         one = len(groups) == 1
-        rec = _StepProduct(w_hh, B)  # dh' = [d logits, dR] W_hh
+        rec = _StepProduct(w_hh, B, T)  # dh' = [d logits, dR] W_hh
         if not memory:
             Kz = Hs[1:] * Hs[1:]
             Kz.neg_().add_(1)

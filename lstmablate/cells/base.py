@@ -21,7 +21,8 @@ against this loop.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -29,6 +30,18 @@ from torch import Tensor, nn
 from lstmablate.errors import UserError
 
 State = tuple[Tensor, ...]
+
+
+class FastKernels(NamedTuple):
+    """A cell family's fast path (see ``fused.py``, ``fused_multiplicative.py``).
+
+    ``forward(cell, x, state, mask, h_mask)`` returns ``(outputs, state)``, or None when
+    this call has no fast path (reference mode forced, a mask with holes, ...);
+    ``available(cell)`` says whether a plain float32 CPU call would take one.
+    """
+
+    forward: Callable[..., Any]
+    available: Callable[[Any], bool]
 
 
 class NoMemoryCellError(UserError, TypeError):
@@ -41,6 +54,8 @@ class Cell(nn.Module):
     #: names of the state components, e.g. ("h", "c"); "h" is always first and
     #: is what the next time step's recurrent products read.
     state_names: ClassVar[tuple[str, ...]] = ("h",)
+    #: the family's fast kernels; None: the reference loop below only
+    fast_kernels: ClassVar[FastKernels | None] = None
 
     #: (input_size, hidden_size) at which the cell can be built for
     #: introspection (parameter counts, flags); cells that accept only some
@@ -93,6 +108,9 @@ class Cell(nn.Module):
             nn.init.uniform_(p, -a, a)
 
     # -- shared machinery ---------------------------------------------------
+    def fast_path_available(self) -> bool:
+        return self.fast_kernels is not None and self.fast_kernels.available(self)
+
     def initial_state(self, batch: int, like: Tensor) -> State:
         return tuple(like.new_zeros(batch, n) for n in self.state_sizes)
 
@@ -108,7 +126,13 @@ class Cell(nn.Module):
         ``mask`` (T, B) is 1 for real tokens and 0 for padding.  Returns the
         outputs (T, B, output_size), zero at padding, and the final state,
         which for each sequence is the state after its last real token.
+        A fast kernel runs it when the family has one for this call
+        (``LSTMABLATE_REFERENCE=1`` / ``fused.reference_mode()`` force the loop).
         """
+        if self.fast_kernels is not None:
+            result = self.fast_kernels.forward(self, x, state, mask, h_mask)
+            if result is not None:
+                return result
         T, B = x.shape[0], x.shape[1]
         if state is None:
             state = self.initial_state(B, x)

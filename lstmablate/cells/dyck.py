@@ -46,7 +46,7 @@ from torch import Tensor, nn
 from lstmablate.errors import ConfigError
 
 from . import fused_multiplicative
-from .base import Cell, State
+from .base import Cell, FastKernels, State
 from .registry import register_cell
 
 
@@ -125,19 +125,7 @@ class DyckRNNCell(Cell):
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, stack_depth={self.stack_depth}"
 
-    def fast_path_available(self) -> bool:
-        """Has a fast kernel (``lstmablate.cells.fused_multiplicative``; see its ``plan``)."""
-        return fused_multiplicative.fast_path_available(self)
-
-    def forward(self, x: Tensor, state: State | None = None, mask: Tensor | None = None,
-                h_mask: Tensor | None = None) -> tuple[Tensor, State]:
-        """As :meth:`Cell.forward`, through a fast kernel unless the reference loop is
-        forced (``fused.reference_mode()`` / ``LSTMABLATE_REFERENCE=1``) or the call
-        has no fast path (e.g. a mask with holes)."""
-        result = fused_multiplicative.forward(self, x, state, mask, h_mask)
-        if result is not None:
-            return result
-        return super().forward(x, state, mask, h_mask)
+    fast_kernels = FastKernels(fused_multiplicative.forward, fused_multiplicative.fast_path_available)
 
     def project_inputs(self, x: Tensor) -> Tensor:
         """[g_t, g_t * W^hx x_t] for every step (both depend on x alone)."""

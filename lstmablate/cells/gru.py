@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from . import fused
 from ._memory import MemoryTraceMixin
-from .base import Cell, State
+from .base import Cell, FastKernels, State
 from .registry import register_cell
 
 
@@ -76,19 +76,7 @@ class GRUCell(MemoryTraceMixin, Cell):
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, reset_after={self.reset_after}"
 
-    def fast_path_available(self) -> bool:
-        """Both variants have a fast kernel (``lstmablate.cells.fused``; see ``fused.gru_plan``)."""
-        return fused.gru_fast_path_available(self)
-
-    def forward(self, x: Tensor, state: State | None = None, mask: Tensor | None = None,
-                h_mask: Tensor | None = None) -> tuple[Tensor, State]:
-        """As :meth:`Cell.forward`, through a fast kernel unless the reference loop is
-        forced (``fused.reference_mode()`` / ``LSTMABLATE_REFERENCE=1``) or the call
-        has no fast path (e.g. a mask with holes)."""
-        result = fused.gru_forward(self, x, state, mask, h_mask)
-        if result is not None:
-            return result
-        return super().forward(x, state, mask, h_mask)
+    fast_kernels = FastKernels(fused.gru_forward, fused.gru_fast_path_available)
 
     def project_inputs(self, x: Tensor) -> Tensor:
         """W_xr x_t + b_r, W_xz x_t + b_z, W_xh x_t + b_h for all steps at once."""

@@ -46,7 +46,7 @@ from torch import Tensor, nn
 from lstmablate.errors import ConfigError
 
 from . import fused
-from .base import Cell, State
+from .base import Cell, FastKernels, State
 from .registry import register_cell
 
 _LSTM_EQ = "Levy et al. 2018 eqs 2-7"
@@ -170,19 +170,7 @@ class LSTMFamilyCell(Cell):
                 f"recurrent={''.join(self.recurrent_blocks) or '-'}, proj_size={self.proj_size}")
 
     # -- computation --------------------------------------------------------------
-    def fast_path_available(self) -> bool:
-        """Every flag set has a fast kernel (``lstmablate.cells.fused``; see ``fused.plan``)."""
-        return fused.fast_path_available(self)
-
-    def forward(self, x: Tensor, state: State | None = None, mask: Tensor | None = None,
-                h_mask: Tensor | None = None) -> tuple[Tensor, State]:
-        """As :meth:`Cell.forward`, through a fast kernel unless the reference loop is
-        forced (``fused.reference_mode()`` / ``LSTMABLATE_REFERENCE=1``) or the call
-        has no fast path (e.g. a mask with holes)."""
-        result = fused.lstm_family_forward(self, x, state, mask, h_mask)
-        if result is not None:
-            return result
-        return super().forward(x, state, mask, h_mask)
+    fast_kernels = FastKernels(fused.lstm_family_forward, fused.fast_path_available)
 
     def project_inputs(self, x: Tensor) -> Tensor:
         """W_*x x_t (+ b_*) for every block and every step: one matrix product."""

@@ -73,7 +73,7 @@ from lstmablate.errors import ConfigError
 
 from . import fused_multiplicative
 from ._memory import MemoryTraceMixin
-from .base import Cell, State
+from .base import Cell, FastKernels, State
 from .registry import register_cell
 
 
@@ -106,19 +106,7 @@ class _FactoredCell(Cell):
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, factor_size={self.factor_size}"
 
-    def fast_path_available(self) -> bool:
-        """Has a fast kernel (``lstmablate.cells.fused_multiplicative``; see its ``plan``)."""
-        return fused_multiplicative.fast_path_available(self)
-
-    def forward(self, x: Tensor, state: State | None = None, mask: Tensor | None = None,
-                h_mask: Tensor | None = None) -> tuple[Tensor, State]:
-        """As :meth:`Cell.forward`, through a fast kernel unless the reference loop is
-        forced (``fused.reference_mode()`` / ``LSTMABLATE_REFERENCE=1``) or the call
-        has no fast path (e.g. a mask with holes)."""
-        result = fused_multiplicative.forward(self, x, state, mask, h_mask)
-        if result is not None:
-            return result
-        return super().forward(x, state, mask, h_mask)
+    fast_kernels = FastKernels(fused_multiplicative.forward, fused_multiplicative.fast_path_available)
 
     def project_inputs(self, x: Tensor) -> Tensor:
         """[W_mx x_t, W_x x_t + b] for every step: one matrix product."""
@@ -242,19 +230,7 @@ class _MultiMatrixCell(Cell):
         ks = ", ".join(f"{g}={k}" for g, k in self.num_matrices.items())
         return f"{self.input_size}, {self.hidden_size}, matrices=({ks}), bias={self.bias is not None}"
 
-    def fast_path_available(self) -> bool:
-        """Has a fast kernel (``lstmablate.cells.fused_multiplicative``; see its ``plan``)."""
-        return fused_multiplicative.fast_path_available(self)
-
-    def forward(self, x: Tensor, state: State | None = None, mask: Tensor | None = None,
-                h_mask: Tensor | None = None) -> tuple[Tensor, State]:
-        """As :meth:`Cell.forward`, through a fast kernel unless the reference loop is
-        forced (``fused.reference_mode()`` / ``LSTMABLATE_REFERENCE=1``) or the call
-        has no fast path (e.g. a mask with holes)."""
-        result = fused_multiplicative.forward(self, x, state, mask, h_mask)
-        if result is not None:
-            return result
-        return super().forward(x, state, mask, h_mask)
+    fast_kernels = FastKernels(fused_multiplicative.forward, fused_multiplicative.fast_path_available)
 
     def key_projection(self, block: str) -> Tensor:
         """W_g^proj as printed: (K_g, K_g + H + I), columns [v; h; x]."""

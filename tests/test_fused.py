@@ -20,6 +20,8 @@ from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.cells import fused
 from lstmablate.cells.fused import mask_kind, plan, reference_mode
 
+from fast_path_harness import count_steps, run_forward_backward
+
 F64 = torch.float64
 
 # (cell, options): every LSTM-family flag set of the registry plus the options
@@ -34,37 +36,6 @@ CASES = [
     ("gru", {}), ("gru", {"reset_after": True}),
 ]
 IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in CASES]
-
-
-def count_steps(enc) -> list[int]:
-    """Make every cell of ``enc`` count its reference ``step`` calls (the fast paths make none)."""
-    calls = [0]
-    for cell in enc.cells():
-        def step(*a, _orig=cell.step, **k):
-            calls[0] += 1
-            return _orig(*a, **k)
-        cell.step = step
-    return calls
-
-
-def _run(enc, x, lengths, state, seed, reference):
-    """Forward + backward of a fixed random loss; returns every tensor to compare."""
-    enc.zero_grad(set_to_none=True)
-    calls = count_steps(enc)
-    xi = x.clone().requires_grad_(True)
-    st = tuple(s.clone().requires_grad_(True) for s in state)
-    torch.manual_seed(seed)  # the recurrent-dropout masks
-    with reference_mode(reference):
-        out, fin = enc(xi, lengths=lengths, state=st)
-    g = torch.Generator().manual_seed(99)
-    loss = (out * torch.randn(out.shape, generator=g, dtype=x.dtype)).sum()
-    for s in fin:
-        loss = loss + (s * torch.randn(s.shape, generator=g, dtype=x.dtype)).sum()
-    loss.backward()
-    res = {"out": out, **{f"final{k}": s for k, s in enumerate(fin)}, "dx": xi.grad}
-    res.update({f"dstate{k}": s.grad for k, s in enumerate(st)})
-    res.update({f"d{n}": p.grad for n, p in enc.named_parameters()})
-    return res, calls[0]
 
 
 @pytest.fixture(params=["native", "python", "torch"])
@@ -93,8 +64,8 @@ def _compare(name, opts, dtype, bidirectional, lengths, recurrent_dropout, tol):
     state = tuple(torch.randn(n, B, s, generator=gen, dtype=dtype)
                   for s in enc.layers[0][0].state_sizes)
     lt = torch.tensor(lengths)
-    fast, fn_fast = _run(enc, x, lt, state, 5, reference=False)
-    ref, fn_ref = _run(enc, x, lt, state, 5, reference=True)
+    fast, fn_fast = run_forward_backward(enc, x, lt, state, reference=False)
+    ref, fn_ref = run_forward_backward(enc, x, lt, state, reference=True)
     assert fn_fast == 0 and fn_ref > 0, "the fast path was not taken"
     assert fast.keys() == ref.keys()
     for k in ref:
@@ -140,8 +111,8 @@ def test_fast_matches_reference_float32_larger(name, opts, backend):
     lengths = torch.tensor([9] * 12 + [5] * 12)
     res = {}
     for ref in (False, True):
-        res[ref], _ = _run(enc, x, lengths, tuple(torch.zeros(4, 24, s) for s in
-                                                  enc.layers[0][0].state_sizes), 3, reference=ref)
+        zeros = tuple(torch.zeros(4, 24, s) for s in enc.layers[0][0].state_sizes)
+        res[ref], _ = run_forward_backward(enc, x, lengths, zeros, reference=ref, seed=3)
     for k in res[True]:
         a, b = res[False][k], res[True][k]
         if a is None or b is None:
@@ -248,7 +219,7 @@ def test_mask_with_holes_falls_back_to_the_reference(name):
     cell = get_cell(name).build(3, 4).double()
     x = torch.randn(4, 2, 3, dtype=F64)
     mask = torch.tensor([[1.0, 1], [0, 1], [1, 1], [1, 0]], dtype=F64)
-    calls = count_steps(type("E", (), {"cells": lambda self: [cell]})())
+    calls = count_steps([cell])
     out, st = cell(x, None, mask)
     assert calls[0] == 4
     with reference_mode():

@@ -19,6 +19,8 @@ from lstmablate.cells import fused_multiplicative as fm
 from lstmablate.cells.fused import reference_mode
 from lstmablate.cells.multiplicative import MRNNCell
 
+from fast_path_harness import count_steps, run_forward_backward
+
 F64 = torch.float64
 
 # (cell, options): defaults plus the options that change the kernel (factor size,
@@ -33,37 +35,6 @@ CASES = [
 IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in CASES]
 # dyck-rnn: 1-d inputs with hidden m, or the 2-d variant with hidden 2m; one layer, one direction
 DYCK = [(1, 4), (2, 6)]
-
-
-def count_steps(cells) -> list[int]:
-    """Make every cell count its reference ``step`` calls (the fast paths make none)."""
-    calls = [0]
-    for cell in cells:
-        def step(*a, _orig=cell.step, **k):
-            calls[0] += 1
-            return _orig(*a, **k)
-        cell.step = step
-    return calls
-
-
-def _run(enc, x, lengths, state, reference):
-    """Forward + backward of a fixed random loss; returns every tensor to compare."""
-    enc.zero_grad(set_to_none=True)
-    calls = count_steps(enc.cells())
-    xi = x.clone().requires_grad_(True)
-    st = tuple(s.clone().requires_grad_(True) for s in state)
-    torch.manual_seed(5)  # the recurrent-dropout masks
-    with reference_mode(reference):
-        out, fin = enc(xi, lengths=lengths, state=st)
-    g = torch.Generator().manual_seed(99)
-    loss = (out * torch.randn(out.shape, generator=g, dtype=x.dtype)).sum()
-    for s in fin:
-        loss = loss + (s * torch.randn(s.shape, generator=g, dtype=x.dtype)).sum()
-    loss.backward()
-    res = {"out": out, **{f"final{k}": s for k, s in enumerate(fin)}, "dx": xi.grad}
-    res.update({f"dstate{k}": s.grad for k, s in enumerate(st)})
-    res.update({f"d{n}": p.grad for n, p in enc.named_parameters()})
-    return res, calls[0]
 
 
 def _random_state(enc, B, gen, dtype):
@@ -91,8 +62,8 @@ def _compare(name, opts, dtype, bidirectional, lengths, recurrent_dropout, tol, 
     x = torch.randn(B, T, I, generator=gen, dtype=dtype) * 2
     state = _random_state(enc, B, gen, dtype)
     lt = torch.tensor(lengths)
-    fast, n_fast = _run(enc, x, lt, state, reference=False)
-    ref, n_ref = _run(enc, x, lt, state, reference=True)
+    fast, n_fast = run_forward_backward(enc, x, lt, state, reference=False)
+    ref, n_ref = run_forward_backward(enc, x, lt, state, reference=True)
     assert n_fast == 0 and n_ref > 0, "the fast path was not taken"
     assert fast.keys() == ref.keys()
     for k in ref:

@@ -184,6 +184,25 @@ def _packing_available() -> bool:
         return False
 
 
+
+def _lstm_factors(Z4: Tensor, C: Tensor, TC: Tensor) -> tuple[Tensor, Tensor]:
+    """Derivative factors of all steps of an LSTM-style memory cell.
+
+    ``Z4`` (T, B, 4, H) holds the activations i, f, o and the content u; ``C`` the
+    memory c_0..c_T and ``TC`` tanh(c_1..c_T).  Returns ``K`` with dz_{i,f,u} = dc * K
+    and dz_o = dh * K_o, and ``Kc`` with dc += dh * Kc.
+    """
+    G, u, o = Z4[:, :, :3], Z4[:, :, 3], Z4[:, :, 2]
+    K = Z4.new_empty(Z4.shape)
+    sd = G * (1 - G)
+    torch.mul(sd[:, :, 0], u, out=K[:, :, 0])
+    torch.mul(sd[:, :, 1], C[:-1], out=K[:, :, 1])
+    torch.mul(sd[:, :, 2], TC, out=K[:, :, 2])
+    torch.mul(1 - u * u, G[:, :, 0], out=K[:, :, 3])
+    Kc = 1 - TC * TC
+    Kc.mul_(o)
+    return K, Kc
+
 class _StepProduct:
     """``a @ w`` for the B-row products of every step, ``w`` given as (in, out).
 
@@ -320,16 +339,7 @@ class _FactoredRecurrence(torch.autograd.Function):
                         dhs[t - 1].addcmul_(mh(dps[t]), h_mask)
         else:
             Z4 = Z.view(T, B, 4, H)  # activations i, f, o, u
-            G, u, o = Z4[:, :, :3], Z4[:, :, 3], Z4[:, :, 2]
-            # derivative factors of all steps: dz_{i,f,u} = dc * K, dz_o = dh * K_o, dc += dh * Kc
-            K = A.new_empty(T, B, 4, H)
-            sd = G * (1 - G)
-            torch.mul(sd[:, :, 0], u, out=K[:, :, 0])
-            torch.mul(sd[:, :, 1], C[:-1], out=K[:, :, 1])
-            torch.mul(sd[:, :, 2], TC, out=K[:, :, 2])
-            torch.mul(1 - u * u, G[:, :, 0], out=K[:, :, 3])
-            Kc = 1 - TC * TC
-            Kc.mul_(o)
+            K, Kc = _lstm_factors(Z4, C, TC)
             DC, dc0_direct = _state_grads_into_steps(None, dcn, lengths, C[1:])
             dcs, kcs, ks, kos = DC.unbind(0), Kc.unbind(0), K.unbind(0), K[:, :, 2].unbind(0)
             dZ4 = dZ.view(T, B, 4, H)
@@ -537,15 +547,7 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
             kzs = Kz.unbind(0)
         else:
             XP4 = XP.view(T, B, 4, H)  # activations i, f, o, c^
-            G, g, o = XP4[:, :, :3], XP4[:, :, 3], XP4[:, :, 2]
-            K = XP.new_empty(T, B, 4, H)
-            sd = G * (1 - G)
-            torch.mul(sd[:, :, 0], g, out=K[:, :, 0])
-            torch.mul(sd[:, :, 1], C[:-1], out=K[:, :, 1])
-            torch.mul(sd[:, :, 2], TC, out=K[:, :, 2])
-            torch.mul(1 - g * g, G[:, :, 0], out=K[:, :, 3])
-            Kc = 1 - TC * TC
-            Kc.mul_(o)
+            K, Kc = _lstm_factors(XP4, C, TC)
             DC, dc0_direct = _state_grads_into_steps(None, dcn, lengths, C[1:])
             dcs, kcs, ks, kos = DC.unbind(0), Kc.unbind(0), K.unbind(0), K[:, :, 2].unbind(0)
             DPRE4 = DPRE.view(T, B, 4, H)

@@ -136,14 +136,13 @@ def convert(value: Any, tp: Any, where: str) -> Any:
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "~")):
             if type(None) in args:
                 return None
-        errors = []
         for a in args:
             if a is type(None):
                 continue
             try:
                 return convert(value, a, where)
-            except ConfigError as e:
-                errors.append(str(e))
+            except ConfigError:
+                pass  # try the next member of the union
         names = " or ".join(_type_name(a) for a in args if a is not type(None))
         raise ConfigError(f"{where}: expected {names}{' or none' if type(None) in args else ''}, "
                           f"got {value!r}")

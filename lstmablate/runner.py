@@ -127,12 +127,13 @@ def train_run(
     if not dist.is_main:
         console, progress = Console(file=io.StringIO()), False
     files = RunFiles(run_dir(out, cfg.experiment, cfg.cell, cfg.seed))
+    checkpoint = None  # last.pt, read once (other ranks read it in the trainer)
     if dist.is_main:
         has_checkpoint = prepare_run_dir(files, cfg, resume=resume, force=force)
         if resume and files.is_finished() and not has_checkpoint:
             raise RunDirError(f"{files.root} is finished but has no last.pt to resume from.")
         if has_checkpoint:  # a checkpoint of another run is refused before anything is written
-            load_checkpoint(files.last, expect=identity(cfg))
+            checkpoint = load_checkpoint(files.last, expect=identity(cfg))
         files.root.mkdir(parents=True, exist_ok=True)
         write_config(files, cfg)
         env = environment(dev, torch.get_num_threads())
@@ -151,7 +152,7 @@ def train_run(
     trainer = Trainer(cfg.train, task_obj, model, files.root, seed=cfg.seed, device=dev,
                       identity=identity(cfg), console=console, progress=progress, dist_info=dist)
     t0 = time.time()
-    res = trainer.fit(resume=has_checkpoint)
+    res = trainer.fit(resume=has_checkpoint, checkpoint=checkpoint)
     if res.interrupted:
         console.print(f"interrupted; continue with the same command plus --resume "
                       f"(run directory {files.root}).")

@@ -128,13 +128,6 @@ class Task:
             return {k: self.batch_to(v, device) for k, v in batch.items()}
         return batch
 
-    @classmethod
-    def metric(cls, name: str) -> Metric:
-        for m in cls.metrics:
-            if m.name == name:
-                return m
-        raise KeyError(name)
-
 
 # -- registry ------------------------------------------------------------------------------
 def _entry_points() -> dict[str, Any]:

@@ -97,6 +97,7 @@ def test_sigkill_during_checkpoint_writes_never_corrupts(tmp_path):
         if path.exists():
             ckpt = load_checkpoint(path)  # never truncated
             assert torch.all(ckpt["blob"] == float(ckpt["i"]))
+    assert path.exists(), "no checkpoint write ever completed: the kills tested nothing"
     leftovers = [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
     # a killed writer may leave its temporary file, but never in place of last.pt
     assert all(f.startswith(".tmp-last.pt") for f in leftovers)

@@ -137,7 +137,7 @@ class Encoder(nn.Module):
                 mask = lengths_to_mask(lengths, T).to(x.dtype)
         return x, lengths, mask
 
-    def _split_state(self, state: State | None, B: int, like: Tensor) -> list[State | None]:
+    def _split_state(self, state: State | None, B: int) -> list[State | None]:
         n = self.num_layers * self.num_directions
         if state is None:
             return [None] * n
@@ -171,7 +171,7 @@ class Encoder(nn.Module):
         """
         x, lengths, mask = self._prepare(x, lengths)
         B = x.shape[1]
-        init = self._split_state(state, B, x)
+        init = self._split_state(state, B)
         finals: list[State] = []
         inp = x
         for li, layer in enumerate(self.layers):

@@ -16,7 +16,7 @@ import math
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,6 @@ class TrainResult:
     train_time_s: float
     interrupted: bool = False
     skipped_nonfinite: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -148,8 +147,9 @@ class Trainer:
             "dev": metrics,
         })
 
-    def _resume(self) -> None:
-        ckpt = load_checkpoint(self.last_path, expect=self.identity)
+    def _resume(self, ckpt: dict[str, Any] | None = None) -> None:
+        if ckpt is None:
+            ckpt = load_checkpoint(self.last_path, expect=self.identity)
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.schedule.load_state_dict(ckpt["schedule"])
@@ -218,18 +218,19 @@ class Trainer:
             self.pos.evals_since_best += 1
         self.schedule.observe(improved)
         barrier(self.dist)
-        shown = "  ".join(f"{k} {v:{self.task.metric(k).fmt if k in {m.name for m in self.task.metrics} else '.4g'}}"
-                          for k, v in metrics.items())
+        fmt = {m.name: m.fmt for m in self.task.metrics}
+        shown = "  ".join(f"{k} {v:{fmt.get(k, '.4g')}}" for k, v in metrics.items())
         loss_txt = f"train loss {train_loss:.4f}  " if train_loss is not None else ""
         self.console.print(f"[bold]eval[/] step {self.pos.step} epoch {self.pos.epoch + 1}: "
                            f"{loss_txt}{self.task.dev_split} {shown}" + ("  [green]best[/]" if improved else ""))
 
     # -- the loop --------------------------------------------------------------------------
-    def fit(self, resume: bool = False) -> TrainResult:
+    def fit(self, resume: bool = False, checkpoint: dict[str, Any] | None = None) -> TrainResult:
+        """Train; with ``resume``, continue from ``last.pt`` (or ``checkpoint``, already loaded)."""
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume and self.last_path.exists():
-            self._resume()
+            self._resume(checkpoint)
             self.console.print(f"resuming at epoch {self.pos.epoch + 1}, batch {self.pos.batch}, "
                                f"step {self.pos.step}")
         else:

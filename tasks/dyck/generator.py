@@ -429,14 +429,31 @@ def write_split(
         raise
 
 
-def read_split(path: str | os.PathLike[str], vocab: DyckVocab) -> list[list[int]]:
+def read_split(path: str | os.PathLike[str], vocab: DyckVocab, m: int | None = None
+               ) -> list[list[int]]:
     """Read a file written by :func:`write_split` (``.gz`` too) into lists of ids.
 
     Raises :class:`DataError` naming the file and line for an unreadable file, a blank line, an
-    unknown or reserved token, or a line that does not end with (exactly one) ``END``.
-    Well-nestedness is checked by :func:`validate_file`, not here.
+    unknown or reserved token, or a line that does not end with (exactly one) ``END``.  With
+    ``m``, every line must also be well-nested and at most ``m`` deep (as :func:`validate_file`
+    checks), in the same single pass.
     """
-    return [ids for _, ids in _parse_lines(path, vocab)]
+    lines = _parse_lines(path, vocab) if m is None else _checked_lines(path, vocab, m)
+    return [ids for _, ids in lines]
+
+
+def _checked_lines(path: str | os.PathLike[str], vocab: DyckVocab, m: int
+                   ) -> Iterator[tuple[int, list[int]]]:
+    """:func:`_parse_lines`, raising DataError at the first line that is not Dyck-(k, m)."""
+    _check_m(m)
+    for lineno, ids in _parse_lines(path, vocab):
+        problem = _structure_problem(ids, vocab, m)
+        if problem:
+            raise DataError(
+                f"{where(path, lineno)}: not a Dyck-({vocab.k}, {m}) string: {problem}. Every line "
+                f"must be well-nested, at most {m} deep, and end with {END} on an empty stack."
+            )
+        yield lineno, ids
 
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -642,14 +659,7 @@ def validate_file(path: str | os.PathLike[str], k: int, m: int) -> DyckStats:
     ``END``) or the nesting (unbalanced, mismatched, deeper than m).
     """
     vocab = DyckVocab(k)
-    _check_m(m)
     counter = _StatsCounter()
-    for lineno, ids in _parse_lines(path, vocab):
-        problem = _structure_problem(ids, vocab, m)
-        if problem:
-            raise DataError(
-                f"{where(path, lineno)}: not a Dyck-({k}, {m}) string: {problem}. Every line "
-                f"must be well-nested, at most {m} deep, and end with {END} on an empty stack."
-            )
+    for _, ids in _checked_lines(path, vocab, m):
         counter.add(ids, vocab)
     return counter.stats()

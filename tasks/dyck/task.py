@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from lstmablate.data import find_file
 from lstmablate.errors import ConfigError
 from lstmablate.task import Metric, StepOutput, Task
 
 from .generator import (PAD_ID, START_ID, DyckVocab, default_lengths, make_splits,
-                        read_split, validate_file)
+                        read_split)
 from .metrics import OBJECTIVES, BracketClosingMeter
 
 
@@ -136,11 +136,9 @@ class DyckTask(Task):
         d = self.data_cfg
         self.vocab = DyckVocab(d.k)
         if d.files:
-            root = self.data_dir / d.files
-            self.splits = {s: read_split(self._split_path(root, s), self.vocab)
-                           for s in ("train", "dev", "test")}
-            for s in self.splits:
-                validate_file(self._split_path(root, s), d.k, d.m)
+            self.splits = {
+                s: read_split(find_file(self.data_dir, f"{d.files}/{s}.txt"), self.vocab, m=d.m)
+                for s in ("train", "dev", "test")}  # parsed and checked in one pass
         else:
             lengths = default_lengths(d.m)
             if d.train_max_length:
@@ -164,12 +162,6 @@ class DyckTask(Task):
                 raise ConfigError(f"cannot generate the Dyck-({d.k},{d.m}) corpus: {e}") from None
             self.splits = {"train": sp.train, "dev": sp.dev, "test": sp.test}
         self.lengths = {s: max(len(x) for x in seqs) for s, seqs in self.splits.items()}
-
-    @staticmethod
-    def _split_path(root: Path, split: str) -> Path:
-        from lstmablate.data import find_file
-
-        return find_file(root.parent, f"{root.name}/{split}.txt")
 
     # -- batches ---------------------------------------------------------------------
     def _collate(self, seqs: list[list[int]]) -> tuple[Tensor, Tensor, Tensor]:

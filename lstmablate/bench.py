@@ -10,7 +10,7 @@ Library functions (the ``lstmablate bench`` command renders their rows):
   interleaved round by round (so a busy machine slows every candidate alike);
   plus memory, achieved GFLOP/s, and for the cells without a ratio target the
   speed-up over their own reference step loop;
-* :func:`bench_models` — end-to-end PTB-small training tokens/s per cell
+* :func:`bench_models` — end-to-end PTB (small/medium/large) training tokens/s per cell
   (embedding -> 2-layer encoder -> softmax, SGD with gradient clipping);
 * :func:`machine_gflops` — this machine's large matrix-multiply rate (the floor);
 * :func:`render` — a ``rich`` table of the rows; :func:`to_json` — the rows as JSON.
@@ -377,7 +377,7 @@ def _target(cell: str, shape: Shape, row: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------
-# full model: PTB-small training
+# full model: PTB training (the tutorial's small, medium, large sizes)
 # ---------------------------------------------------------------------------------
 
 class _LanguageModel(nn.Module):
@@ -419,20 +419,32 @@ def _ptb_model(cell: str, vocab: int, hidden: int, layers: int) -> nn.Module:
     return model
 
 
+#: The tutorial's model sizes (hidden, num_steps): what ``bench_models(size=...)`` times.
+MODEL_SIZES: dict[str, tuple[int, int]] = {"small": (200, 20), "medium": (650, 35),
+                                           "large": (1500, 35)}
+
+
 def bench_models(cells: list[str] | None = None, threads: int = 2, device: str = "cpu",
                  repeats: int = 20, quick: bool = False, warmup: int = 3, vocab: int = 10_000,
-                 hidden: int = 200, layers: int = 2, batch: int = 20, steps: int = 20,
-                 seed: int = 0, progress: Callable[[str], None] | None = None) -> list[dict]:
-    """PTB-small training tokens/s per cell (and ``nn.LSTM``), on random token ids.
+                 hidden: int | None = None, layers: int = 2, batch: int = 20,
+                 steps: int | None = None, seed: int = 0, size: str = "small",
+                 progress: Callable[[str], None] | None = None) -> list[dict]:
+    """PTB training tokens/s per cell (and ``nn.LSTM``), on random token ids.
 
     One iteration = the tutorial's training step: forward over ``batch x steps`` tokens
     from the carried (detached) state, loss = sum over steps of the batch-mean NLL,
-    backward, gradient clipping at norm 5, an SGD update at lr 1.0.  Defaults are
-    PTB-small (vocab 10000, hidden 200, 2 layers, batch 20, 20 steps); ``cells`` defaults
-    to the LSTM family and the GRU.  Returns one dict
-    per cell with ``kind="model"``: cell, kernel, device, threads, vocab, hidden, layers,
-    batch, steps, ms, ms_min, tokens_per_s, ratio_lstm, repeats.
+    backward, gradient clipping at norm 5, an SGD update at lr 1.0.  ``size`` picks the
+    tutorial's hidden size and num_steps (:data:`MODEL_SIZES`: small 200/20, medium
+    650/35, large 1500/35); ``hidden``/``steps`` override it.  Vocab 10000, 2 layers,
+    batch 20.  ``cells`` defaults to the LSTM family and the GRU.  Returns one dict
+    per cell with ``kind="model"``: shape ("ptb-<size>-model"), cell, kernel, device,
+    threads, vocab, hidden, layers, batch, steps, ms, ms_min, tokens_per_s, ratio_lstm,
+    repeats.
     """
+    if size not in MODEL_SIZES:
+        raise ConfigError(f"unknown PTB model size {size!r}; expected one of {sorted(MODEL_SIZES)}")
+    hidden = MODEL_SIZES[size][0] if hidden is None else hidden
+    steps = MODEL_SIZES[size][1] if steps is None else steps
     dev = torch.device(device)
     cells = list(cells) if cells else [c for c in available_cells()
                                        if get_cell(c).family in ("lstm", "gru")]
@@ -472,13 +484,13 @@ def bench_models(cells: list[str] | None = None, threads: int = 2, device: str =
             meta[cell] = ("PyTorch" if cell == "nn.LSTM" else
                           _path(enc, dev, torch.float32, False) if enc is not None else "?")
         if progress:
-            progress(f"ptb-small model: timing {len(cands)} candidates x {repeats} rounds")
+            progress(f"ptb-{size} model: timing {len(cands)} candidates x {repeats} rounds")
         _time_rounds(cands, warmup, repeats, dev)
     base = statistics.median(cands[0].times)
     rows = []
     for c in cands:
         t = statistics.median(c.times)
-        rows.append(dict(kind="model", shape="ptb-small-model", cell=c.name, kernel=meta[c.name],
+        rows.append(dict(kind="model", shape=f"ptb-{size}-model", cell=c.name, kernel=meta[c.name],
                          device=dev.type, threads=threads, vocab=vocab, hidden=hidden,
                          layers=layers, batch=batch, steps=steps, tokens=batch * steps,
                          ms=t * 1e3, ms_min=min(c.times) * 1e3, tokens_per_s=batch * steps / t,
@@ -586,22 +598,33 @@ def render(rows: list[dict]):
         if not model_rows:
             return table
     if model_rows:
-        m0 = model_rows[0]
-        mt = Table(title=f"PTB-small training step (vocab {m0['vocab']}, {m0['layers']}x{m0['hidden']}, "
-                         f"batch {m0['batch']}, {m0['steps']} steps), {m0['device']}, "
-                         f"{m0['threads']} threads")
-        for col in ("cell", "kernel", "ms/iter", "tokens/s", "vs nn.LSTM"):
-            mt.add_column(col, justify="left" if col in ("cell", "kernel") else "right")
-        for r in model_rows:
-            mt.add_row(r["cell"], r["kernel"], _fmt(r["ms"], ".1f"), _fmt(r["tokens_per_s"], ",.0f"),
-                       _fmt(r["ratio_lstm"]))
-        if not cell_rows:
-            return mt
+        tables = [] if not cell_rows else [table]
+        for group in _by_shape(model_rows):
+            m0 = group[0]
+            mt = Table(title=f"PTB-{m0['shape'].split('-')[1]} training step (vocab {m0['vocab']}, "
+                             f"{m0['layers']}x{m0['hidden']}, batch {m0['batch']}, "
+                             f"{m0['steps']} steps), {m0['device']}, {m0['threads']} threads")
+            for col in ("cell", "kernel", "ms/iter", "tokens/s", "vs nn.LSTM"):
+                mt.add_column(col, justify="left" if col in ("cell", "kernel") else "right")
+            for r in group:
+                mt.add_row(r["cell"], r["kernel"], _fmt(r["ms"], ".1f"),
+                           _fmt(r["tokens_per_s"], ",.0f"), _fmt(r["ratio_lstm"]))
+            tables.append(mt)
+        if len(tables) == 1:
+            return tables[0]
         both = Table.grid(padding=(1, 0))
-        both.add_row(table)
-        both.add_row(mt)
+        for t in tables:
+            both.add_row(t)
         return both
     return Table(title="no rows")
+
+
+def _by_shape(rows: list[dict]) -> list[list[dict]]:
+    """Rows grouped by their ``shape``, in order of first appearance."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["shape"], []).append(r)
+    return list(groups.values())
 
 
 def to_markdown(rows: list[dict]) -> str:
@@ -627,9 +650,9 @@ def to_markdown(rows: list[dict]) -> str:
     if model_rows:
         if out:
             out.append("")
-        out.append("| cell | kernel | ms/iter | tokens/s | vs nn.LSTM |")
-        out.append("|---|---|---|---|---|")
+        out.append("| model | cell | kernel | ms/iter | tokens/s | vs nn.LSTM |")
+        out.append("|---|---|---|---|---|---|")
         for r in model_rows:
-            out.append(f"| {r['cell']} | {r['kernel']} | {_fmt(r['ms'], '.1f')} | "
+            out.append(f"| {r['shape']} | {r['cell']} | {r['kernel']} | {_fmt(r['ms'], '.1f')} | "
                        f"{_fmt(r['tokens_per_s'], ',.0f')} | {_fmt(r['ratio_lstm'])} |")
     return "\n".join(out)

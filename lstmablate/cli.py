@@ -311,17 +311,24 @@ def bench(
     device: str = typer.Option("cpu", "--device"),
     repeats: int = typer.Option(7, "--repeats"),
     quick: bool = typer.Option(False, "--quick", help="Fewer shapes and repeats."),
-    models: bool = typer.Option(True, "--models/--no-models", help="Also PTB-small training tokens/s."),
+    models: bool = typer.Option(True, "--models/--no-models", help="Also PTB training tokens/s."),
+    model_sizes: Optional[list[str]] = typer.Option(
+        None, "--model-size", help="PTB model sizes for --models: small (default), medium, large."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
 ) -> None:
     """Forward+backward tokens/s and memory per cell against torch.nn.LSTM, same process."""
     from . import bench as b
 
+    for size in model_sizes or []:  # before anything is timed
+        if size not in b.MODEL_SIZES:
+            raise UserError(f"--model-size {size!r}: expected one of {', '.join(b.MODEL_SIZES)}")
     note = (lambda msg: err.print(msg, highlight=False)) if not as_json else None
     rows = b.bench_cells(cells or None, shapes or None, threads=threads, device=device,
                          repeats=repeats, quick=quick, progress=note)
     if models:
-        rows += b.bench_models(cells or None, threads=threads, device=device, quick=quick, progress=note)
+        for size in model_sizes or ["small"]:
+            rows += b.bench_models(cells or None, threads=threads, device=device, quick=quick,
+                                   size=size, progress=note)
     if as_json:
         sys.stdout.write(b.to_json(rows) + "\n")
     else:

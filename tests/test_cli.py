@@ -20,6 +20,7 @@ def run_cli(*args, cwd=None):
     (["train", "--task", "dyck", "--set", "train.lrr=1"], "Did you mean 'train.lr'?"),
     (["list", "cels"], "Did you mean 'cells'?"),
     (["eval", "/nonexistent/run"], "is not a run directory"),
+    (["bench", "--model-size", "huge"], "--model-size 'huge': expected one of small, medium, large"),
 ])
 def test_user_errors_exit_2_without_traceback(args, expected, tmp_path):
     r = run_cli(*args, cwd=tmp_path)

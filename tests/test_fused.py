@@ -314,7 +314,13 @@ def test_bench_library_rows_table_json():
     assert isinstance(bench.render(rows + models), Table)
     doc = json.loads(bench.to_json(rows + models, environment=bench.environment(1)))
     assert len(doc["rows"]) == len(rows) + 2
-    assert "| lstm-srnn |" in bench.to_markdown(models)
+    assert "| ptb-small-model | lstm-srnn |" in bench.to_markdown(models)
+    medium = bench.bench_models(cells=["lstm-srnn"], threads=1, repeats=1, warmup=0, vocab=50,
+                                size="medium", hidden=8, batch=2)
+    assert {(m["shape"], m["steps"]) for m in medium} == {("ptb-medium-model", 35)}
+    assert isinstance(bench.render(models + medium), Table)  # one table per model size
+    with pytest.raises(Exception, match="unknown PTB model size"):
+        bench.bench_models(size="huge")
     assert bench.parse_shape("ptb-650").hidden == 650
     with pytest.raises(Exception, match="unknown shape"):
         bench.parse_shape("big")

@@ -85,6 +85,17 @@ def test_malformed_json_result(tmp_path, tiny_recipe):
     expect_error(run_cli("report", "runs", cwd=tmp_path), "result.json, line 2", "malformed JSON")
 
 
+def test_report_out_is_a_directory(tmp_path, tiny_recipe):
+    r = run_cli("train", "--task", "dyck", "--recipe", str(tiny_recipe), "--set", "train.max_steps=2",
+                "--out", "runs", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "tables").mkdir()
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    expect_error(run_cli("report", "runs", "--out", "tables", cwd=tmp_path),
+                 "cannot write tables: it is a directory")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # no stray temporary file
+
+
 def test_yaml_syntax_error_and_unknown_key(tmp_path):
     (tmp_path / "bad.yaml").write_text("task: dyck\ntrain:\n  lr: [0.1,\n")
     expect_error(run_cli("train", "--task", "dyck", "--recipe", "bad.yaml", cwd=tmp_path),

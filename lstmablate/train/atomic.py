@@ -15,11 +15,20 @@ from typing import IO, Any
 
 import yaml
 
+from lstmablate.errors import UserError
+
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
+    if path.is_dir():
+        raise UserError(f"cannot write {path}: it is a directory; give a file name instead "
+                        f"(e.g. {path / 'out.md'}). Nothing was written.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e} ({e.filename or path.parent}). "
+                        "Nothing was written.") from None
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

@@ -240,8 +240,8 @@ def _path(enc: nn.Module, device: torch.device, dtype: torch.dtype, masked: bool
         elif hasattr(fused, "gru_plan") and type(cell).__name__ == "GRUCell":
             p = fused.gru_plan(cell, device_type=device.type, dtype=dtype, mask=kind)
         elif fused_multiplicative.cell_kind(cell) is not None:
-            p = fused_multiplicative.plan(cell, device_type=device.type, dtype=dtype, mask=kind)
-            return p if p == "reference" else p + " (pytorch)"
+            return fused_multiplicative.kernel_name(cell, device_type=device.type, dtype=dtype,
+                                                    mask=kind)
         else:
             return "reference"
     except Exception:  # noqa: BLE001  (a plugin cell: just say so)

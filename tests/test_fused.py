@@ -304,7 +304,8 @@ def test_bench_library_rows_table_json():
         assert r["kind"] == "cell" and r["tokens_per_s"] > 0 and r["ms"] > 0
         assert r["memory_mb"] >= 0 and r["gflops"] > 0
     mrnn = next(r for r in rows if r["cell"] == "mrnn")
-    assert mrnn["speedup_vs_reference"] is not None and mrnn["kernel"] == "recurrent (pytorch)"
+    loops = "recurrent (native)" if fused.native_kernel() is not None else "recurrent (pytorch)"
+    assert mrnn["speedup_vs_reference"] is not None and mrnn["kernel"] == loops
     lstm = next(r for r in rows if r["cell"] == "lstm")
     assert lstm["target"] is None  # targets apply to the PTB shapes only
     models = bench.bench_models(cells=["lstm-srnn"], threads=1, repeats=1, warmup=0, vocab=50,

@@ -6,15 +6,19 @@ layer, unidirectional: all it accepts): outputs, final states (keys included) an
 gradient (inputs, initial states, all parameters) agree with the plain reference loop
 (``fused.reference_mode()``) with padded batches (including a length-0 row) and full
 batches, with and without recurrent dropout: to 1e-10 in float64 and 1e-5 in float32.
+mrnn, mlstm, mmrnn and mmlstm have two implementations of their loops on CPU, the native
+(C) loops and the PyTorch loops (``LSTMABLATE_NATIVE=0``): both are compared (``loops``).
 Plus which path each call selects, and the fallbacks.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
-from lstmablate.cells import available_cells, build_encoder, get_cell
+from lstmablate.cells import available_cells, build_encoder, fused, get_cell
 from lstmablate.cells import fused_multiplicative as fm
 from lstmablate.cells.fused import reference_mode
 from lstmablate.cells.multiplicative import MRNNCell
@@ -35,6 +39,41 @@ CASES = [
 IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in CASES]
 # dyck-rnn: 1-d inputs with hidden m, or the 2-d variant with hidden 2m; one layer, one direction
 DYCK = [(1, 4), (2, 6)]
+# the cells with native (C) loops, and their cases
+NATIVE = ("mrnn", "mlstm", "mmrnn", "mmlstm")
+NATIVE_CASES = [(n, o) for n, o in CASES if n in NATIVE]
+NATIVE_IDS = [i for (n, _), i in zip(CASES, IDS) if n in NATIVE]
+# every case with its default kernels (the native loops where a cell has them), plus those
+# cells once more with the PyTorch loops
+LOOPS = [pytest.param(n, o, "native" if n in NATIVE else "default", id=i)
+         for (n, o), i in zip(CASES, IDS)]
+LOOPS += [pytest.param(n, o, "pytorch", id=i + "-pytorch") for (n, o), i in zip(NATIVE_CASES, NATIVE_IDS)]
+
+
+def _use_loops(loops, monkeypatch):
+    """Select a cell's loops ("native", "pytorch"; "default": a cell without native loops,
+    or whatever the environment selects); returns the list that records, per call, whether the native loops ran."""
+    if loops == "native" and fused.native_kernel() is None:
+        pytest.skip("the native kernel cannot be built here")
+    if loops == "pytorch":
+        monkeypatch.setenv("LSTMABLATE_NATIVE", "0")
+    used = []
+    orig = fm._native_for
+
+    def spy(x):
+        lib = orig(x)
+        used.append(lib is not None)
+        return lib
+
+    monkeypatch.setattr(fm, "_native_for", spy)
+    return used
+
+
+def _check_loops(loops, used):
+    if loops == "native":
+        assert used and all(used), "the native loops were not taken"
+    else:
+        assert not any(used), "the native loops were taken"
 
 
 def _random_state(enc, B, gen, dtype):
@@ -79,17 +118,22 @@ def _compare(name, opts, dtype, bidirectional, lengths, recurrent_dropout, tol, 
     return fast
 
 
-@pytest.mark.parametrize("name,opts", CASES, ids=IDS)
+@pytest.mark.parametrize("name,opts,loops", LOOPS)
 @pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
 @pytest.mark.parametrize("lengths", [[7, 7, 7], [7, 3, 0, 5]], ids=["full", "varlen"])
-def test_fast_matches_reference_float64(name, opts, bidirectional, lengths):
+def test_fast_matches_reference_float64(name, opts, loops, bidirectional, lengths, monkeypatch):
+    used = _use_loops(loops, monkeypatch)
     _compare(name, opts, F64, bidirectional, lengths, 0.0, 1e-10)
+    _check_loops(loops, used)
 
 
 @pytest.fixture(params=["mm", "packed"])
 def gemm(request, monkeypatch):
     """mm: the per-step products call ``torch.mm``; packed: every per-step weight is packed
-    for MKL's packed GEMM (float32 CPU; by default only the large ones are)."""
+    for MKL's packed GEMM (float32 CPU; by default only the large ones are).  These are the
+    PyTorch loops' products, so the cells with native loops run their PyTorch loops here
+    (``LSTMABLATE_NATIVE=0``; the native loops: ``test_native_*``)."""
+    monkeypatch.setenv("LSTMABLATE_NATIVE", "0")
     if request.param == "packed":
         if not fm._packing_available():
             pytest.skip("MKL's packed GEMM is not available in this PyTorch build")
@@ -106,18 +150,63 @@ def test_fast_matches_reference_float32(name, opts, lengths, gemm):
     _compare(name, opts, torch.float32, True, lengths, 0.0, 1e-5)
 
 
-@pytest.mark.parametrize("name,opts", CASES, ids=IDS)
-def test_fast_matches_reference_float32_recurrent_dropout(name, opts, monkeypatch):
-    """With every per-step weight packed where packing is available (the mm path with
-    recurrent dropout is covered in float64)."""
+@pytest.mark.parametrize("name,opts,loops", LOOPS)
+def test_fast_matches_reference_float32_recurrent_dropout(name, opts, loops, monkeypatch):
+    """With every per-step weight of the PyTorch loops packed where packing is available
+    (the mm path with recurrent dropout is covered in float64)."""
+    used = _use_loops(loops, monkeypatch)
     monkeypatch.setattr(fm, "PACK_MIN", 0)
     monkeypatch.setattr(fm, "PACK_MIN_STEPS", 0)
     _compare(name, opts, torch.float32, True, [7, 3, 0, 5], 0.3, 1e-5)
+    _check_loops(loops, used)
 
 
-@pytest.mark.parametrize("name,opts", CASES, ids=IDS)
-def test_fast_matches_reference_recurrent_dropout(name, opts):
+@pytest.mark.parametrize("name,opts,loops", LOOPS)
+def test_fast_matches_reference_recurrent_dropout(name, opts, loops, monkeypatch):
+    used = _use_loops(loops, monkeypatch)
     _compare(name, opts, F64, True, [7, 3, 0, 5], 0.3, 1e-10)
+    _check_loops(loops, used)
+
+
+@pytest.fixture(params=["packed", "sgemm"])
+def native_gemm(request):
+    """The native loops' float32 products: packed (MKL's packed GEMM, the default where
+    PyTorch's BLAS is MKL) or plain sgemm_ (packing switched off in the loaded kernel for
+    the test, then restored)."""
+    if fused.native_kernel() is None:
+        pytest.skip("the native kernel cannot be built here")
+    blas = fused._blas_pointers()
+    packed = all(blas[2:]) and os.environ.get("LSTMABLATE_PACKED_GEMM", "1") != "0"
+    if request.param == "packed" and not packed:
+        pytest.skip("MKL's packed GEMM is not available in this PyTorch build")
+    lib = fused.native_kernel()
+    if request.param == "sgemm":
+        lib.la_init_packed(None, None, None)
+    yield request.param
+    if packed:
+        lib.la_init_packed(*blas[2:])
+
+
+@pytest.mark.parametrize("name,opts", NATIVE_CASES, ids=NATIVE_IDS)
+@pytest.mark.parametrize("lengths", [[7, 7, 7], [7, 3, 0, 5]], ids=["full", "varlen"])
+def test_native_matches_reference_float32(name, opts, lengths, native_gemm, monkeypatch):
+    used = _use_loops("native", monkeypatch)
+    _compare(name, opts, torch.float32, True, lengths, 0.0, 1e-5)
+    _check_loops("native", used)
+
+
+@pytest.mark.parametrize("name,opts", [("mrnn", {"factor_size": 33}), ("mlstm", {"factor_size": 33}),
+                                       ("mmrnn", {"bias": True}),
+                                       ("mmlstm", {"forget_matrices": 2, "bias": True})])
+def test_native_matches_reference_float32_larger(name, opts, native_gemm, monkeypatch):
+    """Longer sequences, wider layers, recurrent dropout, a factor size other than H,
+    unequal K per block, and every step's element-wise work split across threads
+    (``PAR_MIN``)."""
+    used = _use_loops("native", monkeypatch)
+    monkeypatch.setattr(fused, "PAR_MIN", 1)
+    _compare(name, opts, torch.float32, True, [20, 13, 20, 1, 17, 20], 0.2, 1e-5,
+             sizes=(24, 40), T=20)
+    _check_loops("native", used)
 
 
 @pytest.mark.parametrize("name", ["mrnn", "mlstm", "mmrnn", "mmlstm"])
@@ -190,6 +279,51 @@ def test_plan(name):
     with reference_mode():
         assert fm.plan(cell) == "reference"
         assert cell.fast_path_available()  # availability ignores the switch
+
+
+def test_kernel_name_and_native_selection(monkeypatch):
+    """mrnn, mlstm, mmrnn, mmlstm: the native loops on CPU in float32 / float64 where the
+    kernel builds; the PyTorch loops on other devices, with LSTMABLATE_NATIVE=0, or without
+    the kernel."""
+    has_native = fused.native_kernel() is not None
+    loops = "recurrent (native)" if has_native else "recurrent (pytorch)"
+    for name in NATIVE:
+        cell = _cell(name)
+        assert fm.kernel_name(cell) == loops
+        assert fm.kernel_name(cell, dtype=F64, mask="prefix0", h_mask=True) == loops
+        assert fm.kernel_name(cell, device_type="cuda") == "recurrent (pytorch)"
+        assert fm.kernel_name(cell, device_type="cuda", dtype=torch.float16) == "recurrent (pytorch)"
+        assert fm.kernel_name(cell, mask="other") == "reference"
+        assert fm.kernel_name(cell, reference=True) == "reference"
+    assert fm.kernel_name(_cell("dyck-rnn")) == "recurrent (pytorch)"  # no native loops
+    with monkeypatch.context() as m:
+        m.setenv("LSTMABLATE_NATIVE", "0")
+        assert fm.kernel_name(_cell("mrnn")) == "recurrent (pytorch)"
+    with monkeypatch.context() as m:
+        m.setattr(fused, "_native_state", {"lib": None})  # e.g. no compiler
+        assert fm.kernel_name(_cell("mmlstm")) == "recurrent (pytorch)"
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_native_fallbacks_give_the_same_numbers(name, monkeypatch):
+    """LSTMABLATE_NATIVE=0 and a missing kernel take the PyTorch loops, with the numbers of
+    the native loops (float64, padding, recurrent dropout, bidirectional)."""
+    if fused.native_kernel() is None:
+        pytest.skip("the native kernel cannot be built here")
+    runs = {}
+    for how in ("native", "env", "no-kernel"):
+        with monkeypatch.context() as m:
+            if how == "env":
+                m.setenv("LSTMABLATE_NATIVE", "0")
+            elif how == "no-kernel":
+                m.setattr(fused, "_native_state", {"lib": None})
+            used = _use_loops("default", m)
+            runs[how] = _compare(name, {}, F64, True, [7, 3, 0, 5], 0.3, 1e-10)
+            _check_loops("native" if how == "native" else "pytorch", used)
+    for how in ("env", "no-kernel"):
+        for k, v in runs["native"].items():
+            if v is not None:
+                torch.testing.assert_close(runs[how][k], v, atol=1e-12, rtol=1e-12)
 
 
 def test_plan_other_cells_and_subclasses():

@@ -52,7 +52,9 @@ reference loop, as do autocast and CPU dtypes other than float32/float64.
 
 Recurrent dropout (``h_mask``) and ``proj_size`` are supported by the
 hand-written kernels.  The second-order cells (``mrnn``, ``mlstm``, ``mmrnn``,
-``mmlstm``, ``dyck-rnn``) have their own kernels in ``fused_multiplicative.py``.
+``mmlstm``, ``dyck-rnn``) have their own kernels in ``fused_multiplicative.py``;
+the native loops of ``mrnn``, ``mlstm``, ``mmrnn``, ``mmlstm`` are part of the native
+kernel built here.
 """
 
 from __future__ import annotations
@@ -392,7 +394,7 @@ def _add(a: Tensor | None, b: Tensor | None) -> Tensor | None:
 # compiler, no BLAS symbols, or ``LSTMABLATE_NATIVE=0``: the PyTorch loops above
 # are used instead (with a one-time warning in the first two cases).
 
-_NATIVE_VERSION = 5
+_NATIVE_VERSION = 6
 _C_HEADER = r"""/* lstmablate fused kernels: plain C (no PyTorch headers), compiled once and cached by
    lstmablate/cells/fused.py.  GEMMs go to the BLAS that PyTorch itself uses (sgemm_/dgemm_,
    passed in as function pointers by la_init); element-wise work is fused, one pass per step. */
@@ -910,12 +912,16 @@ _native_state: dict = {}
 
 
 def _c_source() -> str:
+    # the second-order cells' loops (imported here: that module imports this one)
+    from .fused_multiplicative import _C_SECOND_ORDER
+
     parts = [_C_HEADER.format(version=_NATIVE_VERSION)]
     for real, sfx, exp, tanh, gemm, pack in (("float", "f", "la_expf", "la_tanhf", "SGEMM_PTR", 1),
                                              ("double", "d", "exp", "tanh", "DGEMM_PTR", 0)):
         parts.append(f"#define SFX(n) n##_{sfx}\n#define EXP {exp}\n#define TANH {tanh}\n"
                      f"#define GEMM {gemm}\n#define CAN_PACK {pack}\n")
         parts.append(_C_BODY.format(real=real))
+        parts.append(_C_SECOND_ORDER.format(real=real))  # mrnn, mlstm, mmrnn, mmlstm
         parts.append("#undef SFX\n#undef EXP\n#undef TANH\n#undef GEMM\n#undef CAN_PACK\n")
     return "\n".join(parts)
 
@@ -1023,6 +1029,18 @@ def _build_native() -> ctypes.CDLL:
         gb = getattr(lib, f"gru_bwd_{sfx}")
         gb.argtypes = [ctypes.c_int] * 4 + [ptr] * 11 + [ctypes.c_long]
         gb.restype = ctypes.c_int
+        ff = getattr(lib, f"factored_fwd_{sfx}")  # mrnn / mlstm: see fused_multiplicative
+        ff.argtypes = [ctypes.c_int] * 5 + [ctypes.c_long] + [ptr] * 11
+        ff.restype = ctypes.c_int
+        fb = getattr(lib, f"factored_bwd_{sfx}")
+        fb.argtypes = [ctypes.c_int] * 5 + [ctypes.c_long] + [ptr] * 16
+        fb.restype = ctypes.c_int
+        mf = getattr(lib, f"multi_fwd_{sfx}")  # mmrnn / mmlstm
+        mf.argtypes = [ctypes.c_int, ctypes.c_int, ptr] + [ctypes.c_int] * 3 + [ctypes.c_long] + [ptr] * 11
+        mf.restype = ctypes.c_int
+        mb = getattr(lib, f"multi_bwd_{sfx}")
+        mb.argtypes = [ctypes.c_int, ctypes.c_int, ptr] + [ctypes.c_int] * 3 + [ctypes.c_long] + [ptr] * 19
+        mb.restype = ctypes.c_int
     return lib
 
 

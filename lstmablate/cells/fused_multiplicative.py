@@ -4,7 +4,11 @@ The equations and parameter layouts are those of :mod:`lstmablate.cells.multipli
 and :mod:`lstmablate.cells.dyck`; nothing here changes them.  Each kernel is a
 ``torch.autograd.Function`` with a hand-written BPTT in plain PyTorch operations
 (so it runs on any device PyTorch supports), written the way the PyTorch-loop
-kernels of :mod:`lstmablate.cells.fused` are:
+kernels of :mod:`lstmablate.cells.fused` are.  ``mrnn``, ``mlstm``, ``mmrnn`` and
+``mmlstm`` also have their loops in C (:data:`_C_SECOND_ORDER`, compiled into the native
+kernel of ``fused``; taken on CPU in float32 / float64 wherever that kernel builds, the
+PyTorch loops otherwise: another device, ``LSTMABLATE_NATIVE=0``, no compiler or BLAS;
+:func:`kernel_name` says which):
 
 * everything that depends on x alone is ONE matrix product for all steps;
 * per step only what reads h_{t-1}, with in-place operations on buffers
@@ -40,6 +44,10 @@ Per cell (B rows, H hidden, F factors, K_g choice matrices per block, K = sum K_
     dZ_t from dh_t (and dc_t), dM_t = dZ_t W_hm, dP_t = dM_t * A_t,
     dh_{t-1} += dP_t W_mh.  After the loop dA = dM * P and
     dW_ih = [dA, dZ]^T X, dW_mh = dP^T H', dW_hm = dZ^T M, dX = [dA, dZ] W_ih.
+    Native: the same buffers; each loop is one C call (``factored_fwd`` /
+    ``factored_bwd``: per step the two products through MKL's packed GEMM in float32,
+    sgemm_/dgemm_ otherwise, and each piece of element-wise work one fused pass; the
+    backward writes dA_t = dM_t * P_t in the loop), and the weight gradients stay here.
 
 ``mmrnn`` / ``mmlstm`` (:class:`_MultiMatrixRecurrence`)
     The key recurrences of all blocks are one: v_{t-1} (B, K) is the concatenated
@@ -56,6 +64,12 @@ Per cell (B rows, H hidden, F factors, K_g choice matrices per block, K = sum K_
     the recurrent product); the softmax backward (one call); then ONE product
     dh_{t-1} += [d logits, dR_t] W_hh and the key carry dv_{t-1} += d logits BD.
     After the loop: dW_hh = [d logits, dR]^T H' (one product), dBD, dW_ih, dX.
+    Native: one C call per loop (``multi_fwd`` / ``multi_bwd``); per step ONE product
+    h' W_hh^T for the key h-columns and all choice matrices together (kept whole,
+    (T, B, K + K*H), for the backward), the tiny v_{t-1} BD^T, and per row the
+    logits, the softmaxes, the mixture and the activations in one pass; backward:
+    per row d pre, dv_t, dR_t and the softmax backward in one pass, then the two
+    products dh_{t-1} += [d logits, dR_t] W_hh and dv_{t-1} += d logits BD.
 
 ``dyck-rnn`` (:class:`_DyckRecurrence`)
     ``project_inputs`` (g_t and g_t W^hx x_t for all steps) stays ordinary
@@ -67,17 +81,21 @@ Per cell (B rows, H hidden, F factors, K_g choice matrices per block, K = sum K_
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from . import fused as _fused
 from .fused import (
     _add,
     _autocast_on,
     _final,
     _masked_outputs,
+    _native_for,
+    _ptr,
     _state_grads_into_steps,
     mask_kind,
     reference_forced,
@@ -135,6 +153,26 @@ def plan(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
 def fast_path_available(cell) -> bool:
     """Does this cell have a fast path for a plain float32 CPU call?"""
     return plan(cell, reference=False) != "reference"
+
+
+#: the cell kinds whose loops have a native (C) implementation in the native kernel of ``fused``
+NATIVE_KINDS = ("factored", "multi-matrix")
+
+
+def kernel_name(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
+                mask: str = "none", h_mask: bool = False, autocast: bool = False,
+                reference: bool | None = None) -> str:
+    """The kernel a call runs, as the benchmark names it: ``"reference"``,
+    ``"recurrent (native)"`` (the loops in C: mrnn, mlstm, mmrnn, mmlstm on CPU in
+    float32 / float64 where the native kernel builds) or ``"recurrent (pytorch)"`` (the
+    PyTorch loops of this module).  Arguments as :func:`plan`."""
+    p = plan(cell, device_type=device_type, dtype=dtype, mask=mask, h_mask=h_mask,
+             autocast=autocast, reference=reference)
+    if p == "reference":
+        return p
+    native = (cell_kind(cell) in NATIVE_KINDS and device_type == "cpu"
+              and dtype in (torch.float32, torch.float64) and _fused.native_kernel() is not None)
+    return p + (" (native)" if native else " (pytorch)")
 
 
 def forward(cell, x: Tensor, state: State | None, mask: Tensor | None,
@@ -239,6 +277,349 @@ class _StepProduct:
 
 
 # ---------------------------------------------------------------------------------
+# the native loops (mRNN, mLSTM, mmRNN, mmLSTM): plain C
+# ---------------------------------------------------------------------------------
+#
+# Compiled into the native kernel of ``fused`` (``fused._c_source`` appends this after the LSTM
+# kernels, once per real type, so ``{real}``, ``SFX``, ``EXP``/``TANH``, ``SFX(gemm)``,
+# ``SFX(sig)`` and the packed GEMM are theirs; it is built, cached and loaded with them).  Each
+# function is one whole loop, forward or backward, filling the buffers the PyTorch loops fill.
+_C_SECOND_ORDER = r"""/* ---- the second-order cells (lstmablate/cells/fused_multiplicative.py) ---- */
+
+/* One row of the LSTM-style memory cell of mLSTM / mmLSTM.  z (4H): the pre-activations of the
+   blocks i, f, o, u (mmLSTM: c^) in, their activations out; cp = c_{{t-1}}, c = c_t, tc = tanh(c_t),
+   h = h_t out. */
+static inline void SFX(lstm_row)(const int H, {real}* z, const {real}* cp, {real}* c, {real}* tc,
+                                 {real}* h) {{
+    {real}* zi = z; {real}* zf = z + H; {real}* zo = z + 2 * H; {real}* zu = z + 3 * H;
+    #pragma omp simd
+    for (int j = 0; j < H; ++j) {{
+        {real} i = SFX(sig)(zi[j]), f = SFX(sig)(zf[j]), o = SFX(sig)(zo[j]);  /* i, f, o = sigma(.) */
+        {real} u = TANH(zu[j]);  /* u = tanh(.) */
+        {real} cc = f * cp[j] + i * u;  /* c_t = f_t * c_{{t-1}} + i_t * u_t */
+        {real} th = TANH(cc);
+        zi[j] = i; zf[j] = f; zo[j] = o; zu[j] = u;
+        c[j] = cc; tc[j] = th;
+        h[j] = o * th;  /* h_t = o_t * tanh(c_t) */
+    }}
+}}
+
+/* Its backward: a (4H) the activations i, f, o, u; dh = dh_t, dcin = dc_t from later steps and the
+   final state; dz (4H) out; carry: dc_{{t-1}} (+)= dc_t * f_t (= when first). */
+static inline void SFX(lstm_row_bwd)(const int H, const {real}* a, const {real}* cp, const {real}* tc,
+                                     const {real}* dh, const {real}* dcin, {real}* dz, {real}* carry,
+                                     const int first) {{
+    const {real}* ai = a; const {real}* af = a + H; const {real}* ao = a + 2 * H; const {real}* au = a + 3 * H;
+    {real}* di = dz; {real}* df = dz + H; {real}* dO = dz + 2 * H; {real}* du = dz + 3 * H;
+    #pragma omp simd
+    for (int j = 0; j < H; ++j) {{
+        {real} i = ai[j], f = af[j], o = ao[j], u = au[j], th = tc[j], d = dh[j];
+        {real} dc = dcin[j] + d * o * (1 - th * th);  /* dc_t += dh_t * o_t * tanh'(c_t) */
+        di[j] = dc * u * i * (1 - i);
+        df[j] = dc * cp[j] * f * (1 - f);
+        dO[j] = d * th * o * (1 - o);
+        du[j] = dc * i * (1 - u * u);
+        carry[j] = first ? dc * f : carry[j] + dc * f;  /* dc_{{t-1}} += dc_t * f_t */
+    }}
+}}
+
+/* ---- mRNN / mLSTM (_FactoredRecurrence) ----------------------------------------------------
+   Buffers as the PyTorch loops: A (T,B,F) = W_mx x_t; Z (T,B,nH) = W_x x_t + b in, then
+   + W_hm m_t (mLSTM: the activations i, f, o, u in place); P (T,B,F) = h'_{{t-1}} W_mh^T out;
+   M (T,B,F) = m_t out; Hs (T+1,B,H) with Hs[0] = h_0; HM (T,B,H) = h_{{t-1}} * hmask (if hmask);
+   mLSTM: C (T+1,B,H) with C[0] = c_0, TC (T,B,H) = tanh(c_t). */
+int SFX(factored_fwd)(int memory, int T, int B, int H, int F, long par_min, const {real}* A,
+                      {real}* Z, {real}* P, {real}* M, {real}* Hs, {real}* HM, {real}* C, {real}* TC,
+                      const {real}* w_mh, const {real}* w_hm, const {real}* hmask) {{
+    const int nH = (memory ? 4 : 1) * H;
+    const long BF = (long)B * F, BH = (long)B * H;
+#if CAN_PACK
+    float* p_mh = la_pack(1, B, F, H, w_mh, H);  /* h' W_mh^T */
+    float* p_hm = la_pack(1, B, nH, F, w_hm, F);  /* m W_hm^T */
+#endif
+    for (int t = 0; t < T; ++t) {{
+        const {real}* hp = Hs + t * BH;
+        const {real}* a = A + t * BF;
+        {real}* p = P + t * BF;
+        {real}* m = M + t * BF;
+        {real}* z = Z + (long)t * B * nH;
+        {real}* hn = Hs + (t + 1) * BH;
+        if (hmask) {{
+            {real}* hm = HM + t * BH;
+            for (long e = 0; e < BH; ++e) hm[e] = hp[e] * hmask[e];  /* h' = h_{{t-1}} * h_mask */
+            hp = hm;
+        }}
+#if CAN_PACK
+        if (p_mh) la_packed_mm(B, F, H, hp, H, p_mh, 0, p, F); else
+#endif
+        SFX(gemm)(1, B, F, H, hp, H, w_mh, H, 0, p, F);  /* P_t = h' W_mh^T */
+        #pragma omp simd
+        for (long e = 0; e < BF; ++e) m[e] = a[e] * p[e];  /* m_t = (W_mx x_t) * (W_mh h') */
+#if CAN_PACK
+        if (p_hm) la_packed_mm(B, nH, F, m, F, p_hm, 1, z, nH); else
+#endif
+        SFX(gemm)(1, B, nH, F, m, F, w_hm, F, 1, z, nH);  /* Z_t += m_t W_hm^T */
+        if (!memory) {{
+            #pragma omp simd
+            for (long e = 0; e < BH; ++e) hn[e] = TANH(z[e]);  /* h_t = tanh(W_hm m_t + W_hx x_t + b) */
+            continue;
+        }}
+        #pragma omp parallel for schedule(static) if (BH >= par_min)
+        for (int b = 0; b < B; ++b)
+            SFX(lstm_row)(H, z + (long)b * nH, C + t * BH + (long)b * H, C + (t + 1) * BH + (long)b * H,
+                          TC + t * BH + (long)b * H, hn + (long)b * H);
+    }}
+#if CAN_PACK
+    free(p_mh); free(p_hm);
+#endif
+    return 0;
+}}
+
+/* Backward (reverse).  DH (T,B,H): dh_t from the outputs and the final state; the recurrent
+   part is added in place.  DC (T,B,H) (mLSTM): dc_t from the final state; the carry from
+   t+1 is added in place.  dXP (T,B,F+nH) out: [dA_t, dZ_t] (dA = dM * P); DP (T,B,F) out:
+   dP_t = dM_t * A_t; dh0 (B,H), dc0 (B,H) out; tmp (B*F + B*H) scratch. */
+int SFX(factored_bwd)(int memory, int T, int B, int H, int F, long par_min, const {real}* A,
+                      const {real}* P, const {real}* Z, const {real}* C, const {real}* TC,
+                      const {real}* Hs, {real}* DH, {real}* DC, {real}* dXP, {real}* DP, {real}* dh0,
+                      {real}* dc0, const {real}* w_mh, const {real}* w_hm, const {real}* hmask,
+                      {real}* tmp) {{
+    const int nH = (memory ? 4 : 1) * H, ld = F + nH;
+    const long BF = (long)B * F, BH = (long)B * H;
+    {real}* dm = tmp;
+    {real}* g = tmp + BF;
+#if CAN_PACK
+    float* p_hm = la_pack(0, B, F, nH, w_hm, F);  /* dZ W_hm */
+    float* p_mh = la_pack(0, B, H, F, w_mh, H);  /* dP W_mh */
+#endif
+    for (int t = T - 1; t >= 0; --t) {{
+        const {real}* dh = DH + t * BH;
+        {real}* dx = dXP + (long)t * B * ld;
+        {real}* dz = dx + F;
+        if (!memory) {{
+            const {real}* h = Hs + (t + 1) * BH;
+            for (int b = 0; b < B; ++b) {{
+                const {real}* hb = h + (long)b * H; const {real}* dhb = dh + (long)b * H;
+                {real}* dzb = dz + (long)b * ld;
+                #pragma omp simd
+                for (int j = 0; j < H; ++j) dzb[j] = dhb[j] * (1 - hb[j] * hb[j]);  /* dz = dh * tanh' */
+            }}
+        }} else {{
+            {real}* carry = t > 0 ? DC + (t - 1) * BH : dc0;
+            const int first = t == 0;
+            #pragma omp parallel for schedule(static) if (BH >= par_min)
+            for (int b = 0; b < B; ++b)
+                SFX(lstm_row_bwd)(H, Z + (long)t * B * nH + (long)b * nH, C + t * BH + (long)b * H,
+                                  TC + t * BH + (long)b * H, dh + (long)b * H, DC + t * BH + (long)b * H,
+                                  dz + (long)b * ld, carry + (long)b * H, first);
+        }}
+#if CAN_PACK
+        if (p_hm) la_packed_mm(B, F, nH, dz, ld, p_hm, 0, dm, F); else
+#endif
+        SFX(gemm)(0, B, F, nH, dz, ld, w_hm, F, 0, dm, F);  /* dM_t = dZ_t W_hm */
+        const {real}* a = A + t * BF;
+        const {real}* p = P + t * BF;
+        {real}* dp = DP + t * BF;
+        for (int b = 0; b < B; ++b) {{
+            const {real}* dmb = dm + (long)b * F; const {real}* ab = a + (long)b * F;
+            const {real}* pb = p + (long)b * F;
+            {real}* dpb = dp + (long)b * F; {real}* dab = dx + (long)b * ld;
+            #pragma omp simd
+            for (int j = 0; j < F; ++j) {{
+                dpb[j] = dmb[j] * ab[j];  /* dP_t = dM_t * A_t */
+                dab[j] = dmb[j] * pb[j];  /* dA_t = dM_t * P_t */
+            }}
+        }}
+        {real}* target = t > 0 ? DH + (t - 1) * BH : dh0;
+        if (hmask) {{
+#if CAN_PACK
+            if (p_mh) la_packed_mm(B, H, F, dp, F, p_mh, 0, g, H); else
+#endif
+            SFX(gemm)(0, B, H, F, dp, F, w_mh, H, 0, g, H);  /* dh' = dP_t W_mh */
+            /* dh_{{t-1}} += dh' * h_mask */
+            if (t > 0) for (long e = 0; e < BH; ++e) target[e] += g[e] * hmask[e];
+            else for (long e = 0; e < BH; ++e) target[e] = g[e] * hmask[e];
+        }} else {{
+#if CAN_PACK
+            if (p_mh) la_packed_mm(B, H, F, dp, F, p_mh, t > 0 ? 1 : 0, target, H); else
+#endif
+            SFX(gemm)(0, B, H, F, dp, F, w_mh, H, t > 0 ? 1 : 0, target, H);  /* dh_{{t-1}} += dP_t W_mh */
+        }}
+    }}
+#if CAN_PACK
+    free(p_hm); free(p_mh);
+#endif
+    return 0;
+}}
+
+/* ---- mmRNN / mmLSTM (_MultiMatrixRecurrence) ------------------------------------------------
+   Ks (n): K_g of each block g; K = sum K_g; KR = K + K*H.  Buffers as the PyTorch loops, except
+   that R (T,B,KR) holds the whole per-step product h'_{{t-1}} W_hh^T: [h' W_key^T, every
+   W_g[j] h'].  XK (T,B,K): x-columns of the key logits (+ bias) in, logits out; V (T+1,B,K) with
+   V[0] = v_0; XP (T,B,nH): W_g^hx x_t (+ bias) in, + the mixture, then (mmLSTM) the activations
+   i, f, o, c^ in place; Hs, HM, C, TC as in factored_fwd.  bd (K,K): block_diag of the key
+   weights. */
+int SFX(multi_fwd)(int memory, int n, const int* Ks, int T, int B, int H, long par_min, {real}* XK,
+                   {real}* V, {real}* R, {real}* XP, {real}* Hs, {real}* HM, {real}* C, {real}* TC,
+                   const {real}* w_hh, const {real}* bd, const {real}* hmask) {{
+    int K = 0;
+    for (int g = 0; g < n; ++g) K += Ks[g];
+    const int KR = K + K * H, nH = n * H;
+    const long BH = (long)B * H;
+#if CAN_PACK
+    float* pw = la_pack(1, B, KR, H, w_hh, H);  /* h' W_hh^T */
+#endif
+    for (int t = 0; t < T; ++t) {{
+        const {real}* hp = Hs + t * BH;
+        {real}* xk = XK + (long)t * B * K;
+        const {real}* vp = V + (long)t * B * K;
+        {real}* vn = V + (long)(t + 1) * B * K;
+        {real}* r = R + (long)t * B * KR;
+        {real}* pre = XP + (long)t * B * nH;
+        {real}* hn = Hs + (t + 1) * BH;
+        if (hmask) {{
+            {real}* hm = HM + t * BH;
+            for (long e = 0; e < BH; ++e) hm[e] = hp[e] * hmask[e];  /* h' = h_{{t-1}} * h_mask */
+            hp = hm;
+        }}
+#if CAN_PACK
+        if (pw) la_packed_mm(B, KR, H, hp, H, pw, 0, r, KR); else
+#endif
+        SFX(gemm)(1, B, KR, H, hp, H, w_hh, H, 0, r, KR);  /* R_t = h' W_hh^T: key h-columns, every W_g[j] h' */
+        /* logits += v_{{t-1}} BD^T (the keys' own recurrence) */
+        SFX(gemm)(1, B, K, K, vp, K, bd, K, 1, xk, K);
+        #pragma omp parallel for schedule(static) if ((long)B * K * H >= par_min)
+        for (int b = 0; b < B; ++b) {{
+            {real}* lg = xk + (long)b * K;
+            const {real}* rb = r + (long)b * KR;
+            {real}* vb = vn + (long)b * K;
+            {real}* pb = pre + (long)b * nH;
+            for (int e = 0; e < K; ++e) lg[e] += rb[e];  /* eqs 6 / 9-15: logits = W^proj [v; h'; x] */
+            for (int g = 0, ko = 0; g < n; ko += Ks[g], ++g) {{
+                {real} mx = lg[ko], s = 0;
+                for (int j = 1; j < Ks[g]; ++j) mx = lg[ko + j] > mx ? lg[ko + j] : mx;
+                for (int j = 0; j < Ks[g]; ++j) {{ vb[ko + j] = EXP(lg[ko + j] - mx); s += vb[ko + j]; }}
+                for (int j = 0; j < Ks[g]; ++j) vb[ko + j] /= s;  /* v_g,t = softmax(logits_g) */
+                {real}* pg = pb + (long)g * H;
+                for (int j = 0; j < Ks[g]; ++j) {{
+                    const {real} w = vb[ko + j];
+                    const {real}* m = rb + K + (long)(ko + j) * H;
+                    /* eqs 7 / 10-16: pre_g += sum_j v_g[j] (W_g[j] h') */
+                    #pragma omp simd
+                    for (int i = 0; i < H; ++i) pg[i] += w * m[i];
+                }}
+            }}
+            if (!memory) {{
+                {real}* hb = hn + (long)b * H;
+                #pragma omp simd
+                for (int i = 0; i < H; ++i) hb[i] = TANH(pb[i]);  /* eq 8: h_t = tanh(pre) */
+            }} else {{
+                SFX(lstm_row)(H, pb, C + t * BH + (long)b * H, C + (t + 1) * BH + (long)b * H,
+                              TC + t * BH + (long)b * H, hn + (long)b * H);  /* eqs 17-22 */
+            }}
+        }}
+    }}
+#if CAN_PACK
+    free(pw);
+#endif
+    return 0;
+}}
+
+/* Backward (reverse).  DH (T,B,H), DC (T,B,H) as in factored_bwd; DV (T,B,K): dv_t from the final
+   keys, the carry from t+1 and R_t . d pre added in place.  DPRE (T,B,nH) out: d pre-activations;
+   dR (T,B,KR) out: [d logits, d (W_g[j] h')], the gradient of R_t; DL (T,B,K) out: d logits;
+   dh0 (B,H), dv0 (B,K), dc0 (B,H) out; tmp (B*H) scratch. */
+int SFX(multi_bwd)(int memory, int n, const int* Ks, int T, int B, int H, long par_min,
+                   const {real}* V, const {real}* R, const {real}* XP, const {real}* C, const {real}* TC,
+                   const {real}* Hs, {real}* DH, {real}* DV, {real}* DC, {real}* DPRE, {real}* dR, {real}* DL,
+                   {real}* dh0, {real}* dv0, {real}* dc0, const {real}* w_hh, const {real}* bd,
+                   const {real}* hmask, {real}* tmp) {{
+    int K = 0;
+    for (int g = 0; g < n; ++g) K += Ks[g];
+    const int KR = K + K * H, nH = n * H;
+    const long BH = (long)B * H;
+#if CAN_PACK
+    float* pw = la_pack(0, B, H, KR, w_hh, H);  /* dR W_hh */
+#endif
+    for (int t = T - 1; t >= 0; --t) {{
+        const {real}* dh = DH + t * BH;
+        const {real}* vt = V + (long)(t + 1) * B * K;
+        const {real}* r = R + (long)t * B * KR;
+        {real}* dv = DV + (long)t * B * K;
+        {real}* dpre = DPRE + (long)t * B * nH;
+        {real}* dr = dR + (long)t * B * KR;
+        {real}* dl = DL + (long)t * B * K;
+        {real}* carry = memory ? (t > 0 ? DC + (t - 1) * BH : dc0) : 0;
+        const int first = t == 0;
+        #pragma omp parallel for schedule(static) if ((long)B * K * H >= par_min)
+        for (int b = 0; b < B; ++b) {{
+            {real}* dpb = dpre + (long)b * nH;
+            const {real}* dhb = dh + (long)b * H;
+            if (!memory) {{
+                const {real}* hb = Hs + (t + 1) * BH + (long)b * H;
+                #pragma omp simd
+                for (int i = 0; i < H; ++i) dpb[i] = dhb[i] * (1 - hb[i] * hb[i]);  /* d pre = dh * tanh' */
+            }} else {{
+                SFX(lstm_row_bwd)(H, XP + (long)t * B * nH + (long)b * nH, C + t * BH + (long)b * H,
+                                  TC + t * BH + (long)b * H, dhb, DC + t * BH + (long)b * H, dpb,
+                                  carry + (long)b * H, first);
+            }}
+            const {real}* vb = vt + (long)b * K;
+            const {real}* rb = r + (long)b * KR;
+            {real}* dvb = dv + (long)b * K;
+            {real}* drb = dr + (long)b * KR;
+            {real}* dlb = dl + (long)b * K;
+            for (int g = 0, ko = 0; g < n; ko += Ks[g], ++g) {{
+                const {real}* dpg = dpb + (long)g * H;
+                {real} s = 0;
+                for (int j = 0; j < Ks[g]; ++j) {{
+                    const {real}* m = rb + K + (long)(ko + j) * H;
+                    {real}* dm = drb + K + (long)(ko + j) * H;
+                    const {real} w = vb[ko + j];
+                    {real} dot = 0;
+                    #pragma omp simd reduction(+:dot)
+                    for (int i = 0; i < H; ++i) {{
+                        dot += m[i] * dpg[i];  /* dv_g[j] += (W_g[j] h') . d pre_g */
+                        dm[i] = w * dpg[i];  /* d (W_g[j] h') = v_g[j] d pre_g */
+                    }}
+                    dvb[ko + j] += dot;
+                    s += w * dvb[ko + j];
+                }}
+                for (int j = 0; j < Ks[g]; ++j) {{
+                    const {real} d = vb[ko + j] * (dvb[ko + j] - s);  /* softmax': d logits = v (dv - v.dv) */
+                    dlb[ko + j] = d;
+                    drb[ko + j] = d;
+                }}
+            }}
+        }}
+        {real}* target = t > 0 ? DH + (t - 1) * BH : dh0;
+        if (hmask) {{
+#if CAN_PACK
+            if (pw) la_packed_mm(B, H, KR, dr, KR, pw, 0, tmp, H); else
+#endif
+            SFX(gemm)(0, B, H, KR, dr, KR, w_hh, H, 0, tmp, H);  /* dh' = [d logits, dR_t] W_hh */
+            /* dh_{{t-1}} += dh' * h_mask */
+            if (t > 0) for (long e = 0; e < BH; ++e) target[e] += tmp[e] * hmask[e];
+            else for (long e = 0; e < BH; ++e) target[e] = tmp[e] * hmask[e];
+        }} else {{
+#if CAN_PACK
+            if (pw) la_packed_mm(B, H, KR, dr, KR, pw, t > 0 ? 1 : 0, target, H); else
+#endif
+            /* dh_{{t-1}} += [d logits, dR_t] W_hh */
+            SFX(gemm)(0, B, H, KR, dr, KR, w_hh, H, t > 0 ? 1 : 0, target, H);
+        }}
+        /* dv_{{t-1}} += d logits BD (the keys' own recurrence) */
+        SFX(gemm)(0, B, K, K, dl, K, bd, K, t > 0 ? 1 : 0, t > 0 ? DV + (long)(t - 1) * B * K : dv0, K);
+    }}
+#if CAN_PACK
+    free(pw);
+#endif
+    return 0;
+}}
+"""
+
+
+# ---------------------------------------------------------------------------------
 # mRNN and mLSTM: m_t = (W_mx x_t) * (W_mh h_{t-1})
 # ---------------------------------------------------------------------------------
 
@@ -259,6 +640,9 @@ class _FactoredRecurrence(torch.autograd.Function):
     + W_hm m_t, then (mLSTM) the activations in place; ``P`` (T, B, F) = W_mh h'_{t-1};
     ``M`` (T, B, F) = m_t; ``Hs`` (T+1, B, H) with Hs[0] = h_0; ``HM`` (T, B, H) =
     h_{t-1} * h_mask with recurrent dropout; mLSTM: ``C`` (T+1, B, H), ``TC`` = tanh(c_t).
+    On CPU in float32 / float64 both loops are one call each into the native kernel
+    (``factored_fwd`` / ``factored_bwd`` of :data:`_C_SECOND_ORDER`; ``ctx.native``), which
+    fill the same buffers; otherwise the PyTorch loops below.
     """
 
     @staticmethod
@@ -274,20 +658,31 @@ class _FactoredRecurrence(torch.autograd.Function):
         Hs = x.new_empty(T + 1, B, H)
         Hs[0] = h0
         HM = x.new_empty(T, B, H) if h_mask is not None else None
+        C = TC = None
+        if memory:
+            C = x.new_empty(T + 1, B, H)
+            C[0] = c0
+            TC = x.new_empty(T, B, H)
+        ctx.native = lib = _native_for(x)
+        if lib is not None:  # the whole loop in one C call (factored_fwd in _C_SECOND_ORDER)
+            if h_mask is not None:
+                h_mask = h_mask.expand(B, H).contiguous()
+            w_mh, w_hm = w_mh.contiguous(), w_hm.contiguous()
+            fn = lib.factored_fwd_f if x.dtype == torch.float32 else lib.factored_fwd_d
+            fn(int(memory), T, B, H, F, _fused.PAR_MIN, _ptr(A), _ptr(Z), _ptr(P), _ptr(M),
+               _ptr(Hs), _ptr(HM), _ptr(C), _ptr(TC), _ptr(w_mh), _ptr(w_hm), _ptr(h_mask))
+            return _FactoredRecurrence._finish(ctx, memory, F, x, w_ih, w_mh, w_hm, bias, h_mask,
+                                               lengths, A, Z, P, M, Hs, HM, C, TC)
         hs, as_, ps, ms, zs = Hs.unbind(0), A.unbind(0), P.unbind(0), M.unbind(0), Z.unbind(0)
         hms = HM.unbind(0) if HM is not None else None
         # the per-step products: h' W_mh^T and m W_hm^T (packed, or row-major (in, out) copies)
         mh, hm = _StepProduct(w_mh.t(), B, T), _StepProduct(w_hm.t(), B, T)
-        C = TC = None
         if not memory:
             for t in range(T):
                 hp = hs[t] if hms is None else torch.mul(hs[t], h_mask, out=hms[t])
                 torch.mul(as_[t], mh(hp, ps[t]), out=ms[t])
                 torch.tanh(hm.add_to(zs[t], ms[t]), out=hs[t + 1])
         else:
-            C = x.new_empty(T + 1, B, H)
-            C[0] = c0
-            TC = x.new_empty(T, B, H)
             cs, tcs = C.unbind(0), TC.unbind(0)
             Z4 = Z.view(T, B, 4, H)
             zg = Z[:, :, :3 * H].unbind(0)
@@ -301,6 +696,13 @@ class _FactoredRecurrence(torch.autograd.Function):
                 c = torch.mul(zf[t], cs[t], out=cs[t + 1])
                 c.addcmul_(zi[t], zu[t])  # c_t = f_t * c_{t-1} + i_t * u_t
                 torch.mul(zo[t], torch.tanh(c, out=tcs[t]), out=hs[t + 1])  # h_t = o_t * tanh(c_t)
+        return _FactoredRecurrence._finish(ctx, memory, F, x, w_ih, w_mh, w_hm, bias, h_mask,
+                                           lengths, A, Z, P, M, Hs, HM, C, TC)
+
+    @staticmethod
+    def _finish(ctx, memory, F, x, w_ih, w_mh, w_hm, bias, h_mask, lengths, A, Z, P, M, Hs, HM,
+                C, TC):
+        """The outputs (zero at padding) and final states; saves what the backward reads."""
         out = _masked_outputs(Hs[1:], lengths)
         hn = _final(Hs, lengths)
         cn = _final(C, lengths) if memory else None
@@ -313,14 +715,28 @@ class _FactoredRecurrence(torch.autograd.Function):
     def backward(ctx, dout, dhn, dcn):
         x, w_ih, w_mh, w_hm, _bias, h_mask, lengths, A, Z, P, M, Hs, HM, C, TC = ctx.saved_tensors
         memory, F = ctx.memory, ctx.F
-        T, B, I = x.shape
+        T, B, _ = x.shape
         H = Hs.shape[-1]
         nH = Z.shape[-1]
         DH, dh0_direct = _state_grads_into_steps(dout, dhn, lengths, Hs[1:])
         dXP = A.new_empty(T, B, F + nH)  # [dA, dZ]: the gradient of the input-side products
+        DP = A.new_empty(T, B, F)
+        if ctx.native is not None:  # the reverse loop in one C call (factored_bwd); it also
+            # writes dA = dM * P, so dM needs no buffer
+            DC, dc0_direct = (_state_grads_into_steps(None, dcn, lengths, C[1:]) if memory
+                              else (None, None))
+            dh0 = A.new_empty(B, H)
+            dc0 = A.new_empty(B, H) if memory else None
+            tmp = A.new_empty(B * F + B * H)
+            fn = ctx.native.factored_bwd_f if A.dtype == torch.float32 else ctx.native.factored_bwd_d
+            fn(int(memory), T, B, H, F, _fused.PAR_MIN, _ptr(A), _ptr(P), _ptr(Z), _ptr(C),
+               _ptr(TC), _ptr(Hs), _ptr(DH), _ptr(DC), _ptr(dXP), _ptr(DP), _ptr(dh0), _ptr(dc0),
+               _ptr(w_mh), _ptr(w_hm), _ptr(h_mask), _ptr(tmp))
+            return _FactoredRecurrence._weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP,
+                                                     _add(dh0, dh0_direct),
+                                                     _add(dc0, dc0_direct) if memory else None)
         dZ = dXP[:, :, F:]
         DM = A.new_empty(T, B, F)
-        DP = A.new_empty(T, B, F)
         dhs, dzs, dms, dps = DH.unbind(0), dZ.unbind(0), DM.unbind(0), DP.unbind(0)
         as_ = A.unbind(0)
         hm, mh = _StepProduct(w_hm, B, T), _StepProduct(w_mh, B, T)  # dM = dZ W_hm, dh' = dP W_mh
@@ -363,7 +779,15 @@ class _FactoredRecurrence(torch.autograd.Function):
             dh0.mul_(h_mask)
         dh0 = _add(dh0, dh0_direct)
         torch.mul(DM, P, out=dXP[:, :, :F])  # dA = dM * P
-        # input and weight gradients: one matrix product each over all steps
+        return _FactoredRecurrence._weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP, dh0, dc0)
+
+    @staticmethod
+    def _weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP, dh0, dc0):
+        """Input and weight gradients: one matrix product each over all steps."""
+        memory, F = ctx.memory, ctx.F
+        T, B, I = x.shape
+        H = Hs.shape[-1]
+        nH = w_hm.shape[0]
         need = ctx.needs_input_grad
         dXP2 = dXP.view(T * B, F + nH)
         dx = torch.mm(dXP2, w_ih).view(T, B, I) if need[2] else None
@@ -454,6 +878,10 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
     (T, B, K): d logits; ``dR`` (T, B, K + K*H): [d logits, dR_t], the gradient of
     h'_{t-1} W_hh^T, so that dh'_{t-1} is ONE product with W_hh per step and dW_hh ONE
     product over all steps.
+
+    On CPU in float32 / float64 both loops are one call each into the native kernel
+    (``multi_fwd`` / ``multi_bwd`` of :data:`_C_SECOND_ORDER`; ``ctx.native``), which fill
+    the same buffers except ``rs``: one (T, B, K + K*H) buffer, [h' W_key^T, R_t] per step.
     """
 
     @staticmethod
@@ -474,16 +902,29 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
         Hs = x.new_empty(T + 1, B, H)
         Hs[0] = h0
         HM = x.new_empty(T, B, H) if h_mask is not None else None
-        hs, vs, xks, xps = Hs.unbind(0), V.unbind(0), XK.unbind(0), XP.unbind(0)
-        rs = []  # R_t (B, K*H): every W_g[j] h'_{t-1}, one tensor per step
-        hms = HM.unbind(0) if HM is not None else None
-        w_key_t, bd_t = w_hh[:Kt].t(), bd.t()  # small: the key logits' h- and v-columns
-        choice = _StepProduct(w_hh[Kt:].t(), B, T)  # the choice matrices: the big per-step product
         C = TC = None
         if memory:
             C = x.new_empty(T + 1, B, H)
             C[0] = c0
             TC = x.new_empty(T, B, H)
+        ctx.native = lib = _native_for(x)
+        if lib is not None:  # the whole loop in one C call (multi_fwd in _C_SECOND_ORDER)
+            R = x.new_empty(T, B, Kt + Kt * H)  # h'_{t-1} W_hh^T: key h-columns, every W_g[j] h'
+            if h_mask is not None:
+                h_mask = h_mask.expand(B, H).contiguous()
+            w_hh, bd = w_hh.contiguous(), bd.contiguous()
+            fn = lib.multi_fwd_f if x.dtype == torch.float32 else lib.multi_fwd_d
+            fn(int(memory), n, (ctypes.c_int * n)(*Ks), T, B, H, _fused.PAR_MIN, _ptr(XK), _ptr(V),
+               _ptr(R), _ptr(XP), _ptr(Hs), _ptr(HM), _ptr(C), _ptr(TC), _ptr(w_hh), _ptr(bd),
+               _ptr(h_mask))
+            return _MultiMatrixRecurrence._finish(ctx, memory, Ks, x, w_ih, w_hh, bd, bias, h_mask,
+                                                  lengths, V, XP, Hs, HM, C, TC, [R])
+        hs, vs, xks, xps = Hs.unbind(0), V.unbind(0), XK.unbind(0), XP.unbind(0)
+        rs = []  # R_t (B, K*H): every W_g[j] h'_{t-1}, one tensor per step
+        hms = HM.unbind(0) if HM is not None else None
+        w_key_t, bd_t = w_hh[:Kt].t(), bd.t()  # small: the key logits' h- and v-columns
+        choice = _StepProduct(w_hh[Kt:].t(), B, T)  # the choice matrices: the big per-step product
+        if memory:
             cs, tcs = C.unbind(0), TC.unbind(0)
             XP4 = XP.view(T, B, 4, H)
             zg, zc = XP[:, :, :3 * H].unbind(0), XP[:, :, 3 * H:].unbind(0)
@@ -515,6 +956,14 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
                 c = torch.mul(zf[t], cs[t], out=cs[t + 1])
                 c.addcmul_(zi[t], zc[t])  # eq 21
                 torch.mul(zo[t], torch.tanh(c, out=tcs[t]), out=hs[t + 1])  # eq 22
+        return _MultiMatrixRecurrence._finish(ctx, memory, Ks, x, w_ih, w_hh, bd, bias, h_mask,
+                                              lengths, V, XP, Hs, HM, C, TC, rs)
+
+    @staticmethod
+    def _finish(ctx, memory, Ks, x, w_ih, w_hh, bd, bias, h_mask, lengths, V, XP, Hs, HM, C, TC,
+                rs):
+        """The outputs (zero at padding) and final states; saves what the backward reads
+        (``rs``: the T tensors R_t, or with the native loops ONE (T, B, K + K*H) buffer)."""
         out = _masked_outputs(Hs[1:], lengths)
         hn = _final(Hs, lengths)
         cn = _final(C, lengths) if memory else None
@@ -528,7 +977,7 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
     def backward(ctx, dout, dhn, dcn, dvn):
         x, w_ih, w_hh, bd, bias, h_mask, lengths, V, XP, Hs, HM, C, TC, *rs = ctx.saved_tensors
         memory, Ks = ctx.memory, ctx.Ks
-        T, B, I = x.shape
+        T, B, _ = x.shape
         H = Hs.shape[-1]
         n, Kt = len(Ks), sum(Ks)
         groups = _groups(Ks)
@@ -537,6 +986,20 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
         DPRE = XP.new_empty(T, B, n * H)  # gradient of the pre-activations (= of W_g^hx x_t)
         dR = XP.new_empty(T, B, Kt + Kt * H)  # gradient of h' W_hh^T: [d logits, d R]
         DL = XP.new_empty(T, B, Kt)  # d logits (contiguous; copied into dR per step)
+        if ctx.native is not None:  # the reverse loop in one C call (multi_bwd)
+            DC, dc0_direct = (_state_grads_into_steps(None, dcn, lengths, C[1:]) if memory
+                              else (None, None))
+            dh0, dv0 = XP.new_empty(B, H), XP.new_empty(B, Kt)
+            dc0 = XP.new_empty(B, H) if memory else None
+            tmp = XP.new_empty(B * H)
+            fn = ctx.native.multi_bwd_f if XP.dtype == torch.float32 else ctx.native.multi_bwd_d
+            fn(int(memory), n, (ctypes.c_int * n)(*Ks), T, B, H, _fused.PAR_MIN, _ptr(V),
+               _ptr(rs[0]), _ptr(XP), _ptr(C), _ptr(TC), _ptr(Hs), _ptr(DH), _ptr(DV), _ptr(DC),
+               _ptr(DPRE), _ptr(dR), _ptr(DL), _ptr(dh0), _ptr(dv0), _ptr(dc0), _ptr(w_hh),
+               _ptr(bd), _ptr(h_mask), _ptr(tmp))
+            return _MultiMatrixRecurrence._weight_grads(
+                ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR, DL, _add(dh0, dh0_direct),
+                _add(dv0, dv0_direct), _add(dc0, dc0_direct) if memory else None)
         dhs, dvs, dpres = DH.unbind(0), DV.unbind(0), DPRE.unbind(0)
         dRs, dls = dR.unbind(0), DL.unbind(0)
         one = len(groups) == 1
@@ -593,7 +1056,16 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
         dh0 = _add(dh0, dh0_direct)
         dv0 = _add(torch.mm(dls[0], bd), dv0_direct)
         dc0 = _add(dcs[0] * fs[0], dc0_direct) if memory else None
-        # input and weight gradients: one matrix product each over all steps
+        return _MultiMatrixRecurrence._weight_grads(ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR,
+                                                    DL, dh0, dv0, dc0)
+
+    @staticmethod
+    def _weight_grads(ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR, DL, dh0, dv0, dc0):
+        """Input and weight gradients: one matrix product each over all steps."""
+        memory, Ks = ctx.memory, ctx.Ks
+        T, B, I = x.shape
+        H = Hs.shape[-1]
+        n, Kt = len(Ks), sum(Ks)
         need = ctx.needs_input_grad
         dR2 = dR.view(T * B, Kt + Kt * H)
         dL2 = DL.view(T * B, Kt)  # d logits = gradient of the key projections' x-columns

@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
     ap.add_argument("--model-repeats", type=int, default=20)
     ap.add_argument("--no-models", action="store_true")
+    ap.add_argument("--model-sizes", default="small,medium",
+                    help="comma-separated PTB model sizes for the training-step rows")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
@@ -41,11 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = bench.bench_cells(cells, shapes, threads=args.threads, device=args.device,
                              repeats=args.repeats, quick=args.quick, progress=console.print)
     if not args.no_models:
-        rows += bench.bench_models(threads=args.threads, device=args.device,
-                                   repeats=args.model_repeats, quick=args.quick,
-                                   cells=["lstm", "lstm-srnn", "lstm-srnn-out", "lstm-srnn-hidden",
-                                          "lstm-srnn-hidden-out", "lstm-gates", "lstm-noforget", "gru"],
-                                   progress=console.print)
+        for size in [z for z in args.model_sizes.split(",") if z]:
+            rows += bench.bench_models(threads=args.threads, device=args.device,
+                                       repeats=args.model_repeats, quick=args.quick, size=size,
+                                       cells=["lstm", "lstm-srnn", "lstm-srnn-out", "lstm-srnn-hidden",
+                                              "lstm-srnn-hidden-out", "lstm-gates", "lstm-noforget",
+                                              "gru"],
+                                       progress=console.print)
     peak_after = bench.machine_gflops(args.threads, args.device, n=2048)
     env["load_average_after"] = os.getloadavg()
     env["seconds"] = round(time.time() - t0, 1)

@@ -162,11 +162,13 @@ def test_known_mixture_gives_hand_computed_scores():
     }
     assert out["n_judged"] == 8 and out["n_buckets"] == 3
     assert out["wcpa_min"] == 0.0
+    assert out["worst_distance"] == 4 and out["worst_judged"] == 1  # d=4: one judgement
     assert math.isclose(out["wcpa_mean"], 160 / 3)
     assert math.isclose(out["accuracy"], 62.5)
     # Dropping buckets with fewer than 2 judgements leaves d=0 and d=2.
     sparse = meter.compute(min_count=2)
     assert sparse["wcpa_min"] == 60.0 and sparse["wcpa_mean"] == 80.0 and sparse["n_buckets"] == 2
+    assert sparse["worst_distance"] == 0 and sparse["worst_judged"] == 5
     assert math.isclose(sparse["accuracy"], 62.5)  # the micro average keeps every judgement
 
     meter.reset()

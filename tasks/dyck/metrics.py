@@ -184,7 +184,9 @@ class BracketClosingMeter:
         """Aggregates of everything seen since the last reset, in percent.
 
         Returns ``wcpa_min``, ``wcpa_mean`` (min / mean over distance buckets holding at least
-        ``min_count`` judgements), ``accuracy`` (micro average over all judgements), ``n_judged``,
+        ``min_count`` judgements), ``worst_distance`` and ``worst_judged`` (the distance and the
+        number of judgements of the bucket behind ``wcpa_min``; the longest such distance on a
+        tie), ``accuracy`` (micro average over all judgements), ``n_judged``,
         ``n_buckets`` (buckets entering min/mean) and ``per_distance``: ``{d: {"correct", "total",
         "accuracy"}}`` for every d with a judgement.  With nothing judged the three scores are NaN.
         """
@@ -196,11 +198,17 @@ class BracketClosingMeter:
             }
             for d in np.flatnonzero(self._total)
         }
-        bucket_acc = [row["accuracy"] for row in per_distance.values() if row["total"] >= min_count]
+        kept = {d: row for d, row in per_distance.items() if row["total"] >= min_count}
+        bucket_acc = [row["accuracy"] for row in kept.values()]
         n_judged = int(self._total.sum())
         nan = float("nan")
+        # the bucket behind wcpa_min (the longest distance among equally bad ones): a min over
+        # buckets is only as solid as the number of judgements in its worst bucket
+        worst = max(kept, key=lambda d: (-kept[d]["accuracy"], d)) if kept else None
         return {
             "wcpa_min": float(min(bucket_acc)) if bucket_acc else nan,
+            "worst_distance": float(worst) if worst is not None else nan,
+            "worst_judged": float(kept[worst]["total"]) if worst is not None else nan,
             "wcpa_mean": float(np.mean(bucket_acc)) if bucket_acc else nan,
             "accuracy": 100.0 * float(self._correct.sum()) / n_judged if n_judged else nan,
             "n_judged": n_judged,

@@ -240,7 +240,8 @@ class DyckTask(Task):
             meter.update(torch.softmax(logits.double(), dim=-1), chunk)
         res = meter.compute(min_count=self.data_cfg.min_bucket_count)
         return {"wcpa_min": res["wcpa_min"], "wcpa_mean": res["wcpa_mean"],
-                "accuracy": res["accuracy"], "loss": nll / max(n, 1)}
+                "accuracy": res["accuracy"], "loss": nll / max(n, 1),
+                "worst_distance": res["worst_distance"], "worst_judged": res["worst_judged"]}
 
     def visualization_inputs(self, model: nn.Module, text: str):
         """The encoder and the embedded tokens of ``text`` (brackets separated by spaces)."""

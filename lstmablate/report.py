@@ -187,7 +187,32 @@ def render_table(title: str, groups: list[tuple[str, Experiment]], metrics: list
     for label, exp in groups:
         for n in _notes(label if len(groups) > 1 else "", exp, cells):
             lines.append(f"- {n}")
+    for label, exp in groups:
+        times = _train_times(exp, cells)
+        if times:
+            where = f" ({label})" if len(groups) > 1 else ""
+            lines.append(f"- training time per run{where}, mean over finished seeds: {times}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def format_duration(seconds: float) -> str:
+    """12 s, 4.5 min, 2.3 h."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 120 * 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _train_times(exp: Experiment, cells: list[str]) -> str:
+    """``train_time_s`` (training and its dev evaluations, summed over resumed sessions) per cell."""
+    parts = []
+    for cell in cells:
+        runs = exp.cells.get(cell) or CellRuns()
+        secs = [float(r["train_time_s"]) for r in runs.results if r.get("train_time_s") is not None]
+        if secs:
+            parts.append(f"`{cell}` {format_duration(statistics.fmean(secs))}")
+    return ", ".join(parts)
 
 
 def render_experiment(exp: Experiment) -> str:

@@ -10,7 +10,7 @@ import yaml
 from rich.console import Console
 
 from lstmablate.errors import RunDirError
-from lstmablate.report import render_report
+from lstmablate.report import format_duration, render_report
 from lstmablate.runner import evaluate_run, train_run
 
 QUIET = Console(file=io.StringIO())
@@ -72,9 +72,16 @@ def test_report_groups_seeds_and_shows_missing(tiny_recipe, tmp_path):
     missing = next(l for l in text.splitlines() if l.startswith("| `lstm-srnn`"))
     assert "missing" in missing
     assert "`lstm-srnn`: 0 of 2 seeds finished" in text
+    mean_s = sum(r["train_time_s"] for r in results) / 2
+    assert f"training time per run, mean over finished seeds: `lstm` {mean_s:.0f} s" in text
     # a table name with no runs renders from the recipe, everything missing
     demo = render_report(out, table="dyck-demo")
     assert demo.count("missing") >= 5 * 4
+
+
+def test_format_duration():
+    assert [format_duration(x) for x in (12.4, 119, 600, 7199, 9000)] == [
+        "12 s", "119 s", "10.0 min", "120.0 min", "2.5 h"]
 
 
 def test_grid_recipe_expands_to_experiments_and_one_table(tmp_path, tiny_recipe):

@@ -37,3 +37,32 @@ def run_forward_backward(enc, x, lengths, state, reference, seed=5):
     res.update({f"dstate{k}": s.grad for k, s in enumerate(st)})
     res.update({f"d{n}": p.grad for n, p in enc.named_parameters()})
     return res, calls[0]
+
+
+def assert_fast_matches_reference(enc, x, lengths, state, tol, none_is_zero=False):
+    """Run ``enc`` fast and reference; every output, final state and gradient must agree to
+    ``tol``, the fast path must make no reference step, and padding must stay zero (outputs)
+    and receive no gradient.  A missing gradient counts as a zero one with ``none_is_zero``;
+    otherwise both sides must miss it alike (and then agree in dtype and shape too).
+    Returns the fast path's tensors."""
+    fast, n_fast = run_forward_backward(enc, x, lengths, state, reference=False)
+    ref, n_ref = run_forward_backward(enc, x, lengths, state, reference=True)
+    assert n_fast == 0 and n_ref > 0, "the fast path was not taken"
+    assert fast.keys() == ref.keys()
+    for k in ref:
+        a, b = fast[k], ref[k]
+        if none_is_zero:
+            if a is None or b is None:  # no gradient = a zero gradient
+                assert a is None or not a.any(), k
+                assert b is None or not b.any(), k
+                continue
+        else:
+            assert (a is None) == (b is None), k
+            if a is None:
+                continue
+            assert a.dtype == b.dtype and a.shape == b.shape, k
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol, msg=lambda m, k=k: f"{k}: {m}")
+    for b, L in enumerate(lengths.tolist()):
+        assert torch.all(fast["out"][b, L:] == 0), "padding leaked into the outputs"
+        assert torch.all(fast["dx"][b, L:] == 0), "gradient flowed into the padding"
+    return fast

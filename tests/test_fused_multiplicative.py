@@ -23,7 +23,7 @@ from lstmablate.cells import fused_multiplicative as fm
 from lstmablate.cells.fused import reference_mode
 from lstmablate.cells.multiplicative import MRNNCell
 
-from fast_path_harness import count_steps, run_forward_backward
+from fast_path_harness import assert_fast_matches_reference, count_steps
 
 F64 = torch.float64
 
@@ -101,21 +101,7 @@ def _compare(name, opts, dtype, bidirectional, lengths, recurrent_dropout, tol, 
     x = torch.randn(B, T, I, generator=gen, dtype=dtype) * 2
     state = _random_state(enc, B, gen, dtype)
     lt = torch.tensor(lengths)
-    fast, n_fast = run_forward_backward(enc, x, lt, state, reference=False)
-    ref, n_ref = run_forward_backward(enc, x, lt, state, reference=True)
-    assert n_fast == 0 and n_ref > 0, "the fast path was not taken"
-    assert fast.keys() == ref.keys()
-    for k in ref:
-        a, b = fast[k], ref[k]
-        assert (a is None) == (b is None), k
-        if a is None:
-            continue
-        assert a.dtype == b.dtype and a.shape == b.shape, k
-        torch.testing.assert_close(a, b, atol=tol, rtol=tol, msg=lambda m, k=k: f"{k}: {m}")
-    for b, L in enumerate(lengths):
-        assert torch.all(fast["out"][b, L:] == 0), "padding leaked into the outputs"
-        assert torch.all(fast["dx"][b, L:] == 0), "gradient flowed into the padding"
-    return fast
+    return assert_fast_matches_reference(enc, x, lt, state, tol)
 
 
 @pytest.mark.parametrize("name,opts,loops", LOOPS)

@@ -336,6 +336,14 @@ def _final(buf: Tensor, lengths: Tensor | None) -> Tensor:
     return buf[lengths, torch.arange(buf.shape[1], device=buf.device)]
 
 
+def _outputs(Hs: Tensor, C: Tensor | None, lengths: Tensor | None
+             ) -> tuple[Tensor, Tensor, Tensor | None]:
+    """What a kernel returns from its buffers Hs (T+1, B, H) and C (T+1, B, H) or None: the
+    outputs (zero at padding), h_n and c_n at each row's last real step."""
+    return (_masked_outputs(Hs[1:], lengths), _final(Hs, lengths),
+            _final(C, lengths) if C is not None else None)
+
+
 def _masked_outputs(out: Tensor, lengths: Tensor | None) -> Tensor:
     if lengths is None:
         return out.clone()
@@ -1203,9 +1211,7 @@ class _RecurrentLSTM(torch.autograd.Function):
                     hhs[t].copy_(tc)
                 if proj:
                     torch.mm(hhs[t], w_hr_t, out=hs[t + 1])
-        out = _masked_outputs(Hs[1:], lengths)
-        hn = _final(Hs, lengths)
-        cn = _final(C, lengths) if L.memory else None
+        out, hn, cn = _outputs(Hs, C, lengths)
         ctx.L = L
         ctx.save_for_backward(x, w_ih, w_hh, bias, w_hr, h_mask, lengths, Z, Hs, HM, C, TC, HH)
         return out, hn, cn
@@ -1228,9 +1234,7 @@ class _RecurrentLSTM(torch.autograd.Function):
         fn = lib.lstm_fwd_f if x.dtype == torch.float32 else lib.lstm_fwd_d
         fn(ctypes.byref(_c_layout(L, b.shape[0] if b is not None else 0)), T, B, _ptr(Z), _ptr(Hs),
            _ptr(C), _ptr(TC), _ptr(HH), _ptr(HM), _ptr(w_hh), _ptr(w_hr), _ptr(hm), _ptr(b))
-        out = _masked_outputs(Hs[1:], lengths)
-        hn = _final(Hs, lengths)
-        cn = _final(C, lengths) if L.memory else None
+        out, hn, cn = _outputs(Hs, C, lengths)
         ctx.L = L
         ctx.save_for_backward(x, w_ih, w_hh, bias, w_hr, hm, lengths, Z, Hs, HM, C, TC, HH)
         return out, hn, cn

@@ -95,6 +95,7 @@ from .fused import (
     _final,
     _masked_outputs,
     _native_for,
+    _outputs,
     _ptr,
     _state_grads_into_steps,
     mask_kind,
@@ -286,6 +287,32 @@ class _StepProduct:
 # function is one whole loop, forward or backward, filling the buffers the PyTorch loops fill.
 _C_SECOND_ORDER = r"""/* ---- the second-order cells (lstmablate/cells/fused_multiplicative.py) ---- */
 
+/* One per-step product C (M x N) (beta = 0: =, 1: +=) A op(W): MKL's packed GEMM when the
+   weight was packed (pk, float32 only), else the BLAS; pk is not evaluated without packing. */
+#if CAN_PACK
+#define STEP_MM(pk, tb, M, N, K, a, lda, w, ldw, beta, c, ldc) \
+    do {{ if (pk) la_packed_mm(M, N, K, a, lda, pk, beta, c, ldc); \
+          else SFX(gemm)(tb, M, N, K, a, lda, w, ldw, beta, c, ldc); }} while (0)
+#else
+#define STEP_MM(pk, tb, M, N, K, a, lda, w, ldw, beta, c, ldc) \
+    SFX(gemm)(tb, M, N, K, a, lda, w, ldw, beta, c, ldc)
+#endif
+
+/* h' = h_{{t-1}} * h_mask, written to hm (kept for the weight gradients); h_{{t-1}} itself
+   without recurrent dropout (hmask = 0). */
+static inline const {real}* SFX(dropped)(const {real}* hp, const {real}* hmask, {real}* hm, long n) {{
+    if (!hmask) return hp;
+    for (long e = 0; e < n; ++e) hm[e] = hp[e] * hmask[e];
+    return hm;
+}}
+
+/* target = src * mask, or += when accumulate (dh_{{t-1}} from dh' under recurrent dropout) */
+static inline void SFX(add_masked)({real}* target, const {real}* src, const {real}* mask, long n,
+                                   int accumulate) {{
+    if (accumulate) for (long e = 0; e < n; ++e) target[e] += src[e] * mask[e];
+    else for (long e = 0; e < n; ++e) target[e] = src[e] * mask[e];
+}}
+
 /* One row of the LSTM-style memory cell of mLSTM / mmLSTM.  z (4H): the pre-activations of the
    blocks i, f, o, u (mmLSTM: c^) in, their activations out; cp = c_{{t-1}}, c = c_t, tc = tanh(c_t),
    h = h_t out. */
@@ -344,21 +371,11 @@ int SFX(factored_fwd)(int memory, int T, int B, int H, int F, long par_min, cons
         {real}* m = M + t * BF;
         {real}* z = Z + (long)t * B * nH;
         {real}* hn = Hs + (t + 1) * BH;
-        if (hmask) {{
-            {real}* hm = HM + t * BH;
-            for (long e = 0; e < BH; ++e) hm[e] = hp[e] * hmask[e];  /* h' = h_{{t-1}} * h_mask */
-            hp = hm;
-        }}
-#if CAN_PACK
-        if (p_mh) la_packed_mm(B, F, H, hp, H, p_mh, 0, p, F); else
-#endif
-        SFX(gemm)(1, B, F, H, hp, H, w_mh, H, 0, p, F);  /* P_t = h' W_mh^T */
+        hp = SFX(dropped)(hp, hmask, hmask ? HM + t * BH : 0, BH);  /* h' = h_{{t-1}} * h_mask */
+        STEP_MM(p_mh, 1, B, F, H, hp, H, w_mh, H, 0, p, F);  /* P_t = h' W_mh^T */
         #pragma omp simd
         for (long e = 0; e < BF; ++e) m[e] = a[e] * p[e];  /* m_t = (W_mx x_t) * (W_mh h') */
-#if CAN_PACK
-        if (p_hm) la_packed_mm(B, nH, F, m, F, p_hm, 1, z, nH); else
-#endif
-        SFX(gemm)(1, B, nH, F, m, F, w_hm, F, 1, z, nH);  /* Z_t += m_t W_hm^T */
+        STEP_MM(p_hm, 1, B, nH, F, m, F, w_hm, F, 1, z, nH);  /* Z_t += m_t W_hm^T */
         if (!memory) {{
             #pragma omp simd
             for (long e = 0; e < BH; ++e) hn[e] = TANH(z[e]);  /* h_t = tanh(W_hm m_t + W_hx x_t + b) */
@@ -413,10 +430,7 @@ int SFX(factored_bwd)(int memory, int T, int B, int H, int F, long par_min, cons
                                   TC + t * BH + (long)b * H, dh + (long)b * H, DC + t * BH + (long)b * H,
                                   dz + (long)b * ld, carry + (long)b * H, first);
         }}
-#if CAN_PACK
-        if (p_hm) la_packed_mm(B, F, nH, dz, ld, p_hm, 0, dm, F); else
-#endif
-        SFX(gemm)(0, B, F, nH, dz, ld, w_hm, F, 0, dm, F);  /* dM_t = dZ_t W_hm */
+        STEP_MM(p_hm, 0, B, F, nH, dz, ld, w_hm, F, 0, dm, F);  /* dM_t = dZ_t W_hm */
         const {real}* a = A + t * BF;
         const {real}* p = P + t * BF;
         {real}* dp = DP + t * BF;
@@ -431,20 +445,9 @@ int SFX(factored_bwd)(int memory, int T, int B, int H, int F, long par_min, cons
             }}
         }}
         {real}* target = t > 0 ? DH + (t - 1) * BH : dh0;
-        if (hmask) {{
-#if CAN_PACK
-            if (p_mh) la_packed_mm(B, H, F, dp, F, p_mh, 0, g, H); else
-#endif
-            SFX(gemm)(0, B, H, F, dp, F, w_mh, H, 0, g, H);  /* dh' = dP_t W_mh */
-            /* dh_{{t-1}} += dh' * h_mask */
-            if (t > 0) for (long e = 0; e < BH; ++e) target[e] += g[e] * hmask[e];
-            else for (long e = 0; e < BH; ++e) target[e] = g[e] * hmask[e];
-        }} else {{
-#if CAN_PACK
-            if (p_mh) la_packed_mm(B, H, F, dp, F, p_mh, t > 0 ? 1 : 0, target, H); else
-#endif
-            SFX(gemm)(0, B, H, F, dp, F, w_mh, H, t > 0 ? 1 : 0, target, H);  /* dh_{{t-1}} += dP_t W_mh */
-        }}
+        /* dh_{{t-1}} += dP_t W_mh; with recurrent dropout dh' = dP_t W_mh, then += dh' * h_mask */
+        STEP_MM(p_mh, 0, B, H, F, dp, F, w_mh, H, !hmask && t > 0, hmask ? g : target, H);
+        if (hmask) SFX(add_masked)(target, g, hmask, BH, t > 0);
     }}
 #if CAN_PACK
     free(p_hm); free(p_mh);
@@ -477,15 +480,8 @@ int SFX(multi_fwd)(int memory, int n, const int* Ks, int T, int B, int H, long p
         {real}* r = R + (long)t * B * KR;
         {real}* pre = XP + (long)t * B * nH;
         {real}* hn = Hs + (t + 1) * BH;
-        if (hmask) {{
-            {real}* hm = HM + t * BH;
-            for (long e = 0; e < BH; ++e) hm[e] = hp[e] * hmask[e];  /* h' = h_{{t-1}} * h_mask */
-            hp = hm;
-        }}
-#if CAN_PACK
-        if (pw) la_packed_mm(B, KR, H, hp, H, pw, 0, r, KR); else
-#endif
-        SFX(gemm)(1, B, KR, H, hp, H, w_hh, H, 0, r, KR);  /* R_t = h' W_hh^T: key h-columns, every W_g[j] h' */
+        hp = SFX(dropped)(hp, hmask, hmask ? HM + t * BH : 0, BH);  /* h' = h_{{t-1}} * h_mask */
+        STEP_MM(pw, 1, B, KR, H, hp, H, w_hh, H, 0, r, KR);  /* R_t = h' W_hh^T: key h-columns, every W_g[j] h' */
         /* logits += v_{{t-1}} BD^T (the keys' own recurrence) */
         SFX(gemm)(1, B, K, K, vp, K, bd, K, 1, xk, K);
         #pragma omp parallel for schedule(static) if ((long)B * K * H >= par_min)
@@ -593,21 +589,9 @@ int SFX(multi_bwd)(int memory, int n, const int* Ks, int T, int B, int H, long p
             }}
         }}
         {real}* target = t > 0 ? DH + (t - 1) * BH : dh0;
-        if (hmask) {{
-#if CAN_PACK
-            if (pw) la_packed_mm(B, H, KR, dr, KR, pw, 0, tmp, H); else
-#endif
-            SFX(gemm)(0, B, H, KR, dr, KR, w_hh, H, 0, tmp, H);  /* dh' = [d logits, dR_t] W_hh */
-            /* dh_{{t-1}} += dh' * h_mask */
-            if (t > 0) for (long e = 0; e < BH; ++e) target[e] += tmp[e] * hmask[e];
-            else for (long e = 0; e < BH; ++e) target[e] = tmp[e] * hmask[e];
-        }} else {{
-#if CAN_PACK
-            if (pw) la_packed_mm(B, H, KR, dr, KR, pw, t > 0 ? 1 : 0, target, H); else
-#endif
-            /* dh_{{t-1}} += [d logits, dR_t] W_hh */
-            SFX(gemm)(0, B, H, KR, dr, KR, w_hh, H, t > 0 ? 1 : 0, target, H);
-        }}
+        /* dh_{{t-1}} += [d logits, dR_t] W_hh; with recurrent dropout via dh', then * h_mask */
+        STEP_MM(pw, 0, B, H, KR, dr, KR, w_hh, H, !hmask && t > 0, hmask ? tmp : target, H);
+        if (hmask) SFX(add_masked)(target, tmp, hmask, BH, t > 0);
         /* dv_{{t-1}} += d logits BD (the keys' own recurrence) */
         SFX(gemm)(0, B, K, K, dl, K, bd, K, t > 0 ? 1 : 0, t > 0 ? DV + (long)(t - 1) * B * K : dv0, K);
     }}
@@ -616,12 +600,31 @@ int SFX(multi_bwd)(int memory, int n, const int* Ks, int T, int B, int H, long p
 #endif
     return 0;
 }}
+
+#undef STEP_MM
 """
 
 
 # ---------------------------------------------------------------------------------
 # mRNN and mLSTM: m_t = (W_mx x_t) * (W_mh h_{t-1})
 # ---------------------------------------------------------------------------------
+
+def _state_buffers(x: Tensor, h0: Tensor, c0: Tensor | None, h_mask: Tensor | None
+                   ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]:
+    """The forward buffers of the recurrent state: Hs (T+1, B, H) with Hs[0] = h_0; HM (T, B, H)
+    for h_{t-1} * h_mask (recurrent dropout only); with a memory cell (``c0`` given) C (T+1, B, H)
+    with C[0] = c_0 and TC (T, B, H) for tanh(c_t)."""
+    T, B, H = x.shape[0], x.shape[1], h0.shape[-1]
+    Hs = x.new_empty(T + 1, B, H)
+    Hs[0] = h0
+    HM = x.new_empty(T, B, H) if h_mask is not None else None
+    C = TC = None
+    if c0 is not None:
+        C = x.new_empty(T + 1, B, H)
+        C[0] = c0
+        TC = x.new_empty(T, B, H)
+    return Hs, HM, C, TC
+
 
 def _factored(cell, x, state, lengths, h_mask):
     memory = cell.n_blocks == 4
@@ -655,14 +658,7 @@ class _FactoredRecurrence(torch.autograd.Function):
         Z = torch.addmm(bias, x2, w_ih[F:].t()).view(T, B, nH)
         P = x.new_empty(T, B, F)
         M = x.new_empty(T, B, F)
-        Hs = x.new_empty(T + 1, B, H)
-        Hs[0] = h0
-        HM = x.new_empty(T, B, H) if h_mask is not None else None
-        C = TC = None
-        if memory:
-            C = x.new_empty(T + 1, B, H)
-            C[0] = c0
-            TC = x.new_empty(T, B, H)
+        Hs, HM, C, TC = _state_buffers(x, h0, c0 if memory else None, h_mask)
         ctx.native = lib = _native_for(x)
         if lib is not None:  # the whole loop in one C call (factored_fwd in _C_SECOND_ORDER)
             if h_mask is not None:
@@ -703,9 +699,7 @@ class _FactoredRecurrence(torch.autograd.Function):
     def _finish(ctx, memory, F, x, w_ih, w_mh, w_hm, bias, h_mask, lengths, A, Z, P, M, Hs, HM,
                 C, TC):
         """The outputs (zero at padding) and final states; saves what the backward reads."""
-        out = _masked_outputs(Hs[1:], lengths)
-        hn = _final(Hs, lengths)
-        cn = _final(C, lengths) if memory else None
+        out, hn, cn = _outputs(Hs, C, lengths)
         ctx.memory, ctx.F = memory, F
         ctx.save_for_backward(x, w_ih, w_mh, w_hm, bias, h_mask, lengths, A, Z, P, M, Hs, HM, C, TC)
         return out, hn, cn
@@ -899,14 +893,7 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
             XP = torch.addmm(bias[Kt:], x2, w_ih[Kt:].t()).view(T, B, n * H)
         V = x.new_empty(T + 1, B, Kt)
         V[0] = v0
-        Hs = x.new_empty(T + 1, B, H)
-        Hs[0] = h0
-        HM = x.new_empty(T, B, H) if h_mask is not None else None
-        C = TC = None
-        if memory:
-            C = x.new_empty(T + 1, B, H)
-            C[0] = c0
-            TC = x.new_empty(T, B, H)
+        Hs, HM, C, TC = _state_buffers(x, h0, c0 if memory else None, h_mask)
         ctx.native = lib = _native_for(x)
         if lib is not None:  # the whole loop in one C call (multi_fwd in _C_SECOND_ORDER)
             R = x.new_empty(T, B, Kt + Kt * H)  # h'_{t-1} W_hh^T: key h-columns, every W_g[j] h'
@@ -964,9 +951,7 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
                 rs):
         """The outputs (zero at padding) and final states; saves what the backward reads
         (``rs``: the T tensors R_t, or with the native loops ONE (T, B, K + K*H) buffer)."""
-        out = _masked_outputs(Hs[1:], lengths)
-        hn = _final(Hs, lengths)
-        cn = _final(C, lengths) if memory else None
+        out, hn, cn = _outputs(Hs, C, lengths)
         vn = _final(V, lengths)
         ctx.memory, ctx.Ks = memory, Ks
         ctx.save_for_backward(x, w_ih, w_hh, bd, bias, h_mask, lengths, V, XP, Hs, HM, C, TC, *rs)

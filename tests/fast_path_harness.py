@@ -66,3 +66,18 @@ def assert_fast_matches_reference(enc, x, lengths, state, tol, none_is_zero=Fals
         assert torch.all(fast["out"][b, L:] == 0), "padding leaked into the outputs"
         assert torch.all(fast["dx"][b, L:] == 0), "gradient flowed into the padding"
     return fast
+
+
+def assert_mask_with_holes_runs_the_reference(cell, x, compare_states=False):
+    """A mask with a hole (a padded step before a real one) must take the reference loop
+    (every step counted) and give what the forced reference gives."""
+    mask = torch.tensor([[1.0, 1], [0, 1], [1, 1], [1, 0]], dtype=x.dtype)
+    calls = count_steps([cell])
+    out, st = cell(x, None, mask)
+    assert calls[0] == 4
+    with reference_mode():
+        out_r, st_r = cell(x, None, mask)
+    torch.testing.assert_close(out, out_r)
+    if compare_states:
+        for a, b in zip(st, st_r):
+            torch.testing.assert_close(a, b)

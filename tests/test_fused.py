@@ -20,7 +20,11 @@ from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.cells import fused
 from lstmablate.cells.fused import mask_kind, plan, reference_mode
 
-from fast_path_harness import assert_fast_matches_reference, count_steps, run_forward_backward
+from fast_path_harness import (
+    assert_fast_matches_reference,
+    assert_mask_with_holes_runs_the_reference,
+    run_forward_backward,
+)
 
 F64 = torch.float64
 
@@ -204,14 +208,7 @@ def test_mask_kinds():
 @pytest.mark.parametrize("name", ["lstm", "lstm-srnn", "lstm-srnn-hidden", "gru"])
 def test_mask_with_holes_falls_back_to_the_reference(name):
     cell = get_cell(name).build(3, 4).double()
-    x = torch.randn(4, 2, 3, dtype=F64)
-    mask = torch.tensor([[1.0, 1], [0, 1], [1, 1], [1, 0]], dtype=F64)
-    calls = count_steps([cell])
-    out, st = cell(x, None, mask)
-    assert calls[0] == 4
-    with reference_mode():
-        out_r, st_r = cell(x, None, mask)
-    torch.testing.assert_close(out, out_r)
+    assert_mask_with_holes_runs_the_reference(cell, torch.randn(4, 2, 3, dtype=F64))
 
 
 @pytest.mark.parametrize("name", ["lstm", "lstm-srnn", "lstm-srnn-hidden", "lstm-gates", "gru"])

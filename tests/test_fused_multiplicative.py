@@ -23,7 +23,7 @@ from lstmablate.cells import fused_multiplicative as fm
 from lstmablate.cells.fused import reference_mode
 from lstmablate.cells.multiplicative import MRNNCell
 
-from fast_path_harness import assert_fast_matches_reference, count_steps
+from fast_path_harness import assert_fast_matches_reference, assert_mask_with_holes_runs_the_reference
 
 F64 = torch.float64
 
@@ -346,16 +346,8 @@ def test_dispatch_and_reference_switch(name, monkeypatch):
 @pytest.mark.parametrize("name", ["mrnn", "mlstm", "mmrnn", "mmlstm", "dyck-rnn"])
 def test_mask_with_holes_falls_back_to_the_reference(name):
     cell = _cell(name).double()
-    x = torch.randn(4, 2, cell.input_size, dtype=F64)
-    mask = torch.tensor([[1.0, 1], [0, 1], [1, 1], [1, 0]], dtype=F64)
-    calls = count_steps([cell])
-    out, st = cell(x, None, mask)
-    assert calls[0] == 4
-    with reference_mode():
-        out_r, st_r = cell(x, None, mask)
-    torch.testing.assert_close(out, out_r)
-    for a, b in zip(st, st_r):
-        torch.testing.assert_close(a, b)
+    assert_mask_with_holes_runs_the_reference(cell, torch.randn(4, 2, cell.input_size, dtype=F64),
+                                              compare_states=True)
 
 
 @pytest.mark.parametrize("name", ["mrnn", "mlstm", "mmrnn", "mmlstm", "dyck-rnn"])

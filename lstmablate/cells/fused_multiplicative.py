@@ -735,18 +735,23 @@ class _FactoredRecurrence(torch.autograd.Function):
         as_ = A.unbind(0)
         hm, mh = _StepProduct(w_hm, B, T), _StepProduct(w_mh, B, T)  # dM = dZ W_hm, dh' = dP W_mh
         dc0 = None
+
+        def through_m(t: int) -> None:
+            """dP_t = (dZ_t W_hm) * A_t, then dh_{t-1} += dP_t W_mh (times h_mask)."""
+            torch.mul(hm(dzs[t], dms[t]), as_[t], out=dps[t])
+            if t > 0:
+                if h_mask is None:
+                    mh.add_to(dhs[t - 1], dps[t])
+                else:
+                    dhs[t - 1].addcmul_(mh(dps[t]), h_mask)
+
         if not memory:
             Kz = Hs[1:] * Hs[1:]
             Kz.neg_().add_(1)  # tanh' = 1 - h^2
             kzs = Kz.unbind(0)
             for t in range(T - 1, -1, -1):
                 torch.mul(dhs[t], kzs[t], out=dzs[t])
-                torch.mul(hm(dzs[t], dms[t]), as_[t], out=dps[t])
-                if t > 0:
-                    if h_mask is None:
-                        mh.add_to(dhs[t - 1], dps[t])
-                    else:
-                        dhs[t - 1].addcmul_(mh(dps[t]), h_mask)
+                through_m(t)
         else:
             Z4 = Z.view(T, B, 4, H)  # activations i, f, o, u
             K, Kc = _lstm_factors(Z4, C, TC)
@@ -760,12 +765,8 @@ class _FactoredRecurrence(torch.autograd.Function):
                 dc = dcs[t].addcmul_(dh, kcs[t])
                 torch.mul(ks[t], dc.unsqueeze(1), out=dz4s[t])
                 torch.mul(kos[t], dh, out=dzos[t])
-                torch.mul(hm(dzs[t], dms[t]), as_[t], out=dps[t])
+                through_m(t)
                 if t > 0:
-                    if h_mask is None:
-                        mh.add_to(dhs[t - 1], dps[t])
-                    else:
-                        dhs[t - 1].addcmul_(mh(dps[t]), h_mask)
                     dcs[t - 1].addcmul_(dc, fs[t])
             dc0 = _add(dcs[0] * fs[0], dc0_direct)
         dh0 = mh(dps[0])

@@ -496,6 +496,32 @@ static void SFX(gemm)(int tb, int M, int N, int K, const {real}* A, int lda, con
     GEMM(tb ? "T" : "N", "N", &N, &M, &K, &one, Bm, &ldb, A, &lda, &beta, Cm, &ldc);
 }}
 
+/* One per-step product C (M x N) (beta = 0: =, 1: +=) A op(W): MKL's packed GEMM when the
+   weight was packed (pk, float32 only), else the BLAS; pk is not evaluated without packing. */
+#if CAN_PACK
+#define STEP_MM(pk, tb, M, N, K, a, lda, w, ldw, beta, c, ldc) \
+    do {{ if (pk) la_packed_mm(M, N, K, a, lda, pk, beta, c, ldc); \
+          else SFX(gemm)(tb, M, N, K, a, lda, w, ldw, beta, c, ldc); }} while (0)
+#else
+#define STEP_MM(pk, tb, M, N, K, a, lda, w, ldw, beta, c, ldc) \
+    SFX(gemm)(tb, M, N, K, a, lda, w, ldw, beta, c, ldc)
+#endif
+
+/* h' = h_{{t-1}} * h_mask, written to hm (kept for the weight gradients); h_{{t-1}} itself
+   without recurrent dropout (hmask = 0). */
+static inline const {real}* SFX(dropped)(const {real}* hp, const {real}* hmask, {real}* hm, long n) {{
+    if (!hmask) return hp;
+    for (long e = 0; e < n; ++e) hm[e] = hp[e] * hmask[e];
+    return hm;
+}}
+
+/* target = src * mask, or += when accumulate (dh_{{t-1}} from dh' under recurrent dropout) */
+static inline void SFX(add_masked)({real}* target, const {real}* src, const {real}* mask, long n,
+                                   int accumulate) {{
+    if (accumulate) for (long e = 0; e < n; ++e) target[e] += src[e] * mask[e];
+    else for (long e = 0; e < n; ++e) target[e] = src[e] * mask[e];
+}}
+
 /* One row (b) of one step of the forward element-wise work; HAS_F, HAS_O, SRNN are constants at
    every call site (see fwd_row), so each combination compiles to its own branch-free loop. */
 static inline __attribute__((always_inline)) void SFX(fwd_row_impl)(
@@ -575,15 +601,8 @@ int SFX(lstm_fwd)(const LAYOUT* L, int T, int B, {real}* Z, {real}* Hs, {real}* 
         {real}* z = Z + (long)t * B * nbH;
         const {real}* hp = Hs + (long)t * B * P;
         if (nR) {{
-            if (hmask) {{
-                {real}* hm = HM + (long)t * B * P;
-                for (long e = 0; e < (long)B * P; ++e) hm[e] = hp[e] * hmask[e];
-                hp = hm;
-            }}
-#if CAN_PACK
-            if (pw) la_packed_mm(B, nR * H, P, hp, P, pw, 1, z + L->r0 * H, nbH); else
-#endif
-            SFX(gemm)(1, B, nR * H, P, hp, P, w_hh, P, 1, z + L->r0 * H, nbH);
+            hp = SFX(dropped)(hp, hmask, hmask ? HM + (long)t * B * P : 0, (long)B * P);  /* h' */
+            STEP_MM(pw, 1, B, nR * H, P, hp, P, w_hh, P, 1, z + L->r0 * H, nbH);
         }}
         {real}* hout = proj ? HH + (long)t * B * H : Hs + (long)(t + 1) * B * P;
         #pragma omp parallel for schedule(static) if ((long)B * H >= L->par_min)
@@ -701,17 +720,10 @@ int SFX(lstm_bwd)(const LAYOUT* L, int T, int B, const {real}* A, const {real}* 
         if (nR) {{
             if (hmask) {{
                 {real}* g = tmp + (long)B * H;
-#if CAN_PACK
-                if (pw) la_packed_mm(B, P, nR * H, dz + L->r0 * H, nbH, pw, 0, g, P); else
-#endif
-                SFX(gemm)(0, B, P, nR * H, dz + L->r0 * H, nbH, w_hh, P, 0, g, P);
-                if (t > 0) for (long e = 0; e < (long)B * P; ++e) target[e] += g[e] * hmask[e];
-                else for (long e = 0; e < (long)B * P; ++e) target[e] = g[e] * hmask[e];
+                STEP_MM(pw, 0, B, P, nR * H, dz + L->r0 * H, nbH, w_hh, P, 0, g, P);
+                SFX(add_masked)(target, g, hmask, (long)B * P, t > 0);
             }} else {{
-#if CAN_PACK
-                if (pw) la_packed_mm(B, P, nR * H, dz + L->r0 * H, nbH, pw, t > 0 ? 1 : 0, target, P); else
-#endif
-                SFX(gemm)(0, B, P, nR * H, dz + L->r0 * H, nbH, w_hh, P, t > 0 ? 1 : 0, target, P);
+                STEP_MM(pw, 0, B, P, nR * H, dz + L->r0 * H, nbH, w_hh, P, t > 0 ? 1 : 0, target, P);
             }}
         }} else if (t == 0) {{
             for (long e = 0; e < (long)B * P; ++e) dh0[e] = 0;
@@ -740,17 +752,9 @@ int SFX(gru_fwd)(int T, int B, int H, int reset_after, {real}* Z, {real}* Hs, {r
         const {real}* hp = Hs + (long)t * B * H;
         {real}* hn = Hs + (long)(t + 1) * B * H;
         {real}* u = U + (long)t * B * H;
-        const {real}* hh = hp;
-        if (hmask) {{
-            {real}* hm = HM + (long)t * B * H;
-            for (long e = 0; e < (long)B * H; ++e) hm[e] = hp[e] * hmask[e];
-            hh = hm;
-        }}
+        const {real}* hh = SFX(dropped)(hp, hmask, hmask ? HM + (long)t * B * H : 0, (long)B * H);  /* h' */
         if (reset_after) {{
-#if CAN_PACK
-            if (p_rz) la_packed_mm(B, H3, H, hh, H, p_rz, 0, R, H3); else
-#endif
-            SFX(gemm)(1, B, H3, H, hh, H, w_hh, H, 0, R, H3);
+            STEP_MM(p_rz, 1, B, H3, H, hh, H, w_hh, H, 0, R, H3);
             #pragma omp parallel for schedule(static) if ((long)B * H >= par_min)
             for (int b = 0; b < B; ++b) {{
                 {real}* zr = z + (long)b * H3; {real}* zz = zr + H; {real}* zn = zr + 2 * H;
@@ -768,10 +772,7 @@ int SFX(gru_fwd)(int T, int B, int H, int reset_after, {real}* Z, {real}* Hs, {r
                 }}
             }}
         }} else {{
-#if CAN_PACK
-            if (p_rz) la_packed_mm(B, 2 * H, H, hh, H, p_rz, 1, z, H3); else
-#endif
-            SFX(gemm)(1, B, 2 * H, H, hh, H, w_hh, H, 1, z, H3);
+            STEP_MM(p_rz, 1, B, 2 * H, H, hh, H, w_hh, H, 1, z, H3);
             #pragma omp parallel for schedule(static) if ((long)B * H >= par_min)
             for (int b = 0; b < B; ++b) {{
                 {real}* zr = z + (long)b * H3; {real}* zz = zr + H;
@@ -785,10 +786,7 @@ int SFX(gru_fwd)(int T, int B, int H, int reset_after, {real}* Z, {real}* Hs, {r
                     ub[j] = r * hhb[j];
                 }}
             }}
-#if CAN_PACK
-            if (p_n) la_packed_mm(B, H, H, u, H, p_n, 1, z + 2 * H, H3); else
-#endif
-            SFX(gemm)(1, B, H, H, u, H, w_hh + (long)2 * H * H, H, 1, z + 2 * H, H3);
+            STEP_MM(p_n, 1, B, H, H, u, H, w_hh + (long)2 * H * H, H, 1, z + 2 * H, H3);
             #pragma omp parallel for schedule(static) if ((long)B * H >= par_min)
             for (int b = 0; b < B; ++b) {{
                 {real}* zz = z + (long)b * H3 + H; {real}* zn = zz + H;
@@ -852,10 +850,7 @@ int SFX(gru_bwd)(int T, int B, int H, int reset_after, const {real}* A, const {r
                     tb[j] = first ? keep : tb[j] + keep;
                 }}
             }}
-#if CAN_PACK
-            if (p_all) la_packed_mm(B, H, H3, g, H3, p_all, 0, dhh, H); else
-#endif
-            SFX(gemm)(0, B, H, H3, g, H3, w_hh, H, 0, dhh, H);
+            STEP_MM(p_all, 0, B, H, H3, g, H3, w_hh, H, 0, dhh, H);
         }} else {{
             #pragma omp parallel for schedule(static) if ((long)B * H >= par_min)
             for (int b = 0; b < B; ++b) {{
@@ -874,10 +869,7 @@ int SFX(gru_bwd)(int T, int B, int H, int reset_after, const {real}* A, const {r
                 }}
             }}
             /* du = d a_n W_n  (d of r * h') */
-#if CAN_PACK
-            if (p_n) la_packed_mm(B, H, H, g + 2 * H, H3, p_n, 0, dhh, H); else
-#endif
-            SFX(gemm)(0, B, H, H, g + 2 * H, H3, w_hh + (long)2 * H * H, H, 0, dhh, H);
+            STEP_MM(p_n, 0, B, H, H, g + 2 * H, H3, w_hh + (long)2 * H * H, H, 0, dhh, H);
             #pragma omp parallel for schedule(static) if ((long)B * H >= par_min)
             for (int b = 0; b < B; ++b) {{
                 const {real}* ar = a + (long)b * H3; const {real}* hhb = hh + (long)b * H;
@@ -892,12 +884,9 @@ int SFX(gru_bwd)(int T, int B, int H, int reset_after, const {real}* A, const {r
                     dnb[j] = gnb[j];
                 }}
             }}
-#if CAN_PACK
-            if (p_all) la_packed_mm(B, H, 2 * H, g, H3, p_all, 1, dhh, H); else
-#endif
-            SFX(gemm)(0, B, H, 2 * H, g, H3, w_hh, H, 1, dhh, H);
+            STEP_MM(p_all, 0, B, H, 2 * H, g, H3, w_hh, H, 1, dhh, H);
         }}
-        if (hmask) for (long e = 0; e < (long)B * H; ++e) target[e] += dhh[e] * hmask[e];
+        if (hmask) SFX(add_masked)(target, dhh, hmask, (long)B * H, 1);
         else for (long e = 0; e < (long)B * H; ++e) target[e] += dhh[e];
     }}
 #if CAN_PACK
@@ -930,7 +919,7 @@ def _c_source() -> str:
                      f"#define GEMM {gemm}\n#define CAN_PACK {pack}\n")
         parts.append(_C_BODY.format(real=real))
         parts.append(_C_SECOND_ORDER.format(real=real))  # mrnn, mlstm, mmrnn, mmlstm
-        parts.append("#undef SFX\n#undef EXP\n#undef TANH\n#undef GEMM\n#undef CAN_PACK\n")
+        parts.append("#undef SFX\n#undef EXP\n#undef TANH\n#undef GEMM\n#undef CAN_PACK\n#undef STEP_MM\n")
     return "\n".join(parts)
 
 

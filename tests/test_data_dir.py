@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+import lstmablate_tasks.ptb.task  # noqa: F401  (its class registers the ptb dataset)
 from lstmablate import data as D
 from lstmablate.errors import DataError, UnknownNameError
+from lstmablate.task import available_datasets
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # Real data on developer machines and CI: ../shared/data from the project root.
@@ -294,18 +296,19 @@ def test_verify_reports_ok_missing_mismatch(tmp_path):
 
 
 def test_catalogue_lists_the_task_files():
-    assert set(D.DATASETS) == {"ptb", "ud-ewt", "multi30k", "squad"}
-    rel = {name: [f.relpath for f in ds.files] for name, ds in D.DATASETS.items()}
+    catalogue = available_datasets()  # declared by the tasks, not by the core
+    assert {"ptb", "ud-ewt", "multi30k", "squad"} <= set(catalogue)
+    rel = {name: [f.relpath for f in ds.files] for name, ds in catalogue.items()}
     assert rel["ptb"] == [f"ptb/ptb.{s}.txt" for s in ("train", "valid", "test")]
     assert rel["ud-ewt"] == [f"ud-ewt/en_ewt-ud-{s}.conllu" for s in ("train", "dev", "test")]
     assert sorted(rel["multi30k"]) == sorted(
         f"multi30k/{s}.{lang}"
         for s in ("train", "val", "test_2016_flickr") for lang in ("en", "de"))
-    squad = D.DATASETS["squad"]
+    squad = catalogue["squad"]
     assert squad.file("train-v1.1.json").md5 == "981b29407e0affa3b1b156f72073b945"
     assert squad.file("train-v1.1.json").checksum == ("md5", "981b29407e0affa3b1b156f72073b945")
     assert squad.file("dev-v1.1.json").md5 == "3e85deb501d4e538b6bc56f786231552"
-    for ds in D.DATASETS.values():
+    for ds in catalogue.values():
         assert ds.url and ds.licence and ds.fetch_hint
         for f in ds.files:
             assert f.checksum is not None and f.url and f.url.startswith(("https://", "http://"))
@@ -373,11 +376,11 @@ def test_fetch_rejects_a_bad_download_and_leaves_nothing(tmp_path):
 @pytest.mark.parametrize("name", ["ptb", "ud-ewt", "multi30k"])
 def test_real_data_checksums_verify(name):
     base = real_data_dir()
-    ds = D.DATASETS[name]
+    ds = available_datasets()[name]
     if not (base / ds.files[0].relpath).exists() and not (
             base / (ds.files[0].relpath + ".gz")).exists():
         pytest.skip(f"real {name} data not found under {base} (set {D.ENV_VAR})")
-    results = D.verify(base, name)
+    results = D.verify(base, ds)
     assert [r.status for r in results] == ["ok"] * len(ds.files), [r.message for r in results]
 
 
@@ -387,6 +390,6 @@ def test_real_squad_dev_verifies():
         D.find_file(base, "squad/dev-v1.1.json")
     except DataError:
         pytest.skip(f"SQuAD dev file not found under {base}")
-    (result,) = D.verify(base, "squad", which="dev-v1.1.json")
+    (result,) = D.verify(base, available_datasets()["squad"], which="dev-v1.1.json")
     assert result.ok and result.algo == "sha256"
     assert D.file_digest(result.path, "md5") == "3e85deb501d4e538b6bc56f786231552"

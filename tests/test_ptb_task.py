@@ -23,7 +23,8 @@ from lstmablate.errors import DataError
 from lstmablate.task import get_task
 from lstmablate.train.optim import Schedule, build_optimizer
 from lstmablate_tasks.ptb import data as P
-from lstmablate_tasks.ptb.task import PTBData, PTBModel, PTBTask, sequential_nll, stream_nll
+from lstmablate_tasks.ptb.task import (PTBData, PTBEval, PTBModel, PTBTask, read_predictions,
+                                       sequential_logprobs, stream_logprobs)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # Real data on developer machines and CI: ../shared/data from the project root.
@@ -43,8 +44,19 @@ def fixture_task(level: str = "word", batch_size: int = 2, num_steps: int = 3,
     model = {"hidden_size": 8, "num_layers": 2, "dropout": 0.0, "init_scale": 0.1, **model}
     task = PTBTask(PTBData(level=level, batch_size=batch_size, num_steps=num_steps, verify=False),
                    PTBModel(**model), data_dir)
+    task.use_artefacts(task.build_artefacts())
     task.setup()
     return task
+
+
+def sequential_nll(model, stream, chunk):
+    _, lp = sequential_logprobs(model, stream, chunk)
+    return -float(lp.sum()), lp.numel()
+
+
+def stream_nll(model, stream, batch_size, num_steps):
+    _, lp = stream_logprobs(model, stream, batch_size, num_steps)
+    return -float(lp.sum()), lp.numel()
 
 
 def build(task: PTBTask, cell: str = "lstm", seed: int = 0) -> nn.Module:
@@ -70,15 +82,18 @@ def test_registered_under_entry_point_with_protocol():
 def test_batches_are_contiguous_rows_with_shifted_targets_in_fixed_order():
     task = fixture_task()
     train = task.corpus.train  # 53 tokens: 2 rows of 26, (26 - 1) // 3 = 8 minibatches
-    batches = list(task.train_batches(0, torch.Generator().manual_seed(1)))
-    assert task.num_train_batches() == len(batches) == 8
+    plan = task.train_plan(0, torch.Generator().manual_seed(1))
+    batches = list(plan)
+    assert len(plan) == len(batches) == 8
+    # indexable: batch i is the same whether or not the earlier ones were built (resume)
+    assert all(torch.equal(plan[i][0], batches[i][0]) for i in (7, 3, 0))
     xs = torch.cat([x for x, _ in batches], dim=1)
     ys = torch.cat([y for _, y in batches], dim=1)
     rows = train[:52].view(2, 26)
     assert torch.equal(xs, rows[:, :24])  # each row continues across minibatches
     assert torch.equal(ys, rows[:, 1:25])  # targets = inputs shifted by one
     # no shuffling: any epoch and any generator give the same minibatches
-    again = list(task.train_batches(5, torch.Generator().manual_seed(99)))
+    again = list(task.train_plan(5, torch.Generator().manual_seed(99)))
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(batches, again))
 
 
@@ -86,7 +101,7 @@ def test_carry_is_the_detached_final_state_and_continues_the_stream():
     task = fixture_task()
     model = build(task, "lstm")
     model.train()  # dropout 0: deterministic
-    (x1, y1), (x2, y2) = list(task.train_batches(0, torch.Generator()))[:2]
+    (x1, y1), (x2, y2) = list(task.train_plan(0, torch.Generator()))[:2]
     out1 = task.loss(model, (x1, y1), task.init_carry(model))
     carry = out1.carry
     assert isinstance(carry, tuple) and len(carry) == 2  # (h, c)
@@ -110,7 +125,7 @@ def test_carry_is_the_detached_final_state_and_continues_the_stream():
 def test_loss_is_num_steps_times_mean_token_nll():
     task = fixture_task(batch_size=2, num_steps=4)
     model = build(task, "lstm-srnn")
-    x, y = next(iter(task.train_batches(0, torch.Generator())))
+    x, y = task.train_plan(0, torch.Generator())[0]
     out = task.loss(model, (x, y), None)
     logits, _ = model(x)
     mean_nll = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
@@ -198,7 +213,7 @@ def test_dropout_on_embedding_between_layers_and_top_output_only():
     task = fixture_task(dropout=0.5)
     model = build(task, "lstm")
     assert model.encoder.dropout == 0.5 and model.encoder.recurrent_dropout == 0.0
-    x = next(iter(task.train_batches(0, torch.Generator())))[0]
+    x = task.train_plan(0, torch.Generator())[0][0]
     model.train()
     torch.manual_seed(7)
     logits, _ = model(x)
@@ -225,7 +240,7 @@ def test_a_few_sgd_epochs_lower_the_loss(cell):
     model.train()
     for epoch in range(10):
         carry = task.init_carry(model)
-        for batch in task.train_batches(epoch, torch.Generator()):
+        for batch in task.train_plan(epoch, torch.Generator()):
             opt.zero_grad()
             out = task.loss(model, batch, carry)
             out.loss.backward()
@@ -251,8 +266,8 @@ def test_visualization_inputs_are_the_encoder_and_embedded_words():
 
 def test_vocab_size_mismatch_names_the_file():
     task = PTBTask(PTBData(vocab_size=10000, verify=False), PTBModel(), FIXTURES)
-    with pytest.raises(DataError, match=r"ptb\.train\.txt gives a vocabulary of 17 word types"):
-        task.setup()
+    with pytest.raises(DataError, match=r"ptb\.train\.txt under .* gives a vocabulary of 17 word types"):
+        task.use_artefacts(task.build_artefacts())
 
 
 def test_checksums_reject_a_corrupted_file(tmp_path):
@@ -272,7 +287,7 @@ def test_checksums_reject_a_corrupted_file(tmp_path):
     assert f"checksum mismatch for {bad}" in msg
     assert "ptb.valid.txt" not in msg and "ptb.test.txt" not in msg
     with pytest.raises(DataError, match=f"checksum mismatch for {bad}"):
-        task.setup()
+        task.build_artefacts()
     # the intact originals pass
     lines = PTBTask(PTBData(), PTBModel(), real_data_dir).check_data()
     assert len(lines) == 3 and all("sha256 ok" in line for line in lines)
@@ -285,6 +300,7 @@ def test_checksums_reject_a_corrupted_file(tmp_path):
 def real_task() -> PTBTask:
     cfg = resolve_config(PTBTask, "lstm-srnn", recipe="ptb-small")
     task = PTBTask(cfg.data, cfg.model, _real_dir())
+    task.use_artefacts(task.build_artefacts())
     task.setup()
     return task
 
@@ -293,10 +309,10 @@ def test_real_ptb_matches_the_tutorial(real_task):
     c = real_task.corpus
     assert c.vocab_size == 10000 and c.vocab[0] == "the" and "<eos>" in c.stoi
     assert (c.train.numel(), c.valid.numel(), c.test.numel()) == (929589, 73760, 82430)
-    assert real_task.num_train_batches() == 2323  # the tutorial's small epoch_size
+    assert len(real_task.train_plan(0, torch.Generator())) == 2323  # the tutorial's small epoch_size
     medium = PTBTask(PTBData(num_steps=35), PTBModel(), real_task.data_dir)
     medium.corpus = c
-    assert medium.num_train_batches() == 1327
+    assert len(medium.train_plan(0, torch.Generator())) == 1327
 
 
 def test_real_test_split_slice_is_evaluated_with_batch_1(real_task):
@@ -348,26 +364,82 @@ def test_recipes_are_the_tutorial_configs(name, hidden, steps, init, clip, dropo
     sched = Schedule(t, torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0))
     for i in range(epochs):
         assert sched.lr_at(i, 0) == pytest.approx(decay ** max(i + 1 - start, 0))
-    assert cfg.cells == PAPER_CELLS
-    assert cfg.reference["lstm"]["ppl"] > 0
+    _, recipe = load_recipe(name)
+    assert recipe["cells"] == PAPER_CELLS
+    assert recipe["reference"]["lstm"]["ppl"] > 0
 
 
 def test_table1_references():
-    medium = resolve_config(PTBTask, "lstm", recipe="ptb-medium")
-    large = resolve_config(PTBTask, "lstm", recipe="ptb-large")
-    assert {c: r["ppl"] for c, r in medium.reference.items()} == {
+    _, medium = load_recipe("ptb-medium")
+    _, large = load_recipe("ptb-large")
+    assert {c: r["ppl"] for c, r in medium["reference"].items()} == {
         "lstm": 83.9, "lstm-srnn": 80.5, "lstm-srnn-out": 81.6, "lstm-srnn-hidden": 83.3,
         "lstm-gates": 140.9}
-    assert {c: r["ppl"] for c, r in large.reference.items()} == {
+    assert {c: r["ppl"] for c, r in large["reference"].items()} == {
         "lstm": 78.8, "lstm-srnn": 76.0, "lstm-srnn-out": 78.5, "lstm-srnn-hidden": 82.9,
         "lstm-gates": 126.1}
     # the paper's effort: 5 LSTM seeds, one run per ablation
     for cfg in (medium, large):
-        assert recipe_seeds(cfg.to_dict(), "lstm") == [1, 2, 3, 4, 5]
-        assert recipe_seeds(cfg.to_dict(), "lstm-srnn") == [1]
-    assert "82.07" in medium.reference_source and "78.29" in large.reference_source
+        assert recipe_seeds(cfg, "lstm") == [1, 2, 3, 4, 5]
+        assert recipe_seeds(cfg, "lstm-srnn") == [1]
+    assert "82.07" in medium["reference_source"] and "78.29" in large["reference_source"]
     _, table1 = load_recipe("table1")  # a table spec over the two recipes
     assert "task" not in table1 and "47.5" in table1["reference_source"]  # draft's Billion Word
     spec = table1["table"]
     assert spec["experiments"] == ["ptb-medium", "ptb-large"]
     assert spec["cells"] == PAPER_CELLS and spec["metrics"] == ["ppl"]
+
+
+# ----------------------------------------------------------------------------- contracts
+
+
+def test_eval_reads_only_its_split_with_the_saved_vocabulary(tmp_path):
+    """With the run's vocabulary (its artefact), evaluation needs no training file."""
+    task = fixture_task()
+    art = task.build_artefacts()
+    assert art["vocab"] == task.corpus.vocab
+    (tmp_path / "ptb").mkdir()
+    shutil.copy(FIXTURES / "ptb" / "ptb.test.txt", tmp_path / "ptb" / "ptb.test.txt")
+    only_test = PTBTask(task.data_cfg, task.model_cfg, tmp_path)
+    only_test.use_artefacts(art)
+    only_test.setup(["test"])  # no ptb.train.txt here: it is not read
+    assert torch.equal(only_test.corpus.test, task.corpus.test)
+    model = build(task, "lstm")
+    assert only_test.evaluate(model, "test") == task.evaluate(model, "test")
+    with pytest.raises(DataError, match="ptb.train.txt not found"):
+        only_test.build_artefacts()
+
+
+@pytest.mark.parametrize("split", ["test", "valid"])
+def test_predictions_file_holds_every_scored_token(tmp_path, split):
+    task = fixture_task(batch_size=2, num_steps=2)
+    model = build(task, "lstm-srnn").double().eval()
+    path = tmp_path / "preds.tsv"
+    from_file = task.write_predictions(model, split, path)
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith("# lstmablate ptb predictions") and lines[1] == "position\ttoken\tlogprob"
+    rows = [line.split("\t") for line in lines[2:]]
+    stream = task.corpus.split(split)
+    # every row names the token at its position, and its log-probability is the model's
+    for pos, tok, _ in rows:
+        assert task.corpus.vocab[int(stream[int(pos)])] == tok
+    if split == "test":
+        assert [int(r[0]) for r in rows] == list(range(1, stream.numel()))
+        total, n = hand_nll(model, stream)
+        assert -sum(float(r[2]) for r in rows) == pytest.approx(total, rel=1e-12)
+    expected = task.evaluate(model, split)
+    assert from_file.keys() == expected.keys()
+    for k in expected:
+        assert from_file[k] == pytest.approx(expected[k], rel=1e-12), k
+    assert read_predictions(path) == from_file
+
+
+def test_eval_chunk_changes_no_metric():
+    task = fixture_task()
+    model = build(task, "gru").double()
+    base = task.evaluate(model, "test")
+    for chunk in (1, 7):
+        task.eval_cfg = PTBEval(chunk=chunk)
+        m = task.evaluate(model, "test")
+        assert m.keys() == base.keys()
+        assert all(m[k] == pytest.approx(base[k], rel=1e-12) for k in m)

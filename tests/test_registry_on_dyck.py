@@ -33,7 +33,7 @@ def test_every_cell_learns_on_dyck(cell, tiny_recipe):
     task.setup()
     model = task.build_model(functools.partial(build_encoder, cell))
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.03)
-    batch = next(iter(task.train_batches(0, data_generator(1, 0))))
+    batch = task.train_plan(0, data_generator(1, 0))[0]
     first = task.loss(model, batch, None).loss.item()
     for _ in range(25):
         opt.zero_grad()

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from dataclasses import dataclass
 
 import pytest
 import torch
 from torch import nn
 
+from lstmablate.batching import BatchPlan, contiguous_groups
 from lstmablate.cells import build_encoder
 from lstmablate.config import TrainConfig
 from lstmablate.task import Metric, StepOutput, Task
@@ -40,21 +40,23 @@ class ToyTask(Task):
     metrics = (Metric("mse", False),)
     primary = metrics[0]
 
-    def setup(self):
+    def setup(self, splits=("train", "dev", "test")):
         g = torch.Generator().manual_seed(0)
         x = torch.randn(self.data_cfg.n, 12, 1, generator=g)
         y = x.cumsum(1) / torch.arange(1, 13).view(1, 12, 1)
         self.data = {"train": (x, y), "dev": (x[:32], y[:32]), "test": (x[32:64], y[32:64])}
 
-    def num_train_batches(self):
-        return math.ceil(self.data_cfg.n / self.data_cfg.batch_size)
+    collated = 0  # batches built so far (a resumed run must not build the skipped ones)
 
-    def train_batches(self, epoch, generator):
+    def train_plan(self, epoch, generator):
         x, y = self.data["train"]
-        order = torch.randperm(len(x), generator=generator)
-        for i in range(0, len(x), self.data_cfg.batch_size):
-            idx = order[i:i + self.data_cfg.batch_size]
-            yield x[idx], y[idx]
+        order = torch.randperm(len(x), generator=generator).tolist()
+        groups = contiguous_groups(len(x), self.data_cfg.batch_size, order)
+
+        def collate(idx):
+            self.collated += 1
+            return x[idx], y[idx]
+        return BatchPlan(groups, collate)
 
     def build_model(self, make_encoder):
         class M(nn.Module):
@@ -72,7 +74,7 @@ class ToyTask(Task):
         x, y = batch
         return StepOutput(nn.functional.mse_loss(model(x), y))
 
-    def evaluate(self, model, split):
+    def evaluate(self, model, split, final=False):
         x, y = self.data[split]
         return {"mse": float(nn.functional.mse_loss(model(x), y).detach())}
 
@@ -187,6 +189,8 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
     torch.manual_seed(12345)  # the checkpoint's RNG state must win over this
     resumed.fit(resume=True)
     assert resumed.metrics_path.read_bytes() == full.metrics_path.read_bytes()
+    # the plan jumped to the saved position: batches 1-7 were never built again
+    assert full.task.collated == 18 and resumed.task.collated == 18 - 7
 
 
 def test_test_checkpoint_last_uses_the_final_model(tmp_path):

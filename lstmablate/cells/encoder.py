@@ -6,7 +6,9 @@ here, so every cell gets the same options:
 * ``num_layers`` stacked layers (equation 60 of the Neubig notes, 003);
 * ``dropout`` between layers, on the non-recurrent connections only (as in
   Zaremba et al. 2014: what layer l emits is dropped before layer l+1 reads it;
-  the last layer's output is left to the task, like ``torch.nn.LSTM``);
+  the last layer's output is left to the task, like ``torch.nn.LSTM``); fresh
+  per position by default, one mask per sequence with ``variational_dropout``
+  (Gal & Ghahramani 2016; Parser-v1's same-mask dropout);
 * ``recurrent_dropout``: variational dropout on h_{t-1} where it enters the
   recurrent products (one mask per sequence, Gal & Ghahramani 2016);
 * ``residual``: x_t is added to a layer's output whenever the sizes agree
@@ -20,10 +22,35 @@ here, so every cell gets the same options:
 State layout follows ``torch.nn.LSTM``: a tuple with one tensor per state
 component (``h`` first, then e.g. ``c``), each ``(num_layers * directions, B, size)``
 ordered layer-major (layer 0 forward, layer 0 backward, layer 1 forward, ...).
+
+What an encoder gives a task (the cell contract, seen from outside):
+
+* ``enc(x, lengths=None, state=None, masks=None) -> (outputs, final_state)``: a
+  whole (padded) batch of sequences;
+* the **step API**, for decoders that feed each output back in (NMT input
+  feeding) and for beam search — unidirectional encoders only::
+
+      state = enc.initial_state(B, like=x)   # zeros, the layout above
+      masks = enc.sample_masks(B, like=x)    # dropout masks fixed for a whole sequence
+      for t in range(T):
+          out_t, state = enc.step(x[:, t], state, masks)   # one token, all layers
+      state = enc.reorder_state(state, index)              # beam search
+
+  Stepping T times with ``masks`` gives exactly ``enc(x, masks=masks)``: the same
+  recurrent products (each cell's reference ``project_inputs`` + ``step``), the
+  same recurrent-dropout masks.  Between-layer ``dropout`` is drawn afresh for
+  every token (as ``enc(x)`` draws it afresh for every position) unless the
+  encoder has ``variational_dropout=True``, which uses one mask per sequence
+  (held in ``masks``) in both APIs.
+
+What a cell must provide to be stepped: ``project_inputs`` and ``step`` (see
+:class:`~lstmablate.cells.base.Cell`), which every cell's reference loop already
+uses; a fast sequence kernel is optional.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -58,6 +85,26 @@ def reverse_padded(x: Tensor, lengths: Tensor | None) -> Tensor:
     return x.gather(0, idx)
 
 
+@dataclass
+class StepMasks:
+    """Dropout masks held fixed for a whole sequence (Gal & Ghahramani 2016).
+
+    ``recurrent[k]``: the mask on h_{t-1} of cell k (layer-major, as the state
+    layout), (B, output_size), already scaled by 1/(1-p); None where there is no
+    recurrent dropout (or in eval mode).  ``between[l]``: with
+    ``variational_dropout``, the mask on what layer l reads (l >= 1), (B, size);
+    None otherwise.
+    """
+
+    recurrent: list[Tensor | None]
+    between: list[Tensor | None]
+
+    def reorder(self, index: Tensor) -> StepMasks:
+        """The masks of the batch rows ``index`` (e.g. after a beam-search step)."""
+        pick = lambda m: None if m is None else m.index_select(0, index)  # noqa: E731
+        return StepMasks([pick(m) for m in self.recurrent], [pick(m) for m in self.between])
+
+
 class Encoder(nn.Module):
     """A stack of cells, optionally bidirectional, that handles padding."""
 
@@ -72,6 +119,7 @@ class Encoder(nn.Module):
         recurrent_dropout: float = 0.0,
         residual: bool = False,
         batch_first: bool = True,
+        variational_dropout: bool = False,
         **cell_options: Any,
     ):
         super().__init__()
@@ -87,6 +135,7 @@ class Encoder(nn.Module):
         self.bidirectional = bidirectional
         self.dropout, self.recurrent_dropout = dropout, recurrent_dropout
         self.residual, self.batch_first = residual, batch_first
+        self.variational_dropout = variational_dropout
         layers = []
         size = input_size
         for _ in range(num_layers):
@@ -154,33 +203,125 @@ class Encoder(nn.Module):
         return [tuple(s[k] for s in state) for k in range(n)]
 
     def _h_mask(self, cell: Cell, B: int, like: Tensor) -> Tensor | None:
-        p = self.recurrent_dropout
-        if not (self.training and p > 0):
+        return _dropout_mask(self.recurrent_dropout, self.training, B, cell.output_size, like)
+
+    def _between_mask(self, B: int, size: int, like: Tensor) -> Tensor | None:
+        if not self.variational_dropout:
             return None
-        keep = like.new_empty(B, cell.output_size).bernoulli_(1 - p)
-        return keep / (1 - p)
+        return _dropout_mask(self.dropout, self.training, B, size, like)
+
+    def _drop_between(self, inp: Tensor, mask: Tensor | None) -> Tensor:
+        """Dropout on what layer l >= 1 reads: one mask per sequence (variational) or fresh
+        per element (``inp`` may be (T, B, size) or one step's (B, size))."""
+        if self.variational_dropout:
+            return inp if mask is None else inp * mask
+        return nn.functional.dropout(inp, self.dropout, self.training)
+
+    def _layer_input_sizes(self) -> list[int]:
+        return [self.input_size] + [layer[0].output_size * self.num_directions
+                                    for layer in self.layers[:-1]]
+
+    def _like(self, like: Tensor | None) -> Tensor:
+        if like is not None:
+            return like
+        for p in self.parameters():
+            return p
+        return torch.zeros(())
+
+    # -- the step API (decoders, beam search) -------------------------------------
+    def initial_state(self, batch: int, like: Tensor | None = None) -> State:
+        """Zeros in the state layout: one (num_layers * directions, B, size) tensor per
+        state component, on ``like``'s device and dtype (default: the parameters')."""
+        like = self._like(like)
+        n = self.num_layers * self.num_directions
+        return tuple(like.new_zeros(n, batch, size) for size in self.layers[0][0].state_sizes)
+
+    def sample_masks(self, batch: int, like: Tensor | None = None) -> StepMasks:
+        """The dropout masks of one batch of sequences: pass them to every ``step`` of
+        those sequences (or to ``forward``) so dropout stays the same along a sequence.
+        In eval mode, or without recurrent/variational dropout, every mask is None."""
+        like = self._like(like)
+        recurrent = [self._h_mask(cell, batch, like) for cell in self.cells()]
+        sizes = self._layer_input_sizes()
+        between = [None] + [self._between_mask(batch, sizes[li], like)
+                            for li in range(1, self.num_layers)]
+        return StepMasks(recurrent, between)
+
+    def reorder_state(self, state: State, index: Tensor) -> State:
+        """The states of batch rows ``index`` (beam search: which hypotheses survive)."""
+        if isinstance(state, Tensor):
+            state = (state,)
+        return tuple(s.index_select(1, index) for s in state)
+
+    def step(self, x_t: Tensor, state: State | None = None,
+             masks: StepMasks | None = None) -> tuple[Tensor, State]:
+        """One token through every layer: ``x_t`` (B, input_size) -> (output (B, output_size),
+        new state).  Use the same ``masks`` (from :meth:`sample_masks`) for every step of a
+        sequence; in training with recurrent or variational dropout they are required."""
+        if self.bidirectional:
+            raise ConfigError(
+                f"step() reads one token at a time, left to right, but this {self.cell_name!r} "
+                "encoder is bidirectional: its backward direction needs the whole sequence. "
+                "Run it over the sequence with enc(x, lengths), or build it with "
+                "bidirectional=False for a decoder.")
+        if x_t.dim() != 2:
+            raise ValueError(f"step() takes one token per sequence, (batch, features); got shape "
+                             f"{tuple(x_t.shape)}")
+        B = x_t.shape[0]
+        if masks is None:
+            needs = self.recurrent_dropout > 0 or (self.variational_dropout and self.dropout > 0)
+            if self.training and needs:
+                raise ValueError(
+                    "step() in training mode needs the sequence's dropout masks: "
+                    "masks = enc.sample_masks(batch) once per sequence, then "
+                    "enc.step(x_t, state, masks) at every step (fresh masks at every step would "
+                    "not be variational dropout).")
+            masks = StepMasks([None] * len(self.cells()), [None] * self.num_layers)
+        if state is None:
+            state = self.initial_state(B, like=x_t)
+        per_layer = self._split_state(state, B)
+        finals: list[State] = []
+        inp = x_t
+        for li, layer in enumerate(self.layers):
+            if li > 0 and self.dropout > 0:
+                inp = self._drop_between(inp, masks.between[li])
+            cell = layer[0]
+            xp = cell.project_inputs(inp.unsqueeze(0))[0]
+            out, new_state = cell.step(xp, per_layer[li], masks.recurrent[li])
+            finals.append(new_state)
+            if self.residual and out.shape[-1] == inp.shape[-1]:
+                out = out + inp
+            inp = out
+        return inp, tuple(torch.stack([f[k] for f in finals]) for k in range(len(finals[0])))
 
     def forward(
-        self, x: Tensor, lengths: Tensor | None = None, state: State | None = None
+        self, x: Tensor, lengths: Tensor | None = None, state: State | None = None,
+        masks: StepMasks | None = None,
     ) -> tuple[Tensor, State]:
         """Encode ``x``; returns ``(outputs, final_state)``.
 
         ``outputs``: (B, T, output_size) if batch_first else (T, B, output_size);
         zero at padded positions.  ``final_state``: a tuple (one tensor per
         state component) of shape (num_layers * directions, B, size).
+        ``masks``: the dropout masks to use (from :meth:`sample_masks`); by
+        default they are drawn for this call.
         """
         x, lengths, mask = self._prepare(x, lengths)
         B = x.shape[1]
         init = self._split_state(state, B)
         finals: list[State] = []
         inp = x
+        sizes = self._layer_input_sizes()
         for li, layer in enumerate(self.layers):
             if li > 0 and self.dropout > 0:
-                inp = nn.functional.dropout(inp, self.dropout, self.training)
+                between = (masks.between[li] if masks is not None
+                           else self._between_mask(B, sizes[li], x))
+                inp = self._drop_between(inp, between)
             outs = []
             for d, cell in enumerate(layer):
-                s0 = init[li * self.num_directions + d]
-                h_mask = self._h_mask(cell, B, x)
+                k = li * self.num_directions + d
+                s0 = init[k]
+                h_mask = masks.recurrent[k] if masks is not None else self._h_mask(cell, B, x)
                 if d == 0:
                     out, fs = cell(inp, s0, mask, h_mask)
                 else:
@@ -194,7 +335,7 @@ class Encoder(nn.Module):
                 if mask is not None:
                     out = out * mask.unsqueeze(-1)
             inp = out
-        final_state = tuple(torch.stack([f[k] for f in finals]) for k in range(len(finals[0])))
+        final_state = tuple(torch.stack([f[j] for f in finals]) for j in range(len(finals[0])))
         if self.batch_first:
             inp = inp.transpose(0, 1)
         return inp, final_state
@@ -241,3 +382,11 @@ class Encoder(nn.Module):
             return result
         finally:
             self.train(was_training)
+
+
+def _dropout_mask(p: float, training: bool, B: int, size: int, like: Tensor) -> Tensor | None:
+    """A (B, size) inverted-dropout mask (keep / (1 - p)), or None when nothing is dropped."""
+    if not (training and p > 0):
+        return None
+    keep = like.new_empty(B, size).bernoulli_(1 - p)
+    return keep / (1 - p)

@@ -152,6 +152,7 @@ def build_encoder(
     recurrent_dropout: float = 0.0,
     residual: bool = False,
     batch_first: bool = True,
+    variational_dropout: bool = False,
     **cell_options: Any,
 ):
     """Build a (stacked, optionally bidirectional) encoder of cell ``name``.
@@ -167,4 +168,5 @@ def build_encoder(
     return Encoder(spec, input_size, hidden_size, num_layers=num_layers,
                    bidirectional=bidirectional, dropout=dropout,
                    recurrent_dropout=recurrent_dropout, residual=residual,
-                   batch_first=batch_first, **cell_options)
+                   batch_first=batch_first, variational_dropout=variational_dropout,
+                   **cell_options)

@@ -48,6 +48,7 @@ class TrainResult:
     train_time_s: float
     interrupted: bool = False
     skipped_nonfinite: int = 0
+    dev_final: dict[str, float] | None = None  # evaluate(dev, final=True) if the task's differs
 
 
 @dataclass
@@ -192,10 +193,10 @@ class Trainer:
         return old
 
     # -- one evaluation -------------------------------------------------------------------
-    def _evaluate(self, split: str) -> dict[str, float]:
+    def _evaluate(self, split: str, final: bool = False) -> dict[str, float]:
         self.model.eval()
         with torch.random.fork_rng(devices=[]), torch.no_grad():
-            metrics = self.task.evaluate(self.model, split)
+            metrics = self.task.evaluate(self.model, split, final=final)
         self.model.train()
         return {k: float(v) for k, v in metrics.items()}
 
@@ -242,7 +243,6 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = DistributedDataParallel(self.model, device_ids=ids)
         old_handlers = self._install_signal_handlers()
-        n_batches = self.task.num_train_batches()
         self._t_start = time.perf_counter() - self.pos.train_time_s
         progress = Progress(
             TextColumn("[bold blue]epoch {task.fields[epoch]}"), BarColumn(),
@@ -252,7 +252,7 @@ class Trainer:
         try:
             with progress:
                 while not self.pos.done and self.pos.epoch < cfg.max_epochs:
-                    self._run_epoch(progress, n_batches)
+                    self._run_epoch(progress)
                     if self._stop_signal:
                         break
         finally:
@@ -268,14 +268,16 @@ class Trainer:
             self._dev_evaluation(self.schedule.lr_at(min(self.pos.epoch, cfg.max_epochs - 1), self.pos.step))
         self.pos.done = True
         self._save_last()
-        test = None
+        test = dev_final = None
         barrier(self.dist)  # rank 0 has written best.pt
+        if cfg.test_checkpoint == "best" and (cfg.eval_test or self.task.final_differs):
+            best = load_checkpoint(self.best_path, expect=self.identity)
+            self.model.load_state_dict(best["model"])  # else: the model as training left it
+        if self.task.final_differs:  # e.g. beam search where selection used perplexity
+            dev_final = self._evaluate(self.task.dev_split, final=True)
         if cfg.eval_test and self.task.test_split:
-            if cfg.test_checkpoint == "best":
-                best = load_checkpoint(self.best_path, expect=self.identity)
-                self.model.load_state_dict(best["model"])
-            test = self._evaluate(self.task.test_split)  # else: the model as training left it
-        return TrainResult(best=self._best_info(), test=test, steps=self.pos.step,
+            test = self._evaluate(self.task.test_split, final=True)
+        return TrainResult(best=self._best_info(), test=test, dev_final=dev_final, steps=self.pos.step,
                            epochs_completed=min(self.pos.epoch, cfg.max_epochs),
                            train_time_s=self.pos.train_time_s,
                            skipped_nonfinite=self.pos.skipped_nonfinite)
@@ -286,19 +288,20 @@ class Trainer:
         best = load_checkpoint(self.best_path)
         return {"step": best["step"], "epoch": best["epoch"] + 1, "dev": best["dev"]}
 
-    def _run_epoch(self, progress: Progress, n_batches: int) -> None:
+    def _run_epoch(self, progress: Progress) -> None:
         cfg, pos = self.cfg, self.pos
         lr = self.schedule.apply(pos.epoch, pos.step)
         if pos.batch == 0:
             self.carry = self.task.init_carry(self.model)
+        # the epoch's batches, fixed by its generator; resuming starts at the saved position
+        plan = self.task.train_plan(pos.epoch, data_generator(self.seed, pos.epoch))
+        n_batches = len(plan)
         bar = progress.add_task("train", total=n_batches, completed=pos.batch, epoch=pos.epoch + 1,
                                 loss="-", lr=f"{lr:.3g}")
-        batches = self.task.train_batches(pos.epoch, data_generator(self.seed, pos.epoch))
         t0 = last_report = time.perf_counter()
         first = pos.batch
-        for i, batch in enumerate(batches):
-            if i < pos.batch:
-                continue  # resuming: these batches were already trained on
+        for i in range(pos.batch, n_batches):
+            batch = plan[i]
             if cfg.schedule == "exponential":
                 lr = self.schedule.apply(pos.epoch, pos.step)
             loss_value = self._train_step(batch)

@@ -89,6 +89,25 @@ def bracket_closing_judgements(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The judged positions of a batch: ``(distances, correct)``, two 1-D arrays of equal length.
 
+    See :func:`bracket_closing_records` for the arguments.
+    """
+    records = bracket_closing_records(probs, seqs, k, objective, threshold)
+    distances = np.asarray([r[1] for r in records], dtype=np.int64)
+    correct = np.asarray([r[4] for r in records], dtype=bool)
+    return distances, correct
+
+
+def bracket_closing_records(
+    probs: Tensor,
+    seqs: Sequence[Sequence[int]] | Tensor,
+    k: int,
+    objective: Objective = "lm",
+    threshold: float = P_THRESHOLD,
+) -> list[tuple[int, int, int, float, bool]]:
+    """Every judgement of a batch, in order: ``(position t, distance d, gold close type,
+    probability of the gold close, correct)`` — for ``"lm"`` the probability is the gold
+    close's share of the closing-bracket mass (NaN when there is none).
+
     ``probs`` is (B, T, V) with V = 2k+3 (a :class:`DyckVocab`'s ids) for ``"lm"``, or (B, T, k)
     for ``"close"``; ``probs[b, t]`` predicts ``seqs[b][t]``; positions t >= len(seqs[b]) are
     padding and ignored.  ``seqs`` are lists of ids (ending with END), or a (B, T) id tensor
@@ -127,7 +146,7 @@ def bracket_closing_judgements(
             distance.append(t - before.top_index - 1)  # type: ignore[operator]
 
     if not batch_idx:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+        return []
     device = probs.device
     bi = torch.tensor(batch_idx, device=device)
     ti = torch.tensor(time_idx, device=device)
@@ -139,8 +158,8 @@ def bracket_closing_judgements(
         ratio = closes.gather(1, gi[:, None]).squeeze(1) / closes.sum(dim=1)
     else:
         ratio = judged.gather(1, gi[:, None]).squeeze(1)
-    correct = (ratio > threshold).numpy()  # NaN (0/0) compares False: wrong
-    return np.asarray(distance, dtype=np.int64), correct
+    correct = (ratio > threshold).tolist()  # NaN (0/0) compares False: wrong
+    return list(zip(time_idx, distance, gold_type, ratio.tolist(), correct))
 
 
 class BracketClosingMeter:
@@ -172,6 +191,12 @@ class BracketClosingMeter:
         distances, correct = bracket_closing_judgements(
             probs, seqs, self.k, self.objective, self.threshold
         )
+        self.add(distances, correct)
+
+    def add(self, distances: np.ndarray, correct: np.ndarray) -> None:
+        """Add judgements directly: their distances and whether each was correct."""
+        distances = np.asarray(distances, dtype=np.int64)
+        correct = np.asarray(correct, dtype=bool)
         if distances.size == 0:
             return
         size = max(int(distances.max()) + 1, self._total.size)
@@ -219,3 +244,34 @@ class BracketClosingMeter:
 
 def _grow(counts: np.ndarray, size: int) -> np.ndarray:
     return np.pad(counts, (0, size - counts.size))
+
+
+def read_predictions(path) -> dict[str, float]:
+    """WCPA, accuracy and the worst bucket from a predictions file written by
+    ``DyckTask.write_predictions`` (a header line, then one JSON object per string)."""
+    import json
+    from pathlib import Path
+
+    from lstmablate.data import read_lines
+    from lstmablate.errors import DataError, where
+
+    path = Path(path)
+    lines = read_lines(path)
+    try:
+        header = json.loads(lines[0]) if lines else None
+    except json.JSONDecodeError:
+        header = None
+    if not isinstance(header, dict) or header.get("task") != "dyck":
+        raise DataError(f"{where(path, 1)}: expected the JSON header of a Dyck predictions file "
+                        '({"task": "dyck", "k": ..., ...}).')
+    meter = BracketClosingMeter(int(header["k"]), header["objective"], float(header["threshold"]))
+    for lineno, line in enumerate(lines[1:], 2):
+        try:
+            judged = json.loads(line)["judgements"]
+            meter.add([j[1] for j in judged], [bool(j[4]) for j in judged])
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+            raise DataError(f"{where(path, lineno)}: expected a JSON object with a "
+                            '"judgements" list of [position, distance, gold, p, correct].') from None
+    res = meter.compute(min_count=int(header.get("min_bucket_count", 1)))
+    return {k: float(res[k]) for k in ("wcpa_min", "wcpa_mean", "accuracy", "worst_distance",
+                                       "worst_judged")}

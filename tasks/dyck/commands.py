@@ -1,0 +1,71 @@
+"""The Dyck task's own ``lstmablate data`` subcommands (``dyck``, ``validate-dyck``).
+
+Registered through the ``lstmablate.commands`` entry-point group, so the core CLI
+names no task's tools and the task module itself knows nothing about the CLI.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(data_app: typer.Typer) -> None:
+    data_app.command("dyck")(data_dyck)
+    data_app.command("validate-dyck")(data_validate_dyck)
+
+
+def data_dyck(
+    out_dir: Path = typer.Option(..., "--out", help="Directory for train.txt, dev.txt, test.txt."),
+    k: int = typer.Option(2, "--k", help="Bracket types."),
+    m: int = typer.Option(4, "--m", help="Maximum nesting depth."),
+    seed: int = typer.Option(0, "--seed", help="Corpus seed."),
+    train_tokens: Optional[int] = typer.Option(None, "--train-tokens"),
+    train_sequences: Optional[int] = typer.Option(None, "--train-sequences"),
+    dev_tokens: Optional[int] = typer.Option(None, "--dev-tokens"),
+    dev_sequences: Optional[int] = typer.Option(None, "--dev-sequences"),
+    test_tokens: Optional[int] = typer.Option(None, "--test-tokens"),
+    test_sequences: Optional[int] = typer.Option(None, "--test-sequences"),
+    train_max_length: Optional[int] = typer.Option(None, "--train-max-length",
+                                                   help="Default 8m(m-2)+60; test strings are longer."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="e.g. second-order (m in 4, 6, 8; k=2)."),
+) -> None:
+    """Write a Dyck-(k,m) corpus to files (deterministic given --seed)."""
+    from lstmablate.errors import ConfigError
+
+    from . import generator as g
+
+    try:
+        if preset:
+            splits = g.make_preset_splits(preset, m, seed=seed)
+        else:
+            lengths = None
+            if train_max_length:
+                lengths = {"train": (1, train_max_length), "dev": (1, train_max_length),
+                           "test": (train_max_length + 1, 2 * train_max_length)}
+            if train_tokens is None and train_sequences is None:
+                train_tokens = 200_000
+            splits = g.make_splits(k, m, seed=seed, train_tokens=train_tokens,
+                                   train_sequences=train_sequences, dev_tokens=dev_tokens,
+                                   dev_sequences=dev_sequences, test_tokens=test_tokens,
+                                   test_sequences=test_sequences, lengths=lengths)
+    except ValueError as e:
+        raise ConfigError(f"cannot generate the Dyck corpus: {e}") from None
+    for split, path in splits.write(out_dir).items():
+        stats = g.validate_file(path, splits.k, splits.m)
+        typer.echo(f"{path}: {stats.num_sequences} strings, {stats.num_tokens} tokens, "
+                   f"lengths {stats.min_length}-{stats.max_length}, max depth {stats.max_depth}")
+
+
+def data_validate_dyck(
+    path: Path = typer.Argument(..., help="A Dyck file, one string per line."),
+    k: int = typer.Option(..., "--k"),
+    m: int = typer.Option(..., "--m"),
+) -> None:
+    """Check that every line is well-nested with depth <= m; report the first offending line."""
+    from .generator import validate_file
+
+    s = validate_file(path, k, m)
+    typer.echo(f"ok {path}: {s.num_sequences} strings, {s.num_tokens} tokens, max depth {s.max_depth}")

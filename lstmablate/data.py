@@ -80,7 +80,7 @@ _CHUNK = 1 << 20
 class DataFile:
     """One file of a dataset.
 
-    ``relpath`` is relative to the data directory (``ptb/ptb.train.txt``);
+    ``relpath`` is relative to the data directory (e.g. ``corpus/train.txt``);
     the file may also be stored as ``relpath + ".gz"``. ``sha256`` / ``md5``
     are digests of the decompressed content; either may be None where it is
     not known (then the other is checked). ``url`` is the canonical download

@@ -350,6 +350,16 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as e:
         err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=False)
         sys.exit(e.exit_code)
+    except KeyboardInterrupt:  # before training started (the trainer saves and exits cleanly)
+        err.print("interrupted; no training step was lost (a run saves its progress once it has "
+                  "started training, and `--resume` continues it).", highlight=False)
+        sys.exit(130)
+    except OSError as e:  # the file system refused: read-only, full, a file where a directory goes
+        where = f" ({e.filename})" if e.filename else ""
+        err.print(f"[bold red]error:[/] the operating system refused a file operation{where}: "
+                  f"{e.strerror or e}. Files already written were written atomically and are "
+                  "intact; fix the cause and run the same command again.", highlight=False)
+        sys.exit(2)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,6 +16,7 @@ syntax errors), the key and what was expected, with a did-you-mean.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -73,13 +74,35 @@ class TrainConfig:
             raise UnknownNameError("test checkpoint", self.test_checkpoint, ("best", "last"))
         if self.nonfinite not in ("stop", "skip"):
             raise UnknownNameError("nonfinite policy", self.nonfinite, ("stop", "skip"))
-        for name in ("lr", "clip_norm", "min_lr", "weight_decay"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
-        if self.max_epochs < 1:
-            raise ConfigError(f"train.max_epochs must be >= 1, got {self.max_epochs}")
-        if self.decay_steps < 1:
-            raise ConfigError(f"train.decay_steps must be >= 1, got {self.decay_steps}")
+        check_range("train", self, "lr", low=0, low_open=True,
+                    why="a learning rate of 0 trains nothing")
+        check_range("train", self, "eps", low=0, low_open=True)
+        for name in ("clip_norm", "min_lr", "weight_decay", "momentum"):
+            check_range("train", self, name, low=0, why="0 = off" if name == "clip_norm" else "")
+        check_range("train", self, "rho", low=0, high=1)
+        check_range("train", self, "decay", low=0, low_open=True)
+        for i, beta in enumerate(self.betas):
+            if not 0 <= beta < 1:
+                raise ConfigError(f"train.betas[{i}] must be in [0, 1), got {beta}")
+        for name in ("max_steps", "eval_every", "patience", "plateau_patience", "decay_start"):
+            check_range("train", self, name, low=0, why="0 = off" if name in (
+                "max_steps", "patience") else "0 = every epoch" if name == "eval_every" else "")
+        check_range("train", self, "max_epochs", low=1)
+        check_range("train", self, "decay_steps", low=1)
+
+
+def check_range(section: str, cfg: Any, name: str, low: float | None = None,
+                high: float | None = None, low_open: bool = False, high_open: bool = False,
+                why: str = "") -> None:
+    """ConfigError naming ``section.name``, its value and the allowed range."""
+    v = getattr(cfg, name)
+    bad = ((low is not None and (v <= low if low_open else v < low))
+           or (high is not None and (v >= high if high_open else v > high)))
+    if bad:
+        lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
+        hi = "" if high is None else f"{'<' if high_open else '<='} {high:g}"
+        rng = " and ".join(x for x in (lo, hi) if x)
+        raise ConfigError(f"{section}.{name} must be {rng}, got {v}" + (f" ({why})" if why else ""))
 
 
 #: the sections of a run's config that make its identity (what ``--resume`` compares), with
@@ -177,6 +200,8 @@ def convert(value: Any, tp: Any, where: str) -> Any:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):  # no option of the toolkit means anything at nan or inf
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if isinstance(value, (dict, list)):

@@ -230,7 +230,8 @@ def find_file(data_dir: str | os.PathLike[str], relpath: str) -> Path:
     ds = _dataset_of(relpath)
     name = ds.name if ds else relpath.split("/", 1)[0]
     hint = f" ({ds.fetch_hint})" if ds else ""
-    state = "" if base.is_dir() else " (that directory does not exist)"
+    state = ("" if base.is_dir() else " (that is a file, not a directory)" if base.exists()
+             else " (that directory does not exist)")
     raise DataError(
         f"data file {relpath} not found: looked for {plain} and {gz}. The data directory "
         f"{base}{state} is {describe_data_dir(base)}. Get the files with "

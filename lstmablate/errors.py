@@ -35,7 +35,7 @@ class UnknownNameError(ConfigError, KeyError):
         close = did_you_mean(self.name, self.choices)
         if close:
             msg += f" Did you mean {close!r}?"
-        msg += f" Valid {self.kind}s: {', '.join(self.choices) or '(none)'}."
+        msg += f" Valid choices: {', '.join(self.choices) or '(none)'}."
         if hint:
             msg += " " + hint
         return msg

@@ -26,9 +26,10 @@ from rich.console import Console
 from .cells import build_encoder, get_cell
 from .config import RunConfig, config_from_dict, resolve_config, with_eval_overrides
 from .data import resolve_data_dir
-from .errors import ConfigError, RunDirError, UserError
-from .runs import (RunFiles, environment, prepare_run_dir, read_artefacts, read_json, run_dir,
-                   write_artefacts, write_config, write_env, write_result)
+from .errors import CheckpointError, ConfigError, RunDirError, UserError
+from .runlock import RunLock, lock_holder
+from .runs import (RunFiles, RunStart, clear_run_dir, environment, inspect_run_dir, read_artefacts,
+                   read_json, run_dir, write_artefacts, write_config, write_env, write_result)
 from .task import Task, get_task
 from .train import Trainer
 from .train import distributed
@@ -92,16 +93,11 @@ def run_splits(task: Task, cfg: RunConfig) -> tuple[str, ...]:
     return tuple(dict.fromkeys(splits))
 
 
-def saved_or_built_artefacts(task: Task, files: RunFiles, save: bool) -> dict[str, Any]:
-    """The run's artefacts: those saved in its folder, else built from the training data
-    (and saved when ``save``; a folder from before artefacts existed gets them then)."""
+def run_artefacts(task: Task, files: RunFiles) -> dict[str, Any]:
+    """The artefacts saved with a run; for a run folder from before artefacts existed, built
+    again from the training data (and not saved: evaluation writes nothing)."""
     saved = read_artefacts(files)
-    if saved is not None:
-        return saved
-    built = task.build_artefacts()
-    if save:
-        write_artefacts(files, built)
-    return built
+    return saved if saved is not None else task.build_artefacts()
 
 
 def build_model(task: Task, cfg: RunConfig) -> torch.nn.Module:
@@ -149,37 +145,57 @@ def train_run(
     if not dist.is_main:
         console, progress = Console(file=io.StringIO()), False
     files = RunFiles(run_dir(out, cfg.experiment, cfg.cell, cfg.seed))
-    checkpoint = None  # last.pt, read once (other ranks read it in the trainer)
     data_path = resolve_data_dir(data_dir)
     task_obj = make_task(cfg, data_path, files.root)
+    # Everything that can be checked is checked before the run directory is written:
+    # the directory's state, the checkpoint to resume, the data, the model.
+    start = inspect_run_dir(files, cfg, resume=resume, force=force) if dist.is_main else \
+        RunStart(resume=resume and files.last.exists(), replace=False)
+    checkpoint = None  # last.pt, read once (other ranks read it in the trainer)
+    if start.resume and dist.is_main:  # a checkpoint of another run is refused here
+        checkpoint = load_checkpoint(files.last, expect=identity(cfg), hint=(
+            "`--force` starts this run again from scratch (replacing the damaged file)."))
+    saved = read_artefacts(files) if start.resume else None
+    artefacts = saved if saved is not None else task_obj.build_artefacts()
+    seed_everything(cfg.seed)
+    task_obj.use_artefacts(artefacts)
+    task_obj.setup(run_splits(task_obj, cfg))
+    model = build_model(task_obj, cfg)
+    lock = None
     if dist.is_main:
-        has_checkpoint = prepare_run_dir(files, cfg, resume=resume, force=force)
-        if resume and files.is_finished() and not has_checkpoint:
-            raise RunDirError(f"{files.root} is finished but has no last.pt to resume from.")
-        if has_checkpoint:  # a checkpoint of another run is refused before anything is written
-            checkpoint = load_checkpoint(files.last, expect=identity(cfg))
-        files.root.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(files.root).acquire()  # one writer; released when this process ends
+        if inspect_run_dir(files, cfg, resume=resume, force=force) != start:
+            lock.release()
+            raise RunDirError(f"{files.root} changed while this run was starting; run the "
+                              "command again.")
+        if start.replace:
+            clear_run_dir(files)
         write_config(files, cfg)
         env = environment(dev, torch.get_num_threads())
         env["world_size"] = dist.world_size
         env["deterministic"] = note
         write_env(files, env)
-        artefacts = saved_or_built_artefacts(task_obj, files, save=True)
+        if saved is None:
+            write_artefacts(files, artefacts)
     distributed.barrier(dist)
-    if not dist.is_main:
-        has_checkpoint = resume and files.last.exists()
-        artefacts = saved_or_built_artefacts(task_obj, files, save=False)
-    seed_everything(cfg.seed)
-    task_obj.use_artefacts(artefacts)
-    task_obj.setup(run_splits(task_obj, cfg))
-    model = build_model(task_obj, cfg)
+    try:
+        return _train(cfg, task_obj, model, files, dev, dist, start, checkpoint, console, progress)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFiles,
+           dev: torch.device, dist: Any, start: RunStart, checkpoint: dict[str, Any] | None,
+           console: Console, progress: bool | None) -> TrainOutcome:
+    task_cls = type(task_obj)
     n_params = sum(p.numel() for p in model.parameters())
     console.print(f"[bold]{cfg.experiment}[/] task={cfg.task} cell={cfg.cell} seed={cfg.seed} "
                   f"params={n_params:,} device={dev} threads={torch.get_num_threads()} -> {files.root}")
     trainer = Trainer(cfg.train, task_obj, model, files.root, seed=cfg.seed, device=dev,
                       identity=identity(cfg), console=console, progress=progress, dist_info=dist)
     t0 = time.time()
-    res = trainer.fit(resume=has_checkpoint, checkpoint=checkpoint)
+    res = trainer.fit(resume=start.resume, checkpoint=checkpoint)
     if res.interrupted:
         console.print(f"interrupted; continue with the same command plus --resume "
                       f"(run directory {files.root}).")
@@ -232,10 +248,14 @@ def load_run_model(run_path: Path, checkpoint: str = "best", data_dir: str | Non
     ckpt_path = {"best": files.best, "last": files.last}.get(checkpoint)
     if ckpt_path is None:
         raise UserError(f"--checkpoint must be best or last, got {checkpoint!r}")
+    holder = lock_holder(files.root)
+    if holder and not ckpt_path.exists():  # checkpoints are written atomically: never half
+        raise CheckpointError(f"{ckpt_path} does not exist yet: the run is being trained by "
+                              f"{holder}. Evaluate it once it has saved its first checkpoint.")
     seed_everything(cfg.seed)
     task = make_task(cfg, resolve_data_dir(data_dir), files.root)
     splits = tuple(_split_name(task, s) for s in splits)
-    task.use_artefacts(saved_or_built_artefacts(task, files, save=False))
+    task.use_artefacts(run_artefacts(task, files))
     task.setup(splits)
     model = build_model(task, cfg)
     ckpt = load_checkpoint(ckpt_path, expect=identity(cfg))

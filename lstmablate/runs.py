@@ -111,30 +111,45 @@ class RunFiles:
         return self.result.exists()
 
 
-def prepare_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: bool) -> bool:
-    """Check the directory against ``cfg``; returns True if there is a run to resume.
+@dataclass(frozen=True)
+class RunStart:
+    """What a ``train`` command will do with its run directory (decided before any write)."""
 
-    A directory holding a *different* run (another config) is refused unless
-    ``force``; a directory holding this same run is refused unless ``resume``
-    or ``force`` — nothing is ever silently overwritten.
+    resume: bool  # continue from last.pt
+    replace: bool  # clear what the directory holds first (--force, or a start that never trained)
+
+
+def has_started(files: RunFiles) -> bool:
+    """Did the run train at all: a checkpoint, a result or an evaluation line."""
+    return (files.last.exists() or files.best.exists() or files.result.exists()
+            or (files.metrics.exists() and files.metrics.stat().st_size > 0))
+
+
+def inspect_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: bool) -> RunStart:
+    """Check the directory against ``cfg`` without writing anything.
+
+    A directory holding a *different* run (another identity) is refused unless
+    ``force``; one holding this same run is refused unless ``resume`` or ``force`` —
+    nothing is ever silently overwritten.  A directory whose run never trained (a start
+    that failed after writing its config) is simply started again.
     """
-    existing = files.config.exists()
-    if not existing:
-        if resume and files.root.exists() and any(files.root.iterdir()):
-            raise RunDirError(f"{files.root} has files but no config.yaml; it is not a lstmablate run.")
-        return False
-    if force:
-        for p in (files.result, files.metrics, files.last, files.best):
-            p.unlink(missing_ok=True)
-        if files.artefacts.is_dir():
-            for p in files.artefacts.glob("*.json"):
-                p.unlink()
-        return False
+    from .runlock import LOCK_NAME
+
+    if files.root.exists() and not files.root.is_dir():
+        raise RunDirError(f"{files.root} is a file, not a run directory. Choose another --out "
+                          "(the runs tree is <out>/<experiment>/<cell>/seed-<n>/).")
+    if not files.config.exists():
+        if resume and files.root.exists() and any(p.name != LOCK_NAME for p in files.root.iterdir()):
+            raise RunDirError(f"{files.root} has files but no config.yaml; it is not a lstmablate "
+                              "run. Use another --out directory.")
+        return RunStart(resume=False, replace=False)
+    if force or not has_started(files):
+        return RunStart(resume=False, replace=True)
     import yaml
 
     try:
         old = yaml.safe_load(files.config.read_text(encoding="utf-8"))
-    except yaml.YAMLError:
+    except (yaml.YAMLError, UnicodeDecodeError):
         raise ConfigError(f"{files.config} is not valid YAML; it may be damaged. "
                           "Use --force to start this run again.") from None
     new = cfg.identity()
@@ -149,7 +164,20 @@ def prepare_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: boo
         raise RunDirError(
             f"{files.root} already holds this run ({state}). Use --resume to continue it "
             "(a finished run is only re-evaluated), or --force to start again from scratch.")
-    return files.last.exists()
+    if not files.last.exists():
+        raise RunDirError(
+            f"{files.root} holds this run but has no last.pt to resume from (it was deleted). "
+            "Use --force to start the run again from scratch.")
+    return RunStart(resume=True, replace=False)
+
+
+def clear_run_dir(files: RunFiles) -> None:
+    """Remove what a run wrote (for --force); the lock file stays."""
+    for p in (files.result, files.metrics, files.last, files.best, files.config, files.env):
+        p.unlink(missing_ok=True)
+    if files.artefacts.is_dir():
+        for p in files.artefacts.glob("*.json"):
+            p.unlink()
 
 
 def _identity_of_saved(old: Any, cfg: RunConfig) -> Any:

@@ -20,7 +20,7 @@ from pathlib import Path
 from rich.console import Console
 
 from .config import grid_points, load_recipe, recipe_seeds
-from .errors import ConfigError
+from .errors import ConfigError, UserError
 from .runs import RunFiles, run_dir
 
 
@@ -80,7 +80,23 @@ def plan_sweep(recipe: str, out: Path, *, overrides: list[str] | None = None, th
     return items
 
 
+class SweepInterrupted(UserError):
+    """A sweep stopped before every run finished (Ctrl-C / SIGTERM); exit code 130."""
+
+    exit_code = 130
+
+
+def run_status(item: SweepItem) -> str:
+    """finished | interrupted | not started — read from the run directory, not an exit code."""
+    files = RunFiles(item.run_dir)
+    if files.is_finished():
+        return "finished"
+    return "interrupted" if files.last.exists() else "not started"
+
+
 def run_sweep(plan: list[SweepItem], console: Console | None = None, jobs: int = 1) -> None:
+    """Run the unfinished runs of ``plan``; raises SweepInterrupted (Ctrl-C) or UserError
+    (failed runs), naming every run that did not finish."""
     from .runner import train_run
 
     console = console or Console(stderr=True)
@@ -96,20 +112,25 @@ def run_sweep(plan: list[SweepItem], console: Console | None = None, jobs: int =
                             out=it.run_dir.parents[2], device=it.device, threads=it.threads,
                             resume=it.started, data_dir=it.data_dir, console=console)
         if outcome.interrupted:
-            console.print("sweep interrupted; run the same command again to continue.")
-            return
+            raise SweepInterrupted(
+                f"sweep interrupted: {it.run_dir} was interrupted (its progress is saved) and "
+                f"{len(todo) - i} run(s) were not started. Run the same sweep command again to "
+                "continue: finished runs are skipped, interrupted ones resumed.")
 
 
 def _run_parallel(todo: list[SweepItem], console: Console, jobs: int) -> None:
     """Up to ``jobs`` runs at once, each a ``lstmablate train`` subprocess logging to
-    ``<run dir>.log``; threads per run default to the cores divided among the jobs."""
+    ``<run dir>.log``; threads per run default to the cores divided among the jobs.  A run's
+    status is read from its directory when its process ends; Ctrl-C (or a run that was
+    interrupted) stops the sweep from starting new runs."""
     per_job = max(1, (os.cpu_count() or 1) // jobs)
     pending = [it if it.threads else replace(it, threads=per_job) for it in todo]
     running: list[tuple[SweepItem, subprocess.Popen, object]] = []
-    failed = []
+    failed: list[SweepItem] = []
+    interrupted: list[SweepItem] = []
     try:
         while pending or running:
-            while pending and len(running) < jobs:
+            while pending and len(running) < jobs and not interrupted:
                 it = pending.pop(0)
                 log_path = it.run_dir.with_name(it.run_dir.name + ".log")
                 log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,21 +146,32 @@ def _run_parallel(todo: list[SweepItem], console: Console, jobs: int) -> None:
                     continue
                 log.close()
                 running.remove(entry)
-                if proc.returncode == 0:
+                status = run_status(it)
+                if status == "finished":
                     console.print(f"[green]finished[/] {it.run_dir}", highlight=False)
+                elif proc.returncode == 0:  # it saved its progress and stopped (a signal)
+                    interrupted.append(it)
+                    console.print(f"[yellow]interrupted[/] {it.run_dir}", highlight=False)
                 else:
                     failed.append(it)
                     console.print(f"[red]failed[/] {it.run_dir} (exit {proc.returncode}; see its .log)",
                                   highlight=False)
+            if interrupted and not running:
+                break
             time.sleep(0.2)
     except KeyboardInterrupt:  # the children got the same Ctrl-C and save their checkpoints
-        for _, proc, log in running:
+        for it, proc, log in running:
             proc.wait()
             log.close()
-        console.print("sweep interrupted; run the same command again to continue.")
-        return
+            if run_status(it) != "finished":
+                interrupted.append(it)
+    not_started = [it for it in pending if it not in interrupted]
+    if interrupted:
+        raise SweepInterrupted(
+            f"sweep interrupted: {len(interrupted)} run(s) interrupted ("
+            + ", ".join(str(it.run_dir) for it in interrupted) + f"), {len(not_started)} not "
+            "started" + (f", {len(failed)} failed" if failed else "") + ". Run the same sweep "
+            "command again to continue: finished runs are skipped, interrupted ones resumed.")
     if failed:
-        from .errors import UserError
-
         raise UserError(f"{len(failed)} of {len(todo)} runs failed: "
                         + ", ".join(str(it.run_dir) for it in failed) + ". Their logs are beside them.")

@@ -202,3 +202,59 @@ def test_test_checkpoint_last_uses_the_final_model(tmp_path):
     res_best = best.fit()
     best.model.load_state_dict(load_checkpoint(best.best_path)["model"])
     assert res_best.test == best.task.evaluate(best.model.eval(), "test")
+
+
+SCHEDULES = {
+    "constant": dict(schedule="constant"),
+    "epoch_decay": dict(schedule="epoch_decay", decay=0.5, decay_start=1),
+    "plateau": dict(schedule="plateau", decay=0.5, plateau_patience=0, patience=3),
+    "exponential": dict(schedule="exponential", decay=0.5, decay_steps=5),
+}
+
+
+def _interrupted_at(tmp_path, cfg, name, step):
+    part = make_trainer(tmp_path, cfg, name=name)
+    real_step = part._train_step
+
+    def interrupt(batch):
+        out = real_step(batch)
+        if part.pos.step == step:
+            part._stop_signal = "SIGINT"
+        return out
+
+    part._train_step = interrupt
+    assert part.fit().interrupted
+    resumed = make_trainer(tmp_path, cfg, name=name)
+    torch.manual_seed(999)
+    return resumed, resumed.fit(resume=True)
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+@pytest.mark.parametrize("eval_every", [0, 4], ids=["per-epoch", "every-4-steps"])
+def test_resume_is_exact_under_every_schedule_and_eval_cadence(tmp_path, schedule, eval_every):
+    """Interrupted at several points (mid-epoch, at an epoch's end, right after an evaluation),
+    every resumed run writes the uninterrupted run's metrics and result."""
+    cfg = TrainConfig(optimizer="sgd", lr=1.0, momentum=0.9, max_epochs=3, eval_every=eval_every,
+                      **SCHEDULES[schedule])
+    full = make_trainer(tmp_path, cfg, name="full")
+    expected = full.fit()
+    rows = read_metrics(full.metrics_path)
+    if schedule == "plateau":
+        assert len({r["lr"] for r in rows}) > 1, "the test should see a plateau decay"
+    for step in (3, 6, 8, 13):
+        resumed, res = _interrupted_at(tmp_path, cfg, f"part-{step}", step)
+        assert resumed.metrics_path.read_bytes() == full.metrics_path.read_bytes(), step
+        assert (res.best, res.test, res.steps) == (expected.best, expected.test, expected.steps)
+
+
+def test_final_evaluation_and_epoch_count_are_labelled_with_their_epoch(tmp_path):
+    cfg = TrainConfig(optimizer="adam", lr=0.01, max_epochs=2, eval_every=4)  # 12 steps
+    tr = make_trainer(tmp_path, cfg)
+    res = tr.fit()
+    rows = read_metrics(tr.metrics_path)
+    assert [r["step"] for r in rows] == [4, 8, 12] and rows[-1]["epoch"] == 2
+    assert res.epochs_completed == 2
+    short = make_trainer(tmp_path, TrainConfig(optimizer="adam", lr=0.01, max_epochs=5,
+                                               max_steps=3), name="short")
+    res = short.fit()
+    assert res.epochs_completed == 1 and res.best["epoch"] == 1

@@ -35,11 +35,16 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError):  # a full disk, a quota, an I/O error
+            kept = f"the previous {path.name} is intact" if path.exists() else "nothing was written"
+            raise UserError(f"cannot write {path}: {e.strerror or e}. The write was abandoned and "
+                            f"{kept}; free some space (or fix the file system) and run the same "
+                            "command again (with --resume for a training run).") from None
         raise
     try:  # make the rename itself durable
         dfd = os.open(path.parent, os.O_RDONLY)

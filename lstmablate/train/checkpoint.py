@@ -46,8 +46,10 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     atomic_write(path, lambda f: f.write(buf.getvalue()))
 
 
-def load_checkpoint(path: Path, expect: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Load and check a checkpoint; ``expect`` maps identity keys to required values."""
+def load_checkpoint(path: Path, expect: dict[str, Any] | None = None,
+                    hint: str = "") -> dict[str, Any]:
+    """Load and check a checkpoint; ``expect`` maps identity keys to required values;
+    ``hint`` says what the user can do if the file is damaged."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist.")
@@ -56,8 +58,9 @@ def load_checkpoint(path: Path, expect: dict[str, Any] | None = None) -> dict[st
     except Exception as e:  # RuntimeError, EOFError, UnpicklingError, BadZipFile, ...  # noqa: BLE001
         raise CheckpointError(
             f"checkpoint {path} is truncated or corrupt and cannot be read ({type(e).__name__}). "
-            "If the run was interrupted, the other checkpoint (best.pt / last.pt) may still be "
-            "good; otherwise start the run again without --resume.") from None
+            + (hint or "The other checkpoint of the run (best.pt / last.pt) may still be good "
+               "(`lstmablate eval RUN --checkpoint last`); `lstmablate train ... --force` starts "
+               "the run again from scratch.")) from None
     if not isinstance(ckpt, dict) or "format" not in ckpt:
         raise CheckpointError(f"{path} is not a lstmablate checkpoint (no format version).")
     if ckpt["format"] > FORMAT_VERSION:

@@ -61,12 +61,6 @@ class Schedule:
             lr = c.lr * self.plateau_factor
         return max(lr, c.min_lr)
 
-    def apply(self, epoch: int, step: int) -> float:
-        lr = self.lr_at(epoch, step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        return lr
-
     def observe(self, improved: bool) -> None:
         """Called after each evaluation of the primary dev metric."""
         if self.cfg.schedule != "plateau":

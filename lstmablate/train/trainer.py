@@ -70,6 +70,9 @@ class Position:
     done: bool = False
     loss_sum: float = 0.0  # running train loss since the last evaluation
     loss_n: int = 0
+    # the learning rate in force: a schedule change decided by a mid-epoch evaluation (plateau)
+    # takes effect at the next epoch, in a resumed run as in an uninterrupted one
+    lr: float | None = None
 
 
 def data_generator(seed: int, epoch: int) -> torch.Generator:
@@ -205,14 +208,14 @@ class Trainer:
         value = metrics[self.primary.name]
         improved = math.isfinite(value) and self.primary.better(value, self.pos.best_value)
         train_loss = self.pos.loss_sum / self.pos.loss_n if self.pos.loss_n else None
-        record = {"step": self.pos.step, "epoch": self.pos.epoch + 1, "lr": lr,
+        record = {"step": self.pos.step, "epoch": self._epoch_label(), "lr": lr,
                   "train_loss": train_loss, "split": self.task.dev_split, **metrics}
         self._append_metrics(record)
         self.pos.loss_sum, self.pos.loss_n = 0.0, 0
         self.pos.last_eval_step = self.pos.step
         if improved:
             self.pos.best_value, self.pos.best_step = value, self.pos.step
-            self.pos.best_epoch = self.pos.epoch + 1
+            self.pos.best_epoch = self._epoch_label()
             self.pos.evals_since_best = 0
             self._save_best(metrics)
         else:
@@ -222,7 +225,7 @@ class Trainer:
         fmt = {m.name: m.fmt for m in self.task.metrics}
         shown = "  ".join(f"{k} {v:{fmt.get(k, '.4g')}}" for k, v in metrics.items())
         loss_txt = f"train loss {train_loss:.4f}  " if train_loss is not None else ""
-        self.console.print(f"[bold]eval[/] step {self.pos.step} epoch {self.pos.epoch + 1}: "
+        self.console.print(f"[bold]eval[/] step {self.pos.step} epoch {self._epoch_label()}: "
                            f"{loss_txt}{self.task.dev_split} {shown}" + ("  [green]best[/]" if improved else ""))
 
     # -- the loop --------------------------------------------------------------------------
@@ -230,19 +233,24 @@ class Trainer:
         """Train; with ``resume``, continue from ``last.pt`` (or ``checkpoint``, already loaded)."""
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if resume and self.last_path.exists():
-            self._resume(checkpoint)
-            self.console.print(f"resuming at epoch {self.pos.epoch + 1}, batch {self.pos.batch}, "
-                               f"step {self.pos.step}")
-        else:
-            self._truncate_metrics(0)
-        self.model.to(self.device).train()
-        if self.dist.enabled:
-            from torch.nn.parallel import DistributedDataParallel
+        old_handlers = self._install_signal_handlers()  # from here on Ctrl-C saves and stops
+        try:
+            if resume and self.last_path.exists():
+                self._resume(checkpoint)
+                self.console.print(f"resuming at epoch {self.pos.epoch + 1}, batch {self.pos.batch}, "
+                                   f"step {self.pos.step}")
+            else:
+                self._truncate_metrics(0)
+            self.model.to(self.device).train()
+            if self.dist.enabled:
+                from torch.nn.parallel import DistributedDataParallel
 
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.train_model = DistributedDataParallel(self.model, device_ids=ids)
-        old_handlers = self._install_signal_handlers()
+                ids = [self.device.index] if self.device.type == "cuda" else None
+                self.train_model = DistributedDataParallel(self.model, device_ids=ids)
+        except BaseException:
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
+            raise
         self._t_start = time.perf_counter() - self.pos.train_time_s
         progress = Progress(
             TextColumn("[bold blue]epoch {task.fields[epoch]}"), BarColumn(),
@@ -265,7 +273,9 @@ class Trainer:
                                epochs_completed=self.pos.epoch, train_time_s=self.pos.train_time_s,
                                interrupted=True, skipped_nonfinite=self.pos.skipped_nonfinite)
         if self.pos.last_eval_step != self.pos.step:  # the final state was never evaluated
-            self._dev_evaluation(self.schedule.lr_at(min(self.pos.epoch, cfg.max_epochs - 1), self.pos.step))
+            lr = self.pos.lr if self.pos.lr is not None else self.schedule.lr_at(
+                min(self.pos.epoch, cfg.max_epochs - 1), self.pos.step)
+            self._dev_evaluation(lr)
         self.pos.done = True
         self._save_last()
         test = dev_final = None
@@ -278,7 +288,7 @@ class Trainer:
         if cfg.eval_test and self.task.test_split:
             test = self._evaluate(self.task.test_split, final=True)
         return TrainResult(best=self._best_info(), test=test, dev_final=dev_final, steps=self.pos.step,
-                           epochs_completed=min(self.pos.epoch, cfg.max_epochs),
+                           epochs_completed=self._epoch_label() if self.pos.step else 0,
                            train_time_s=self.pos.train_time_s,
                            skipped_nonfinite=self.pos.skipped_nonfinite)
 
@@ -288,9 +298,23 @@ class Trainer:
         best = load_checkpoint(self.best_path)
         return {"step": best["step"], "epoch": best["epoch"] + 1, "dev": best["dev"]}
 
+    def _epoch_label(self) -> int:
+        """The 1-based epoch the last step belongs to (at an epoch boundary: the one ended)."""
+        pos = self.pos
+        return pos.epoch if pos.batch == 0 and pos.epoch > 0 else pos.epoch + 1
+
+    def _set_lr(self, lr: float) -> float:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.pos.lr = lr
+        return lr
+
     def _run_epoch(self, progress: Progress) -> None:
         cfg, pos = self.cfg, self.pos
-        lr = self.schedule.apply(pos.epoch, pos.step)
+        if pos.batch == 0 or pos.lr is None:  # a new epoch: the schedule decides
+            lr = self._set_lr(self.schedule.lr_at(pos.epoch, pos.step))
+        else:  # resuming mid-epoch: the rate that was in force
+            lr = self._set_lr(pos.lr)
         if pos.batch == 0:
             self.carry = self.task.init_carry(self.model)
         # the epoch's batches, fixed by its generator; resuming starts at the saved position
@@ -303,7 +327,7 @@ class Trainer:
         for i in range(pos.batch, n_batches):
             batch = plan[i]
             if cfg.schedule == "exponential":
-                lr = self.schedule.apply(pos.epoch, pos.step)
+                lr = self._set_lr(self.schedule.lr_at(pos.epoch, pos.step))
             loss_value = self._train_step(batch)
             pos.batch = i + 1
             if loss_value is not None:

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan, contiguous_groups
 from lstmablate.data import find_file
+from lstmablate.config import check_range
 from lstmablate.errors import ConfigError
 from lstmablate.task import Metric, StepOutput, Task
 
@@ -70,8 +71,11 @@ class DyckData:
         if not self.files:
             if bool(self.train_tokens) == bool(self.train_sequences):
                 raise ConfigError("give exactly one of data.train_tokens and data.train_sequences")
-        if self.batch_size < 1:
-            raise ConfigError(f"data.batch_size must be >= 1, got {self.batch_size}")
+        for name in ("train_tokens", "train_sequences", "dev_tokens", "dev_sequences",
+                     "test_tokens", "test_sequences", "train_max_length", "test_min_length",
+                     "test_max_length"):
+            check_range("data", self, name, low=0, why="0 = the default")
+        check_range("data", self, "batch_size", low=1)
 
 
 @dataclass
@@ -82,10 +86,8 @@ class DyckEval:
     min_bucket_count: int = 1
 
     def validate(self) -> None:
-        if self.batch_size < 1:
-            raise ConfigError(f"eval.batch_size must be >= 1, got {self.batch_size}")
-        if self.min_bucket_count < 1:
-            raise ConfigError(f"eval.min_bucket_count must be >= 1, got {self.min_bucket_count}")
+        check_range("eval", self, "batch_size", low=1)
+        check_range("eval", self, "min_bucket_count", low=1)
 
 
 EMBEDDINGS = ("learned", "signed-type")
@@ -107,8 +109,11 @@ class DyckModel:
     cell_options: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
-        if self.num_layers < 1:
-            raise ConfigError("model.num_layers must be >= 1")
+        for name in ("embedding_dim", "hidden_size", "hidden_per_m"):
+            check_range("model", self, name, low=0, why="0 = the default size")
+        check_range("model", self, "num_layers", low=1)
+        check_range("model", self, "dropout", low=0, high=1, high_open=True)
+        check_range("model", self, "init_scale", low=0, why="0 = each cell's own initialisation")
         if self.embedding not in EMBEDDINGS:
             raise ConfigError(f"model.embedding must be one of {', '.join(EMBEDDINGS)}, got {self.embedding!r}")
 

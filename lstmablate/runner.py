@@ -161,27 +161,25 @@ def train_run(
     task_obj.use_artefacts(artefacts)
     task_obj.setup(run_splits(task_obj, cfg))
     model = build_model(task_obj, cfg)
-    lock = None
-    if dist.is_main:
-        lock = RunLock(files.root).acquire()  # one writer; released when this process ends
-        if inspect_run_dir(files, cfg, resume=resume, force=force) != start:
-            lock.release()
-            raise RunDirError(f"{files.root} changed while this run was starting; run the "
-                              "command again.")
-        if start.replace:
-            clear_run_dir(files)
-        write_config(files, cfg)
-        env = environment(dev, torch.get_num_threads())
-        env["world_size"] = dist.world_size
-        env["deterministic"] = note
-        write_env(files, env)
-        if saved is None:
-            write_artefacts(files, artefacts)
-    distributed.barrier(dist)
+    lock = RunLock(files.root).acquire() if dist.is_main else None  # one writer per run
     try:
+        if lock is not None:
+            if inspect_run_dir(files, cfg, resume=resume, force=force) != start:
+                raise RunDirError(f"{files.root} changed while this run was starting; run the "
+                                  "command again.")
+            if start.replace:
+                clear_run_dir(files)
+            write_config(files, cfg)
+            env = environment(dev, torch.get_num_threads())
+            env["world_size"] = dist.world_size
+            env["deterministic"] = note
+            write_env(files, env)
+            if saved is None:
+                write_artefacts(files, artefacts)
+        distributed.barrier(dist)
         return _train(cfg, task_obj, model, files, dev, dist, start, checkpoint, console, progress)
     finally:
-        if lock is not None:
+        if lock is not None:  # (the OS releases it too, however the process ends)
             lock.release()
 
 

@@ -47,13 +47,16 @@ def train(
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
     deterministic: bool = typer.Option(False, "--deterministic",
                                        help="Deterministic CUDA kernels where they exist (CPU is already)."),
+    tensorboard: bool = typer.Option(False, "--tensorboard", help="Also log to <run>/tensorboard "
+                                     "(needs: pip install 'lstmablate[tensorboard]')."),
 ) -> None:
     """Train one run: runs/<experiment>/<cell>/seed-<n>/."""
     from .runner import train_run
 
     outcome = train_run(task, cell, recipe=recipe, overrides=set_ or [], seed=seed, out=out_dir,
                         experiment=experiment, device=device, threads=threads, resume=resume,
-                        force=force, data_dir=data_dir, console=err, deterministic=deterministic)
+                        force=force, data_dir=data_dir, console=err, deterministic=deterministic,
+                        tensorboard=tensorboard)
     if outcome.result is not None:
         out.print(str(outcome.run_dir))
 
@@ -99,13 +102,24 @@ def eval_(
 @app.command()
 def report(
     runs_dir: Path = typer.Argument(Path("runs"), help="Root of the runs tree."),
-    table: Optional[str] = typer.Option(None, "--table", help="Only this experiment / table."),
-    out_file: Optional[Path] = typer.Option(None, "--out", help="Also write the markdown here."),
+    table: Optional[str] = typer.Option(None, "--table",
+                                        help="Only this experiment, recipe or table spec."),
+    fmt: str = typer.Option("markdown", "--format", "-f", help="markdown, latex (booktabs), "
+                            "csv or json (csv/json: one row per run)."),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="Also write the report here."),
 ) -> None:
-    """Markdown tables: ours (mean ± std over seeds) beside the paper's numbers."""
-    from .report import render_report
+    """Ours (mean ± std over seeds) beside the paper's numbers, as markdown or LaTeX tables;
+    or every run as a CSV/JSON row. Damaged run folders are named and skipped."""
+    from .errors import UnknownNameError
+    from .report import build_report
+    from .report_formats import FORMATS, render
 
-    text = render_report(runs_dir, table=table)
+    if fmt not in FORMATS:
+        raise UnknownNameError("report format", fmt, FORMATS)
+    built = build_report(runs_dir, table=table)
+    text = render(built, fmt)
+    for why in built.damaged:
+        err.print(f"[yellow]warning:[/] skipped {why}", highlight=False, soft_wrap=True)
     if out_file:
         from .train.atomic import atomic_write_text
 
@@ -342,6 +356,24 @@ def _add_plugin_commands() -> None:
 
 
 _add_plugin_commands()
+
+
+@app.command()
+def plot(
+    runs: list[Path] = typer.Argument(..., help="Run directories, or folders holding runs."),
+    metric: Optional[list[str]] = typer.Option(
+        None, "--metric", "-m", help="A column of metrics.jsonl (repeatable): a dev metric, "
+        "train_loss or lr. Default: the task's primary metric and train_loss."),
+    x: str = typer.Option("step", "--x", help="step or epoch."),
+    out_file: Path = typer.Option(Path("curves.png"), "--out",
+                                  help="PNG or PDF; both are written, and the curves' CSV beside."),
+    log_y: bool = typer.Option(False, "--log-y", help="Logarithmic y axis (e.g. perplexity)."),
+) -> None:
+    """Learning curves from metrics.jsonl: one colour per cell, seeds thin, their mean bold."""
+    from .plot import plot_runs
+
+    res = plot_runs(runs, out_file, metrics=metric or None, x=x, log_y=log_y)
+    out.print(f"wrote {res['png']}, {res['pdf']} and {res['csv']}", highlight=False)
 
 
 def main(argv: list[str] | None = None) -> None:

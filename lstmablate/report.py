@@ -1,87 +1,242 @@
-"""Markdown tables of finished runs beside the paper's numbers.
+"""Finished runs gathered into tables beside the paper's numbers (the data; no text).
 
-Runs are grouped by experiment and cell; each cell shows the test metrics as
-mean ± sample std over seeds with n.  The paper's numbers come from the
-recipe's ``reference`` block (saved into every run's ``config.yaml``).  A cell
-the recipe expects but that has no finished run is shown as *missing*, never
-dropped; unfinished runs are counted; shortened runs (``train.max_steps`` set)
-are marked.
+:func:`build_report` reads a runs tree (``runs/<experiment>/<cell>/seed-<n>/``)
+and returns a :class:`Report`: every run found (:class:`RunRecord`, finished,
+unfinished or damaged) and one :class:`Table` per experiment (or per table spec,
+``--table``), whose cells hold mean ± sample std over seeds.
+:mod:`lstmablate.report_formats` turns it into markdown, LaTeX, CSV or JSON.
+
+What a recipe says about a *sweep* — the cells and seeds it expects and the
+paper's ``reference`` numbers — is read from the recipe itself, at report time:
+the file a run was trained from (``recipe_file`` in its config.yaml), else the
+recipe of that name.  Editing a recipe's reference numbers therefore changes the
+report.  Run folders saved by older versions kept that metadata in config.yaml;
+it is used only when their recipe can no longer be found.  A recipe that cannot
+be found is a note in the report, never a failure.
+
+A damaged run folder (config.yaml that is not YAML, a result.json that is binary,
+malformed, not a JSON object, ``{}``, or without test metrics) is named in the
+report and skipped; it never aborts the report.  A cell the recipe expects that has
+no finished run is shown as *missing*, never dropped; unfinished runs are
+counted; shortened runs (``train.max_steps`` set) are marked.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .errors import UserError
-from .config import recipe_seeds
-from .runs import read_json
+from .config import LEGACY_RUN_KEYS, grid_points, load_recipe, recipe_seeds
+from .errors import UnknownNameError, UserError
 from .task import Metric, get_task
 
 
+# -- runs ------------------------------------------------------------------------------------
 @dataclass
-class CellRuns:
-    results: list[dict[str, Any]] = field(default_factory=list)
-    unfinished: int = 0
-    shortened: int = 0
+class RunRecord:
+    """One run folder as the report sees it."""
 
-
-@dataclass
-class Experiment:
-    name: str
+    path: Path  # the run directory
+    experiment: str
     task: str
-    expected_cells: list[str] = field(default_factory=list)
-    expected_seeds: dict[str, list[int]] = field(default_factory=dict)  # cell -> seeds
-    reference: dict[str, dict[str, float]] = field(default_factory=dict)
-    reference_source: str = ""
-    cells: dict[str, CellRuns] = field(default_factory=lambda: defaultdict(CellRuns))
+    cell: str
+    seed: int | None
+    recipe: str | None = None
+    recipe_file: str | None = None
+    result: dict[str, Any] | None = None  # result.json; None: unfinished or damaged
+    problem: str = ""  # why result.json was skipped (a damaged run), naming the file
+    config: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def status(self) -> str:
+        """finished | unfinished | damaged."""
+        if self.problem:
+            return "damaged"
+        return "finished" if self.result is not None else "unfinished"
+
+    @property
+    def shortened(self) -> bool:
+        return bool((self.result or {}).get("shortened"))
 
 
-def collect(runs_dir: Path) -> dict[str, Experiment]:
-    """Every run under ``runs_dir`` (any depth), grouped by experiment and cell."""
+def read_result(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """``(result, "")`` for a usable result.json, ``(None, why)`` for a damaged one.
+
+    Usable: a UTF-8 JSON object with a ``test`` entry that is null (a run trained
+    with ``train.eval_test: false``) or maps metric names to numbers."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        return None, f"{path} is not UTF-8 text (byte offset {e.start}); it is binary or damaged"
+    except OSError as e:
+        return None, f"cannot read {path}: {e.strerror or e}"
+    try:
+        result = json.loads(text)
+    except json.JSONDecodeError as e:
+        return None, f"{path}, line {e.lineno}: malformed JSON ({e.msg})"
+    if not isinstance(result, dict):
+        return None, (f"{path} holds a JSON {type(result).__name__}, not the object "
+                      "lstmablate writes")
+    if not result:
+        return None, f"{path} is an empty object {{}}: it holds no metrics"
+    if "test" not in result:
+        return None, f"{path} has no `test` entry (every result.json lstmablate writes has one)"
+    test = result["test"]
+    if test is not None and not (isinstance(test, dict) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in test.values())):
+        return None, f"{path}: `test` must map metric names to numbers, got {test!r:.80}"
+    return result, ""
+
+
+def _looks_like_run(folder: Path) -> bool:
+    return any((folder / n).exists() for n in ("result.json", "metrics.jsonl", "last.pt", "best.pt"))
+
+
+def find_runs(runs_dir: Path) -> tuple[list[RunRecord], list[str]]:
+    """Every run folder under ``runs_dir`` (any depth), and what was skipped and why."""
     runs_dir = Path(runs_dir)
     if not runs_dir.exists():
         raise UserError(f"runs directory {runs_dir} does not exist; train something first "
                         "(`lstmablate train ...`) or pass the right directory.")
-    experiments: dict[str, Experiment] = {}
+    runs, skipped = [], []
     for cfg_path in sorted(runs_dir.rglob("config.yaml")):
+        folder = cfg_path.parent
         try:
-            cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError:
-            raise UserError(f"{cfg_path} is not valid YAML; the run directory is damaged.") from None
-        if not isinstance(cfg, dict) or "experiment" not in cfg:
+            cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError):
+            skipped.append(f"{cfg_path} is not valid YAML text; the run folder is damaged")
             continue
-        exp = experiments.get(cfg["experiment"])
+        except OSError as e:
+            skipped.append(f"cannot read {cfg_path}: {e.strerror or e}")
+            continue
+        missing = [k for k in ("experiment", "task", "cell") if not isinstance(cfg, dict) or k not in cfg]
+        if missing:
+            if _looks_like_run(folder):  # else: some other tool's config.yaml
+                skipped.append(f"{cfg_path} lacks {', '.join(missing)}: not a lstmablate run config")
+            continue
+        seed = cfg.get("seed")
+        rec = RunRecord(folder, str(cfg["experiment"]), str(cfg["task"]), str(cfg["cell"]),
+                        seed if isinstance(seed, int) else None, cfg.get("recipe"),
+                        cfg.get("recipe_file"), config=cfg)
+        if (folder / "result.json").exists():
+            rec.result, rec.problem = read_result(folder / "result.json")
+        runs.append(rec)
+    return runs, skipped
+
+
+# -- what a recipe expects ---------------------------------------------------------------------
+@dataclass
+class Expectations:
+    """What a recipe says about its sweep: cells, seeds per cell, the paper's numbers."""
+
+    cells: list[str] = field(default_factory=list)
+    seeds: dict[str, list[int]] = field(default_factory=dict)  # cell -> seeds
+    reference: dict[str, dict[str, Any]] = field(default_factory=dict)  # cell -> metric -> number
+    reference_source: str = ""
+
+    @classmethod
+    def of(cls, recipe: dict[str, Any]) -> Expectations:
+        """From a recipe mapping (or an old config.yaml, which held the same keys)."""
+        cells = [str(c) for c in recipe.get("cells") or []]
+        reference = recipe.get("reference") or {}
+        return cls(cells, {c: recipe_seeds(recipe, c) for c in cells},
+                   {str(c): dict(v) for c, v in reference.items() if isinstance(v, dict)},
+                   str(recipe.get("reference_source") or ""))
+
+
+class RecipeLookup:
+    """Recipes read once per report; a recipe that cannot be read is a note."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str | None, str | None], tuple[dict[str, Any] | None, str]] = {}
+
+    def recipe(self, name: str | None, file: str | None) -> tuple[dict[str, Any] | None, str]:
+        """(recipe mapping, "") or (None, why not): ``file`` if it still exists, else ``name``."""
+        key = (name, file)
+        if key not in self._cache:
+            source = file if file and Path(file).exists() else name
+            where = f"recipe {name!r}" + (f" (trained from {file})" if file else "")
+            if not source:
+                self._cache[key] = None, f"{where} can no longer be found"
+            else:
+                try:
+                    self._cache[key] = load_recipe(str(source))[1], ""
+                except UserError as e:
+                    self._cache[key] = None, f"{where} can no longer be read: {e}"
+        return self._cache[key]
+
+    def expectations(self, run: RunRecord) -> tuple[Expectations, str]:
+        """What the run's recipe expects, and a note when it could not be read."""
+        if not run.recipe and not run.recipe_file:  # trained without a recipe
+            return Expectations(), ""
+        recipe, why = self.recipe(run.recipe, run.recipe_file)
+        if recipe is not None and recipe.get("task") != run.task:
+            recipe, why = None, (f"recipe {run.recipe!r} found now is for task "
+                                 f"{recipe.get('task')!r}, not {run.task!r}: not the recipe the "
+                                 "run was trained with")
+        if recipe is not None:
+            try:
+                return Expectations.of(recipe), ""
+            except UserError as e:  # e.g. cell_seeds that is not a mapping
+                why = f"recipe {run.recipe!r} can no longer be read: {e}"
+        if any(k in run.config for k in LEGACY_RUN_KEYS):
+            try:
+                return Expectations.of(run.config), (
+                    f"{why}; the expected cells, seeds and paper's numbers are those saved with "
+                    f"the run in {run.path / 'config.yaml'}")
+            except UserError:
+                pass
+        return Expectations(), f"{why}; the expected cells and the paper's numbers are not shown"
+
+
+# -- experiments ----------------------------------------------------------------------------
+@dataclass
+class Experiment:
+    name: str
+    task: str
+    expect: Expectations = field(default_factory=Expectations)
+    runs: list[RunRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def runs_of(self, cell: str, status: str | None = None) -> list[RunRecord]:
+        return [r for r in self.runs if r.cell == cell and (status is None or r.status == status)]
+
+    def cells(self) -> list[str]:
+        """The recipe's cells first (its order), then any other cell that has runs."""
+        out = list(self.expect.cells)
+        out += [r.cell for r in self.runs if r.cell not in out]
+        return list(dict.fromkeys(out))
+
+
+def group_runs(runs: list[RunRecord], recipes: RecipeLookup | None = None) -> dict[str, Experiment]:
+    """Runs grouped by experiment; each experiment's expectations from its runs' recipe."""
+    recipes = recipes or RecipeLookup()
+    experiments: dict[str, Experiment] = {}
+    for run in runs:
+        exp = experiments.get(run.experiment)
         if exp is None:
-            exp = experiments[cfg["experiment"]] = Experiment(cfg["experiment"], cfg["task"])
-        for c in cfg.get("cells") or []:
-            if c not in exp.expected_cells:
-                exp.expected_cells.append(c)
-        for c in exp.expected_cells:
-            exp.expected_seeds.setdefault(c, recipe_seeds(cfg, c))
-        exp.reference = exp.reference or dict(cfg.get("reference") or {})
-        exp.reference_source = exp.reference_source or cfg.get("reference_source", "")
-        runs = exp.cells[cfg["cell"]]
-        result_path = cfg_path.parent / "result.json"
-        if result_path.exists():
-            result = read_json(result_path)
-            runs.results.append(result)
-            runs.shortened += bool(result.get("shortened"))
-        else:
-            runs.unfinished += 1
+            exp = experiments[run.experiment] = Experiment(run.experiment, run.task)
+            exp.expect, note = recipes.expectations(run)
+            if note:
+                exp.notes.append(note)
+        exp.runs.append(run)
+    for exp in experiments.values():
+        names = sorted({r.recipe or "(none)" for r in exp.runs})
+        if len(names) > 1:
+            exp.notes.append(f"its runs were trained with different recipes ({', '.join(names)}); "
+                             f"expected cells and the paper's numbers are those of "
+                             f"{exp.runs[0].recipe or '(none)'!r}")
     return experiments
 
 
 def experiments_from_recipe(name: str) -> tuple[str, list[tuple[str, Experiment]], dict[str, Any]]:
     """The experiments a recipe or table spec expects: (title, [(label, Experiment)], table spec)."""
-    from .config import grid_points, load_recipe
-
     rname, r = load_recipe(name)
     if "task" not in r:  # a table spec: the experiments of each listed recipe
         spec = r["table"]
@@ -94,105 +249,105 @@ def experiments_from_recipe(name: str) -> tuple[str, list[tuple[str, Experiment]
     groups = []
     for experiment, _, point in grid_points(rname, r):
         label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in point.items()) or experiment
-        cells = list(r.get("cells") or [])
-        groups.append((label, Experiment(experiment, r["task"], cells,
-                                         {c: recipe_seeds(r, c) for c in cells}, dict(r.get("reference") or {}),
-                                         str(r.get("reference_source", "")))))
+        groups.append((label, Experiment(experiment, r["task"], Expectations.of(r))))
     spec = r.get("table") or {}
     return spec.get("title") or rname, groups, spec
 
 
-def mean_std(values: list[float]) -> tuple[float, float | None]:
-    vals = [v for v in values if v is not None and not math.isnan(v)]
-    if not vals:
-        return float("nan"), None
-    return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else None)
+# -- aggregation --------------------------------------------------------------------------------
+@dataclass
+class Stat:
+    """One metric of one cell over its finished seeds: mean ± sample std (n)."""
+
+    values: list[float]  # the finite values, one per finished seed that has the metric
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values) if self.values else float("nan")
+
+    @property
+    def std(self) -> float | None:
+        """Sample standard deviation (n - 1); None for fewer than two values."""
+        return statistics.stdev(self.values) if len(self.values) > 1 else None
 
 
-def format_cell(values: list[float], fmt: str) -> str:
-    mean, std = mean_std(values)
-    if math.isnan(mean):
-        return "n/a"
-    text = f"{mean:{fmt}}"
-    if std is not None:
-        text += f" ± {std:{fmt}}"
-    return text + f" (n={len(values)})"
+@dataclass
+class Column:
+    group: str  # the experiment's label in a table of several experiments, else ""
+    metric: Metric
+    paper: bool  # the paper's number (from the recipe), else ours
+
+    @property
+    def heading(self) -> str:
+        name = self.metric.label or self.metric.name
+        return "paper" if self.paper else f"{name} {'↑' if self.metric.higher_is_better else '↓'}"
 
 
-def _ours(runs: CellRuns, metric: Metric) -> str:
-    if not runs.results:
-        return "missing"
-    vals = [float((r.get("test") or {}).get(metric.name, float("nan"))) for r in runs.results]
-    return format_cell(vals, metric.fmt)
+@dataclass
+class Row:
+    cell: str
+    # per column: ours -> Stat, or None when the cell has no finished run ("missing");
+    # paper -> the recipe's number (a float, or a string such as "< 50"), or None
+    entries: list[Any]
+    shortened: bool = False
+    seeds: int = 0  # finished runs
 
 
-def _notes(label: str, exp: Experiment, cells: list[str]) -> list[str]:
+@dataclass
+class Table:
+    title: str
+    tasks: list[str]
+    test_splits: list[str]  # the tasks' names of their test split
+    checkpoints: list[str]  # best | last: which checkpoint the test numbers come from
+    columns: list[Column]
+    rows: list[Row]
+    groups: list[str] = field(default_factory=list)  # experiment labels, in column order
+    sources: list[str] = field(default_factory=list)  # where the paper's numbers come from
+    notes: list[str] = field(default_factory=list)
+    train_times: list[tuple[str, str]] = field(default_factory=list)  # (group, per-cell times)
+
+    def best_rows(self, col: int) -> set[int]:
+        """The rows holding the best value of column ``col`` (at the precision shown;
+        ties all count); ours by mean, the paper's among its numeric entries."""
+        column = self.columns[col]
+        values = {}
+        for i, row in enumerate(self.rows):
+            e = row.entries[col]
+            v = (e.mean if e is not None and e.n else None) if not column.paper else (
+                float(e) if isinstance(e, (int, float)) and not isinstance(e, bool) else None)
+            if v is not None and math.isfinite(v):
+                values[i] = float(f"{v:{column.metric.fmt}}")
+        if len(values) < 2:
+            return set()
+        best = max(values.values()) if column.metric.higher_is_better else min(values.values())
+        return {i for i, v in values.items() if v == best}
+
+
+def _ours(runs: list[RunRecord], metric: Metric) -> Stat | None:
+    if not runs:
+        return None
+    vals = [(r.result.get("test") or {}).get(metric.name) for r in runs]
+    return Stat([float(v) for v in vals if v is not None and math.isfinite(float(v))])
+
+
+def _count_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     notes = []
     for cell in cells:
-        runs = exp.cells.get(cell) or CellRuns()
-        n_expected = len(exp.expected_seeds.get(cell) or [])
-        where = f"{label}: " if label else ""
-        if n_expected and cell in exp.expected_cells and len(runs.results) < n_expected:
-            notes.append(f"{where}`{cell}`: {len(runs.results)} of {n_expected} seeds finished"
-                         + (f", {runs.unfinished} unfinished" if runs.unfinished else ""))
-        elif runs.unfinished:
-            notes.append(f"{where}`{cell}`: {runs.unfinished} unfinished run(s) not counted")
+        done = len(exp.runs_of(cell, "finished"))
+        unfinished = len(exp.runs_of(cell, "unfinished"))
+        damaged = len(exp.runs_of(cell, "damaged"))
+        n_expected = len(exp.expect.seeds.get(cell) or [])
+        extra = (f", {unfinished} unfinished" if unfinished else "") + (
+            f", {damaged} damaged (skipped)" if damaged else "")
+        if n_expected and cell in exp.expect.cells and done < n_expected:
+            notes.append(f"{where}`{cell}`: {done} of {n_expected} seeds finished{extra}")
+        elif unfinished or damaged:
+            notes.append(f"{where}`{cell}`: " + extra[2:] + " run(s) not counted")
     return notes
-
-
-def render_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[Metric],
-                 cells: list[str] | None = None) -> str:
-    """Rows = cells; for each group (experiment) and metric: ours, and the paper's if known."""
-    if cells is None:
-        cells = []
-        for _, exp in groups:
-            for c in list(exp.expected_cells) + list(exp.cells):
-                if c not in cells:
-                    cells.append(c)
-    head, columns = ["cell"], []
-    for label, exp in groups:
-        for m in metrics:
-            name = f"{m.label or m.name} {'↑' if m.higher_is_better else '↓'}"
-            prefix = f"{label}: " if len(groups) > 1 else ""
-            head.append(prefix + name)
-            columns.append((exp, m, False))
-            if any(m.name in (exp.reference.get(c) or {}) for c in cells):
-                head.append(prefix + "paper")
-                columns.append((exp, m, True))
-    tasks = sorted({exp.task for _, exp in groups})
-    which = sorted({r.get("test_checkpoint", "best") for _, exp in groups
-                    for runs in exp.cells.values() for r in runs.results}) or ["best"]
-    names = {"best": "best-dev", "last": "last (end of training)"}
-    lines = [f"## {title}", "",
-             f"Task `{', '.join(tasks)}`, test split of the {' / '.join(names[w] for w in which)} "
-             "checkpoint; ours = mean ± std over seeds (n).", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for cell in cells:
-        row = [f"`{cell}`"]
-        for exp, m, paper in columns:
-            if paper:
-                ref = (exp.reference.get(cell) or {}).get(m.name)
-                row.append(str(ref) if ref is not None else "—")
-            else:
-                row.append(_ours(exp.cells.get(cell) or CellRuns(), m))
-        if any((exp.cells.get(cell) or CellRuns()).shortened for _, exp in groups):
-            row[0] += " †"
-        lines.append("| " + " | ".join(row) + " |")
-    lines.append("")
-    if any(r.shortened for _, exp in groups for r in exp.cells.values()):
-        lines.append("† includes shortened runs (`train.max_steps` set): not the full protocol.")
-    sources = sorted({exp.reference_source for _, exp in groups if exp.reference_source})
-    for src in sources:
-        lines.append(f"Paper numbers: {src}.")
-    for label, exp in groups:
-        for n in _notes(label if len(groups) > 1 else "", exp, cells):
-            lines.append(f"- {n}")
-    for label, exp in groups:
-        times = _train_times(exp, cells)
-        if times:
-            where = f" ({label})" if len(groups) > 1 else ""
-            lines.append(f"- training time per run{where}, mean over finished seeds: {times}")
-    return "\n".join(lines).rstrip() + "\n"
 
 
 def format_duration(seconds: float) -> str:
@@ -208,39 +363,117 @@ def _train_times(exp: Experiment, cells: list[str]) -> str:
     """``train_time_s`` (training and its dev evaluations, summed over resumed sessions) per cell."""
     parts = []
     for cell in cells:
-        runs = exp.cells.get(cell) or CellRuns()
-        secs = [float(r["train_time_s"]) for r in runs.results if r.get("train_time_s") is not None]
+        secs = [float(r.result["train_time_s"]) for r in exp.runs_of(cell, "finished")
+                if isinstance(r.result.get("train_time_s"), (int, float))]
         if secs:
             parts.append(f"`{cell}` {format_duration(statistics.fmean(secs))}")
     return ", ".join(parts)
 
 
-def render_experiment(exp: Experiment) -> str:
-    return render_table(exp.name, [("", exp)], list(get_task(exp.task).metrics))
-
-
-def render_report(runs_dir: Path, table: str | None = None) -> str:
-    runs_dir = Path(runs_dir)
-    found = collect(runs_dir) if (runs_dir.exists() or table is None) else {}
-    if table is None:
-        if not found:
-            raise UserError(f"no runs found under {runs_dir}.")
-        return "\n".join(render_experiment(e) for _, e in sorted(found.items()))
-    if table in found:
-        return render_experiment(found[table])
-    title, groups, spec = experiments_from_recipe(table)
-    merged = []
+def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[Metric],
+                cells: list[str] | None = None) -> Table:
+    """Rows = cells; for each group (experiment) and metric: ours, and the paper's if known."""
+    if cells is None:
+        cells = list(dict.fromkeys(c for _, exp in groups for c in exp.cells()))
+    several = len(groups) > 1
+    columns: list[tuple[Experiment, Column]] = []
     for label, exp in groups:
+        for m in metrics:
+            columns.append((exp, Column(label if several else "", m, False)))
+            if any(m.name in (exp.expect.reference.get(c) or {}) for c in cells):
+                columns.append((exp, Column(label if several else "", m, True)))
+    rows = []
+    for cell in cells:
+        entries = []
+        for exp, col in columns:
+            if col.paper:
+                entries.append((exp.expect.reference.get(cell) or {}).get(col.metric.name))
+            else:
+                entries.append(_ours(exp.runs_of(cell, "finished"), col.metric))
+        finished = [r for _, exp in groups for r in exp.runs_of(cell, "finished")]
+        rows.append(Row(cell, entries, any(r.shortened for r in finished), len(finished)))
+    all_finished = [r for _, exp in groups for r in exp.runs if r.status == "finished"]
+    tasks = sorted({exp.task for _, exp in groups})
+    test_splits = []
+    for t in tasks:
+        try:
+            test_splits.append(get_task(t).test_split)
+        except UnknownNameError:
+            test_splits.append("test")
+    table = Table(
+        title=title, tasks=tasks, test_splits=sorted(set(test_splits)),
+        checkpoints=sorted({str(r.result.get("test_checkpoint", "best")) for r in all_finished}) or ["best"],
+        columns=[c for _, c in columns], rows=rows,
+        groups=list(dict.fromkeys(label for label, _ in groups)) if several else [],
+        sources=sorted({exp.expect.reference_source for _, exp in groups if exp.expect.reference_source}))
+    for label, exp in groups:
+        where = f"{label}: " if several else ""
+        table.notes += [f"{where}{n}" for n in exp.notes]
+        table.notes += _count_notes(where, exp, cells)
+        times = _train_times(exp, cells)
+        if times:
+            table.train_times.append((label if several else "", times))
+    return table
+
+
+# -- the report ------------------------------------------------------------------------------
+@dataclass
+class Report:
+    tables: list[Table]
+    runs: list[RunRecord]  # every run folder found (of the tables' experiments with --table)
+    skipped: list[str]  # damaged run folders, named with what is wrong
+
+    @property
+    def damaged(self) -> list[str]:
+        return self.skipped + [r.problem for r in self.runs if r.problem]
+
+
+def _task_metrics(task: str) -> list[Metric] | None:
+    try:
+        return list(get_task(task).metrics)
+    except UnknownNameError:
+        return None
+
+
+def build_report(runs_dir: Path, table: str | None = None) -> Report:
+    """The report of ``runs_dir``: every experiment, or only ``table`` (an experiment name,
+    a recipe or a table spec; a recipe without runs gives a table of missing cells)."""
+    runs_dir = Path(runs_dir)
+    if runs_dir.exists() or table is None:
+        runs, skipped = find_runs(runs_dir)
+    else:
+        runs, skipped = [], []
+    recipes = RecipeLookup()
+    found = group_runs(runs, recipes)
+    if table is None:
+        if not found and not skipped:
+            raise UserError(f"no runs found under {runs_dir}.")
+        tables = []
+        for name, exp in sorted(found.items()):
+            metrics = _task_metrics(exp.task)
+            if metrics is None:
+                skipped.append(f"experiment {name!r}: task {exp.task!r} is not installed, so it "
+                               f"has no table (its {len(exp.runs)} run(s) are rows of --format "
+                               "csv/json)")
+                continue
+            tables.append(build_table(exp.name, [("", exp)], metrics))
+        return Report(tables, runs, skipped)
+    if table in found:
+        exp = found[table]
+        metrics = _task_metrics(exp.task)
+        if metrics is None:
+            raise UserError(f"experiment {table!r} is of task {exp.task!r}, which is not installed.")
+        return Report([build_table(exp.name, [("", exp)], metrics)], exp.runs, skipped)
+    title, groups, spec = experiments_from_recipe(table)
+    for _, exp in groups:
         have = found.get(exp.name)
         if have is not None:  # runs exist: keep the recipe's expectations, add the runs
-            exp.cells = have.cells
-            for c in have.cells:
-                if c not in exp.expected_cells and spec.get("cells") is None:
-                    exp.expected_cells.append(c)
-        merged.append((label, exp))
-    tasks = {exp.task for _, exp in merged}
+            exp.runs = have.runs
+    tasks = {exp.task for _, exp in groups}
+    all_metrics = {}
+    for t in sorted(tasks):
+        all_metrics.update({m.name: m for m in get_task(t).metrics})
     metric_names = spec.get("metrics")
-    all_metrics = {m.name: m for t in tasks for m in get_task(t).metrics}
     if metric_names:
         unknown = [n for n in metric_names if n not in all_metrics]
         if unknown:
@@ -249,4 +482,6 @@ def render_report(runs_dir: Path, table: str | None = None) -> str:
         metrics = [all_metrics[n] for n in metric_names]
     else:
         metrics = list(all_metrics.values())
-    return render_table(title, merged, metrics, cells=spec.get("cells"))
+    names = {exp.name for _, exp in groups}
+    return Report([build_table(title, groups, metrics, cells=spec.get("cells"))],
+                  [r for r in runs if r.experiment in names], skipped)

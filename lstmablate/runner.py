@@ -128,12 +128,17 @@ def train_run(
     console: Console | None = None,
     progress: bool | None = None,
     deterministic: bool = False,
+    tensorboard: bool = False,
 ) -> TrainOutcome:
     console = console or Console(stderr=True)
     task_cls = get_task(task)
     get_cell(cell)  # unknown cell: fail before anything else
     cfg = resolve_config(task_cls, cell, recipe=recipe, overrides=overrides, seed=seed,
                          experiment=experiment)
+    if tensorboard:  # before anything is written
+        from .train.tensorboard import require_tensorboard
+
+        require_tensorboard()
     dev = pick_device(device)
     if threads:
         torch.set_num_threads(threads)
@@ -177,7 +182,8 @@ def train_run(
             if saved is None:
                 write_artefacts(files, artefacts)
         distributed.barrier(dist)
-        return _train(cfg, task_obj, model, files, dev, dist, start, checkpoint, console, progress)
+        return _train(cfg, task_obj, model, files, dev, dist, start, checkpoint, console, progress,
+                      tensorboard)
     finally:
         if lock is not None:  # (the OS releases it too, however the process ends)
             lock.release()
@@ -185,13 +191,14 @@ def train_run(
 
 def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFiles,
            dev: torch.device, dist: Any, start: RunStart, checkpoint: dict[str, Any] | None,
-           console: Console, progress: bool | None) -> TrainOutcome:
+           console: Console, progress: bool | None, tensorboard: bool = False) -> TrainOutcome:
     task_cls = type(task_obj)
     n_params = sum(p.numel() for p in model.parameters())
     console.print(f"[bold]{cfg.experiment}[/] task={cfg.task} cell={cfg.cell} seed={cfg.seed} "
                   f"params={n_params:,} device={dev} threads={torch.get_num_threads()} -> {files.root}")
     trainer = Trainer(cfg.train, task_obj, model, files.root, seed=cfg.seed, device=dev,
-                      identity=identity(cfg), console=console, progress=progress, dist_info=dist)
+                      identity=identity(cfg), console=console, progress=progress, dist_info=dist,
+                      tensorboard=cfg.to_dict() if tensorboard else None)
     t0 = time.time()
     res = trainer.fit(resume=start.resume, checkpoint=checkpoint)
     if res.interrupted:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import platform
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -178,6 +179,7 @@ def clear_run_dir(files: RunFiles) -> None:
     if files.artefacts.is_dir():
         for p in files.artefacts.glob("*.json"):
             p.unlink()
+    shutil.rmtree(files.root / "tensorboard", ignore_errors=True)  # events of the replaced run
 
 
 def _identity_of_saved(old: Any, cfg: RunConfig) -> Any:

@@ -10,7 +10,8 @@ import yaml
 from rich.console import Console
 
 from lstmablate.errors import RunDirError
-from lstmablate.report import format_duration, render_report
+from lstmablate.report import format_duration
+from lstmablate.report_formats import render_report
 from lstmablate.runner import evaluate_run, train_run
 
 QUIET = Console(file=io.StringIO())
@@ -112,8 +113,114 @@ def test_a_run_saved_before_an_option_existed_still_resumes(tiny_recipe, tmp_pat
     train(tiny_recipe, out, overrides=["train.max_steps=2"])
     cfg_path = out / "tiny" / "lstm" / "seed-1" / "config.yaml"
     old = _yaml.safe_load(cfg_path.read_text())
-    del old["train"]["test_checkpoint"], old["cell_seeds"]  # as an older lstmablate wrote it
+    del old["train"]["test_checkpoint"]  # as an older lstmablate wrote it, with recipe metadata
+    old.update(cells=["lstm"], seeds=[1], cell_seeds={"lstm": [1]}, reference={"lstm": {"accuracy": 1.0}})
     cfg_path.write_text(_yaml.safe_dump(old))
     assert train(tiny_recipe, out, overrides=["train.max_steps=2"], resume=True).result["steps"] == 2
     with pytest.raises(RunDirError, match=r"train.max_steps \(2 -> 3\)"):
         train(tiny_recipe, out, overrides=["train.max_steps=3"], resume=True)
+
+
+# -- the paper's numbers, cells and seeds come from the recipe (issue 12 item 4) -----------------
+def _row(text, cell):
+    return next(l for l in text.splitlines() if l.startswith(f"| `{cell}`"))
+
+
+def test_the_report_reads_the_recipe_at_report_time(tiny_recipe, tmp_path):
+    out = tmp_path / "runs"
+    train(tiny_recipe, out, overrides=["train.max_steps=2"])
+    cfg = yaml.safe_load((out / "tiny" / "lstm" / "seed-1" / "config.yaml").read_text())
+    assert not {"cells", "seeds", "cell_seeds", "reference", "reference_source"} & set(cfg)
+    assert cfg["recipe"] == "tiny" and cfg["recipe_file"] == str(tiny_recipe.resolve())
+    assert "| 99.0 |" in _row(render_report(out), "lstm")
+    tiny_recipe.write_text(tiny_recipe.read_text()
+                           .replace("lstm: {accuracy: 99.0}", "lstm: {accuracy: 42.5}")
+                           .replace("made up for the test", "edited since")
+                           .replace("cells: [lstm, lstm-srnn]", "cells: [lstm, lstm-srnn, lstm-gates]"))
+    text = render_report(out)
+    assert "| 42.5 |" in _row(text, "lstm") and "99.0" not in text
+    assert "Paper numbers: edited since." in text
+    assert "missing" in _row(text, "lstm-gates")  # the recipe's cells, as they are now
+    assert "`lstm-gates`: 0 of 2 seeds finished" in text
+
+
+def test_a_recipe_that_is_gone_is_a_note(tiny_recipe, tmp_path, monkeypatch):
+    out = tmp_path / "runs"
+    train(tiny_recipe, out, overrides=["train.max_steps=2"])
+    result = json.loads((out / "tiny" / "lstm" / "seed-1" / "result.json").read_text())
+    tiny_recipe.unlink()
+    text = render_report(out)
+    assert f"recipe 'tiny' (trained from {tiny_recipe.resolve()}) can no longer be" in " ".join(text.split())
+    assert "the paper's numbers are not shown" in text and "paper" not in text.splitlines()[4]
+    assert f"{result['test']['accuracy']:.1f} (n=1)" in _row(text, "lstm")  # ours still shown
+    # the recipe of that name, where the file is gone (e.g. the checkout moved)
+    moved = tmp_path / "recipes"
+    moved.mkdir()
+    from conftest import TINY_DYCK
+
+    (moved / "tiny.yaml").write_text(TINY_DYCK.replace("accuracy: 99.0", "accuracy: 61.0"))
+    monkeypatch.setenv("LSTMABLATE_RECIPES", str(moved))
+    assert "| 61.0 |" in _row(render_report(out), "lstm")
+    monkeypatch.delenv("LSTMABLATE_RECIPES")
+    # an old run folder kept the recipe's metadata in config.yaml: used when the recipe is gone
+    cfg_path = out / "tiny" / "lstm" / "seed-1" / "config.yaml"
+    old = yaml.safe_load(cfg_path.read_text())
+    old.update(cells=["lstm", "lstm-srnn"], seeds=[1, 2], reference={"lstm": {"accuracy": 77.0}})
+    cfg_path.write_text(yaml.safe_dump(old))
+    text = render_report(out)
+    assert "| 77.0 |" in _row(text, "lstm") and "those saved with the run" in " ".join(text.split())
+    assert "`lstm-srnn`: 0 of 2 seeds finished" in text
+
+
+# -- damaged run folders are named and skipped (issue 18 items 4 and 8) ---------------------------
+@pytest.fixture(scope="module")
+def two_seeds(tmp_path_factory):
+    from conftest import TINY_DYCK
+
+    root = tmp_path_factory.mktemp("two")
+    (root / "tiny.yaml").write_text(TINY_DYCK)
+    for seed in (1, 2):
+        train(root / "tiny.yaml", root / "runs", seed=seed, overrides=["train.max_steps=2"])
+    return root / "runs"
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"\x80\x81\x00\xff binary", "is not UTF-8 text"),
+    (b"[1, 2]", "holds a JSON list, not the object"),
+    (b"{}", "is an empty object {}: it holds no metrics"),
+    (b'{"test": {"accuracy": 1.0,\n  oops}\n', "line 2: malformed JSON"),
+    (b'{"steps": 3}', "has no `test` entry"),
+    (b'{"test": {"accuracy": "high"}}', "`test` must map metric names to numbers"),
+])
+def test_a_damaged_result_is_named_and_skipped(two_seeds, tmp_path, content, why):
+    import shutil
+
+    out = tmp_path / "runs"
+    shutil.copytree(two_seeds, out)
+    bad = out / "tiny" / "lstm" / "seed-2" / "result.json"
+    bad.write_bytes(content)
+    good = json.loads((out / "tiny" / "lstm" / "seed-1" / "result.json").read_text())
+    text = render_report(out)
+    row = _row(text, "lstm")
+    assert f"{good['test']['accuracy']:.1f} (n=1)" in row and "n/a" not in row
+    assert "## Skipped run folders" in text and f"- {bad}" in text and why in text
+    assert "`lstm`: 1 of 2 seeds finished, 1 damaged (skipped)" in text
+
+
+def test_a_damaged_config_is_named_and_the_cli_warns(two_seeds, tmp_path, capsys):
+    import shutil
+
+    from lstmablate.cli import main
+
+    out = tmp_path / "runs"
+    shutil.copytree(two_seeds, out)
+    (out / "tiny" / "lstm" / "seed-2" / "config.yaml").write_text("task: [dyck\n")
+    (out / "tiny" / "lstm" / "seed-1" / "result.json").write_text("{}")
+    with pytest.raises(SystemExit) as e:
+        main(["report", str(out)])
+    captured = capsys.readouterr()
+    err = " ".join(captured.err.split())
+    assert e.value.code == 0, err
+    assert f"{out / 'tiny' / 'lstm' / 'seed-2' / 'config.yaml'} is not valid YAML" in captured.out
+    assert "warning: skipped" in err and "is an empty object {}" in err
+    assert "missing" in _row(captured.out, "lstm")  # no usable run of lstm is left

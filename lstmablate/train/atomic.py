@@ -18,6 +18,12 @@ import yaml
 from lstmablate.errors import UserError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> None:
     path = Path(path)
     if path.is_dir():
@@ -34,6 +40,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would otherwise stay
         os.replace(tmp, path)
     except BaseException as e:
         try:

@@ -94,6 +94,7 @@ class Trainer:
         console: Console | None = None,
         progress: bool | None = None,
         dist_info: DistInfo | None = None,
+        tensorboard: dict[str, Any] | None = None,
     ):
         self.cfg, self.task, self.model = cfg, task, model
         self.dist = dist_info or DistInfo()
@@ -110,6 +111,8 @@ class Trainer:
         self.carry: Any = None
         self._stop_signal: str | None = None
         self._t_start: float | None = None  # perf_counter at the (virtual) start of training
+        self.tb_config = tensorboard  # the resolved config: log to <run>/tensorboard when given
+        self.tb: Any = None
 
     # -- paths ----------------------------------------------------------------------
     @property
@@ -211,6 +214,8 @@ class Trainer:
         record = {"step": self.pos.step, "epoch": self._epoch_label(), "lr": lr,
                   "train_loss": train_loss, "split": self.task.dev_split, **metrics}
         self._append_metrics(record)
+        if self.tb is not None:
+            self.tb.log_eval(self.pos.step, record)
         self.pos.loss_sum, self.pos.loss_n = 0.0, 0
         self.pos.last_eval_step = self.pos.step
         if improved:
@@ -241,6 +246,11 @@ class Trainer:
                                    f"step {self.pos.step}")
             else:
                 self._truncate_metrics(0)
+            if self.tb_config is not None and self.dist.is_main:
+                from .tensorboard import TensorBoardLogger
+
+                self.tb = TensorBoardLogger(self.run_dir, self.tb_config,
+                                            purge_step=self.pos.step + 1 if self.pos.step else None)
             self.model.to(self.device).train()
             if self.dist.enabled:
                 from torch.nn.parallel import DistributedDataParallel
@@ -269,6 +279,8 @@ class Trainer:
         self.pos.train_time_s = time.perf_counter() - self._t_start
         if self._stop_signal:
             self._save_last()
+            if self.tb is not None:
+                self.tb.close()
             return TrainResult(best=self._best_info(), test=None, steps=self.pos.step,
                                epochs_completed=self.pos.epoch, train_time_s=self.pos.train_time_s,
                                interrupted=True, skipped_nonfinite=self.pos.skipped_nonfinite)
@@ -287,6 +299,10 @@ class Trainer:
             dev_final = self._evaluate(self.task.dev_split, final=True)
         if cfg.eval_test and self.task.test_split:
             test = self._evaluate(self.task.test_split, final=True)
+        if self.tb is not None:
+            if test is not None:
+                self.tb.log_metrics(self.pos.step, self.task.test_split, test)
+            self.tb.close()
         return TrainResult(best=self._best_info(), test=test, dev_final=dev_final, steps=self.pos.step,
                            epochs_completed=self._epoch_label() if self.pos.step else 0,
                            train_time_s=self.pos.train_time_s,
@@ -330,6 +346,8 @@ class Trainer:
                 lr = self._set_lr(self.schedule.lr_at(pos.epoch, pos.step))
             loss_value = self._train_step(batch)
             pos.batch = i + 1
+            if self.tb is not None and loss_value is not None:
+                self.tb.log_train(pos.step, loss_value, lr)
             if loss_value is not None:
                 pos.loss_sum += loss_value
                 pos.loss_n += 1

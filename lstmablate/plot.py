@@ -1,0 +1,297 @@
+"""Learning curves of runs, read from their ``metrics.jsonl``.
+
+Every evaluation of a run appends one line to ``metrics.jsonl``: the step and
+epoch, the learning rate, ``train_loss`` (the mean training loss over the steps
+since the previous evaluation) and the dev metrics.  :func:`plot_runs` draws
+chosen columns of several runs against step or epoch, one panel per metric:
+
+* one colour per cell (per experiment and cell when the runs span several
+  experiments);
+* every seed as a thin line, their mean as a bold line — the mean over seeds at
+  the steps (epochs) that all of them evaluated, so a seed that stopped early
+  shortens the mean rather than bending it;
+* PNG and PDF of the figure, and the numbers behind it as CSV (one row per point,
+  the mean curves with seed ``mean``).
+
+matplotlib's Agg backend, no pyplot state (safe on a machine without a display).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import DataError, UnknownNameError, UserError
+from .train.atomic import atomic_write, atomic_write_text
+
+X_AXES = ("step", "epoch")
+NOT_PLOTTED = ("step", "epoch", "split")  # columns of metrics.jsonl that are not curves
+
+
+@dataclass
+class RunLog:
+    """One run's identity and its evaluation records (the lines of metrics.jsonl)."""
+
+    path: Path
+    experiment: str
+    task: str
+    cell: str
+    seed: int | None
+    records: list[dict[str, Any]]
+    recipe: str | None = None
+    recipe_file: str | None = None
+
+
+@dataclass
+class Curve:
+    seed: int | str | None  # "mean" for the mean over seeds
+    x: list[float]
+    y: list[float]
+
+
+@dataclass
+class CurveGroup:
+    """The runs of one cell (of one experiment): a thin curve per seed, the bold mean."""
+
+    experiment: str
+    cell: str
+    label: str
+    seeds: list[Curve] = field(default_factory=list)
+    mean: Curve | None = None
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl; a malformed line is a DataError naming file and line."""
+    records = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not UTF-8 text (byte offset {e.start}); it is damaged.") from None
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}, line {i}: malformed JSON ({e.msg}); each line of "
+                            "metrics.jsonl is one evaluation as a JSON object.") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+            raise DataError(f"{path}, line {i}: expected a JSON object with an integer `step`, "
+                            f"got {line[:80]!r}.")
+        records.append(rec)
+    return records
+
+
+def find_runs(paths: list[Path]) -> list[RunLog]:
+    """The runs named by ``paths``: run directories, or folders holding runs at any depth."""
+    found: dict[Path, RunLog] = {}
+    for p in map(Path, paths):
+        if not p.exists():
+            raise UserError(f"{p} does not exist; give run directories (runs/<experiment>/<cell>/"
+                            "seed-<n>) or a folder that holds them.")
+        configs = [p / "config.yaml"] if (p / "config.yaml").exists() else sorted(p.rglob("config.yaml"))
+        for cfg_path in configs:
+            run_dir = cfg_path.parent
+            if run_dir in found or not (run_dir / "metrics.jsonl").exists():
+                continue
+            try:
+                cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
+            except (yaml.YAMLError, UnicodeDecodeError):
+                raise DataError(f"{cfg_path} is not valid YAML; the run folder is damaged.") from None
+            if not isinstance(cfg, dict) or not all(k in cfg for k in ("experiment", "task", "cell")):
+                continue
+            seed = cfg.get("seed")
+            found[run_dir] = RunLog(run_dir, str(cfg["experiment"]), str(cfg["task"]), str(cfg["cell"]),
+                                    seed if isinstance(seed, int) else None,
+                                    read_metrics(run_dir / "metrics.jsonl"),
+                                    cfg.get("recipe"), cfg.get("recipe_file"))
+    if not found:
+        raise UserError(f"no runs with a metrics.jsonl under {', '.join(map(str, paths))}; "
+                        "a run writes one line there at every evaluation.")
+    return list(found.values())
+
+
+def _value(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def run_curve(run: RunLog, metric: str, x: str) -> Curve:
+    """``metric`` against ``x`` for one run (evaluations without a finite value left out)."""
+    xs, ys = [], []
+    for rec in run.records:
+        y = _value(rec.get(metric))
+        if y is not None and _value(rec.get(x)) is not None:
+            xs.append(float(rec[x]))
+            ys.append(y)
+    if x == "epoch" and len(set(xs)) < len(xs):
+        raise UserError(f"{run.path} evaluated several times per epoch (train.eval_every); "
+                        "plot it against --x step.")
+    return Curve(run.seed, xs, ys)
+
+
+def mean_curve(curves: list[Curve]) -> Curve | None:
+    """The mean over seeds at the x values every seed has."""
+    if not curves:
+        return None
+    shared = set(curves[0].x)
+    for c in curves[1:]:
+        shared &= set(c.x)
+    xs = sorted(shared)
+    points = [dict(zip(c.x, c.y)) for c in curves]
+    return Curve("mean", xs, [sum(p[x] for p in points) / len(points) for x in xs])
+
+
+def group_curves(runs: list[RunLog], metric: str, x: str) -> list[CurveGroup]:
+    """One group per (experiment, cell), in the order first seen; seeds sorted."""
+    several = len({r.experiment for r in runs}) > 1
+    groups: dict[tuple[str, str], CurveGroup] = {}
+    for run in sorted(runs, key=lambda r: (r.seed is None, r.seed or 0)):
+        key = (run.experiment, run.cell)
+        if key not in groups:
+            groups[key] = CurveGroup(run.experiment, run.cell,
+                                     f"{run.experiment}: {run.cell}" if several else run.cell)
+        curve = run_curve(run, metric, x)
+        if curve.x:
+            groups[key].seeds.append(curve)
+    order = _cell_order(runs)
+    out = sorted((g for g in groups.values() if g.seeds),
+                 key=lambda g: (g.experiment, order.get(g.cell, len(order)), g.cell))
+    for g in out:
+        g.mean = mean_curve(g.seeds)
+    return out
+
+
+def _cell_order(runs: list[RunLog]) -> dict[str, int]:
+    """Cells in the order their recipes list them (the paper's order), where readable."""
+    from .report import RecipeLookup
+
+    lookup, cells = RecipeLookup(), []
+    for run in runs:
+        recipe, _ = lookup.recipe(run.recipe, run.recipe_file) if run.recipe or run.recipe_file \
+            else (None, "")
+        cells += [str(c) for c in (recipe or {}).get("cells") or []]
+    return {c: i for i, c in enumerate(dict.fromkeys(cells))}
+
+
+def available_metrics(runs: list[RunLog]) -> list[str]:
+    names = {k for r in runs for rec in r.records for k, v in rec.items()
+             if k not in NOT_PLOTTED and _value(v) is not None}
+    return sorted(names)
+
+
+def default_metrics(runs: list[RunLog]) -> list[str]:
+    """The tasks' primary (dev) metrics, then the training loss."""
+    from .task import get_task
+
+    names = []
+    for task in dict.fromkeys(r.task for r in runs):
+        try:
+            names.append(get_task(task).primary.name)
+        except UnknownNameError:
+            pass
+    return list(dict.fromkeys(names + ["train_loss"]))
+
+
+def metric_label(runs: list[RunLog], metric: str) -> str:
+    """Axis label: the task's label and direction for its metrics, with the split."""
+    from .task import get_task
+
+    if metric == "train_loss":
+        return "training loss (mean since the previous evaluation)"
+    if metric == "lr":
+        return "learning rate"
+    splits = sorted({str(rec.get("split")) for r in runs for rec in r.records if rec.get("split")})
+    for task in dict.fromkeys(r.task for r in runs):
+        try:
+            for m in get_task(task).metrics:
+                if m.name == metric:
+                    arrow = "↑" if m.higher_is_better else "↓"
+                    return f"{'/'.join(splits) or 'dev'} {m.label or m.name} {arrow}"
+        except UnknownNameError:
+            pass
+    return f"{'/'.join(splits) or 'dev'} {metric}"
+
+
+def draw(panels: list[tuple[str, list[CurveGroup]]], x: str, log_y: bool = False,
+         title: str | None = None) -> Any:
+    """A matplotlib Figure: one panel per (y label, groups), seeds thin, means bold."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4 * len(panels), 4.4))
+    FigureCanvasAgg(fig)
+    colours = {}
+    palette = [f"C{i}" for i in range(10)]
+    for k, (ylabel, groups) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), k + 1)
+        for g in groups:
+            colour = colours.setdefault(g.label, palette[len(colours) % len(palette)])
+            if len(g.seeds) > 1:
+                for c in g.seeds:
+                    ax.plot(c.x, c.y, color=colour, linewidth=0.8, alpha=0.45)
+            if g.mean is not None and g.mean.x:
+                ax.plot(g.mean.x, g.mean.y, color=colour, linewidth=2.4,
+                        label=f"{g.label} (n={len(g.seeds)})")
+        ax.set_xlabel(x)
+        ax.set_ylabel(ylabel)
+        if log_y:
+            ax.set_yscale("log")
+        ax.grid(True, linewidth=0.3, alpha=0.6)
+        if k == 0:
+            ax.legend(fontsize=8, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def curves_csv(panels: list[tuple[str, list[CurveGroup]]], x: str) -> str:
+    """The points of every curve: experiment, cell, seed (or mean), metric, step, epoch, value."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["experiment", "cell", "seed", "metric", "step", "epoch", "value"])
+    for metric, groups in panels:
+        for g in groups:
+            for c in g.seeds + ([g.mean] if g.mean is not None else []):
+                for xv, yv in zip(c.x, c.y):
+                    xs = {"step": int(xv) if x == "step" else "", "epoch": int(xv) if x == "epoch" else ""}
+                    w.writerow([g.experiment, g.cell, "" if c.seed is None else c.seed, metric,
+                                xs["step"], xs["epoch"], repr(yv)])
+    return buf.getvalue()
+
+
+def plot_runs(paths: list[Path], out: Path, metrics: list[str] | None = None, x: str = "step",
+              log_y: bool = False) -> dict[str, Any]:
+    """Learning curves of the runs under ``paths``: ``out`` (.png or .pdf) and its PNG, PDF and
+    CSV siblings.  Returns {"png", "pdf", "csv": paths, "figure": the Figure, "panels"}."""
+    out = Path(out)
+    if out.suffix.lower() not in (".png", ".pdf"):
+        raise UserError(f"--out {out}: give a file name ending in .png or .pdf (both are "
+                        "written, and the CSV of the curves beside them).")
+    if x not in X_AXES:
+        raise UnknownNameError("x axis", x, X_AXES)
+    runs = find_runs(paths)
+    metrics = list(dict.fromkeys(metrics or default_metrics(runs)))
+    have = available_metrics(runs)
+    for m in metrics:
+        if m not in have:
+            raise UnknownNameError("metric in metrics.jsonl", m, have,
+                                   hint="`train_loss` is the training loss, `lr` the learning rate.")
+    panels = [(m, group_curves(runs, m, x)) for m in metrics]
+    experiments = sorted({r.experiment for r in runs})
+    fig = draw([(metric_label(runs, m), groups) for m, groups in panels], x, log_y=log_y,
+               title=", ".join(experiments))
+    png, pdf, csv_path = out.with_suffix(".png"), out.with_suffix(".pdf"), out.with_suffix(".csv")
+    atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=150))
+    atomic_write(pdf, lambda f: fig.savefig(f, format="pdf"))
+    atomic_write_text(csv_path, curves_csv(panels, x))
+    return {"png": png, "pdf": pdf, "csv": csv_path, "figure": fig, "panels": panels}

@@ -1,0 +1,265 @@
+"""A :class:`~lstmablate.report.Report` as text: markdown, LaTeX, CSV or JSON.
+
+* **markdown** — one table per experiment (or table spec): rows = cells, ours as
+  ``mean ± std (n=…)`` over seeds, the paper's numbers in their own columns, notes.
+* **latex** — the same tables for a paper: ``booktabs`` rules, ``mean $\\pm$ std``,
+  the paper's numbers in their own columns, the best entry of every column in
+  bold, and a caption naming the task, the split, the checkpoint and n.  Needs
+  ``\\usepackage{booktabs}``; notes follow as ``%`` comments.
+* **csv**, **json** — one row per run folder (finished, unfinished or damaged):
+  identity, status, steps, times and every dev/test metric of its result.json,
+  for one's own analyses (e.g. ``pandas.read_csv``).
+
+Every format shows the same numbers: all of them read the one Report.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from .errors import UnknownNameError
+from .report import Report, RunRecord, Stat, Table, build_report
+from .task import get_task
+
+FORMATS = ("markdown", "latex", "csv", "json")
+CHECKPOINTS = {"best": "best-dev", "last": "last (end of training)"}
+
+
+def render_report(runs_dir: Path, table: str | None = None, fmt: str = "markdown") -> str:
+    """The report of ``runs_dir`` (see :func:`~lstmablate.report.build_report`) as ``fmt``."""
+    if fmt not in FORMATS:
+        raise UnknownNameError("report format", fmt, FORMATS)
+    return render(build_report(runs_dir, table), fmt)
+
+
+def render(report: Report, fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise UnknownNameError("report format", fmt, FORMATS)
+    return {"markdown": to_markdown, "latex": to_latex, "csv": to_csv, "json": to_json}[fmt](report)
+
+
+# -- markdown --------------------------------------------------------------------------------
+def format_stat(stat: Stat | None, fmt: str) -> str:
+    """``12.3 ± 0.4 (n=3)``; ``missing`` (no finished run); ``n/a`` (runs without the metric)."""
+    if stat is None:
+        return "missing"
+    if not stat.n:
+        return "n/a"
+    text = f"{stat.mean:{fmt}}"
+    if stat.std is not None:
+        text += f" ± {stat.std:{fmt}}"
+    return text + f" (n={stat.n})"
+
+
+def markdown_table(table: Table) -> str:
+    head = ["cell"] + [(f"{c.group}: " if c.group else "") + c.heading for c in table.columns]
+    which = " / ".join(CHECKPOINTS.get(w, w) for w in table.checkpoints)
+    lines = [f"## {table.title}", "",
+             f"Task `{', '.join(table.tasks)}`, {'/'.join(table.test_splits)} split of the {which} "
+             "checkpoint; ours = mean ± std over seeds (n).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in table.rows:
+        cells = [f"`{row.cell}`" + (" †" if row.shortened else "")]
+        for col, entry in zip(table.columns, row.entries):
+            if col.paper:
+                cells.append(str(entry) if entry is not None else "—")
+            else:
+                cells.append(format_stat(entry, col.metric.fmt))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    if any(r.shortened for r in table.rows):
+        lines.append("† includes shortened runs (`train.max_steps` set): not the full protocol.")
+    lines += [f"Paper numbers: {src}." for src in table.sources]
+    lines += [f"- {n}" for n in table.notes]
+    lines += [f"- training time per run{f' ({group})' if group else ''}, mean over finished "
+              f"seeds: {times}" for group, times in table.train_times]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def damaged_section(report: Report) -> list[str]:
+    if not report.damaged:
+        return []
+    return ["## Skipped run folders", ""] + [f"- {why}" for why in report.damaged]
+
+
+def to_markdown(report: Report) -> str:
+    parts = [markdown_table(t) for t in report.tables]
+    skipped = damaged_section(report)
+    if skipped:
+        parts.append("\n".join(skipped) + "\n")
+    return "\n".join(parts)
+
+
+# -- LaTeX ----------------------------------------------------------------------------------
+_TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                "^": r"\textasciicircum{}", "±": r"$\pm$", "↑": r"$\uparrow$", "↓": r"$\downarrow$",
+                "<": r"$<$", ">": r"$>$", "—": "---", "–": "--", "×": r"$\times$", "−": "$-$",
+                "≈": r"$\approx$", "≤": r"$\leq$", "≥": r"$\geq$", "…": r"\ldots{}", "†": r"\dag{}"}
+
+
+def tex_escape(text: str) -> str:
+    """Plain text -> LaTeX source that typesets it."""
+    return "".join(_TEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def _tex_stat(stat: Stat | None, fmt: str, best: bool) -> str:
+    if stat is None:
+        return r"\textit{missing}"
+    if not stat.n:
+        return "n/a"
+    mean = f"{stat.mean:{fmt}}"
+    text = rf"\mathbf{{{mean}}}" if best else mean
+    if stat.std is not None:
+        text += rf" \pm {stat.std:{fmt}}"
+    return f"${text}$"
+
+
+def _tex_paper(entry: Any, best: bool) -> str:
+    if entry is None:
+        return "--"
+    if isinstance(entry, (int, float)) and not isinstance(entry, bool):
+        return rf"$\mathbf{{{entry}}}$" if best else f"${entry}$"
+    return tex_escape(entry)
+
+
+def _caption_n(table: Table) -> str:
+    """n of the caption: one number if every cell has it, else per cell."""
+    per_cell = {}
+    for row in table.rows:
+        ns = [e.n for c, e in zip(table.columns, row.entries) if not c.paper and e is not None]
+        if ns and max(ns):
+            per_cell[row.cell] = max(ns)
+    if not per_cell:
+        return "no finished runs"
+    if len(set(per_cell.values())) == 1 and len(per_cell) == len(table.rows):
+        n = next(iter(per_cell.values()))
+        return f"$n = {n}$ seed{'s' if n != 1 else ''} per cell"
+    listed = ", ".join(rf"\texttt{{{tex_escape(c)}}} {n}" for c, n in per_cell.items())
+    missing = [r.cell for r in table.rows if r.cell not in per_cell]
+    return f"$n$ seeds per cell: {listed}" + (
+        "; no finished run: " + ", ".join(rf"\texttt{{{tex_escape(c)}}}" for c in missing)
+        if missing else "")
+
+
+def _label(title: str) -> str:
+    return "tab:" + (re.sub(r"[^A-Za-z0-9]+", "-", title).strip("-").lower() or "results")[:40]
+
+
+def latex_table(table: Table) -> str:
+    ncol = len(table.columns)
+    which = " / ".join(CHECKPOINTS.get(w, w) for w in table.checkpoints)
+    caption = (f"{tex_escape(table.title)}. Task "
+               + ", ".join(rf"\texttt{{{tex_escape(t)}}}" for t in table.tasks)
+               + f", {tex_escape('/'.join(table.test_splits))} split, {tex_escape(which)} checkpoint; "
+               rf"ours: mean $\pm$ sample standard deviation over seeds, {_caption_n(table)}; "
+               "best of each column in bold.")
+    if any(r.shortened for r in table.rows):
+        caption += r" \dag{} includes shortened runs (\texttt{train.max\_steps} set)."
+    for src in table.sources:
+        caption += f" Paper numbers: {tex_escape(src)}."
+    lines = ["% lstmablate report; needs \\usepackage{booktabs} in the preamble",
+             r"\begin{table}[t]", r"\centering", rf"\caption{{{caption}}}",
+             rf"\label{{{_label(table.title)}}}",
+             r"\begin{tabular}{l" + "c" * ncol + "}", r"\toprule"]
+    if table.groups:
+        spans, rules, start = [], [], 2
+        for group in table.groups:
+            width = sum(1 for c in table.columns if c.group == group)
+            spans.append(rf"\multicolumn{{{width}}}{{c}}{{{tex_escape(group)}}}")
+            rules.append(rf"\cmidrule(lr){{{start}-{start + width - 1}}}")
+            start += width
+        lines += [" & " + " & ".join(spans) + r" \\", " ".join(rules)]
+    lines.append("cell & " + " & ".join(tex_escape(c.heading) for c in table.columns) + r" \\")
+    lines.append(r"\midrule")
+    best = [table.best_rows(j) for j in range(ncol)]
+    for i, row in enumerate(table.rows):
+        cells = [rf"\texttt{{{tex_escape(row.cell)}}}" + (r"\textsuperscript{\dag}" if row.shortened else "")]
+        for j, (col, entry) in enumerate(zip(table.columns, row.entries)):
+            cells.append(_tex_paper(entry, i in best[j]) if col.paper
+                         else _tex_stat(entry, col.metric.fmt, i in best[j]))
+        lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    lines += [f"% {n}" for n in table.notes]
+    lines += [f"% training time per run{f' ({group})' if group else ''}, mean over finished "
+              f"seeds: {times}" for group, times in table.train_times]
+    return "\n".join(lines) + "\n"
+
+
+def to_latex(report: Report) -> str:
+    parts = [latex_table(t) for t in report.tables]
+    parts += [f"% skipped: {why}\n" for why in report.damaged]
+    return "\n".join(parts)
+
+
+# -- one row per run: CSV and JSON ------------------------------------------------------------
+RUN_FIELDS = ("experiment", "task", "cell", "seed", "status", "recipe", "test_checkpoint", "steps",
+              "epochs", "best_step", "best_epoch", "shortened", "train_time_s", "wall_time_s",
+              "params", "world_size", "skipped_nonfinite")
+METRIC_SECTIONS = ("dev", "dev_final", "test")  # best-dev metrics, final dev, test
+
+
+def _finite(v: Any) -> Any:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _metric_order(runs: list[RunRecord]) -> list[str]:
+    """Metric names: each task's declared order, then any other name a result holds."""
+    names: list[str] = []
+    for task in dict.fromkeys(r.task for r in runs):
+        try:
+            names += [m.name for m in get_task(task).metrics]
+        except UnknownNameError:
+            pass
+    for r in runs:
+        for section in METRIC_SECTIONS:
+            names += sorted((r.result or {}).get(section) or {})
+    return list(dict.fromkeys(names))
+
+
+def run_rows(runs: list[RunRecord]) -> tuple[list[str], list[dict[str, Any]]]:
+    """(column names, one dict per run); absent and non-finite values are None."""
+    metrics = _metric_order(runs)
+    present = {f"{s}.{m}" for r in runs for s in METRIC_SECTIONS
+               for m in ((r.result or {}).get(s) or {})}
+    metric_cols = [f"{s}.{m}" for s in METRIC_SECTIONS for m in metrics if f"{s}.{m}" in present]
+    columns = list(RUN_FIELDS) + metric_cols + ["problem", "path"]
+    rows = []
+    for r in runs:
+        res = r.result or {}
+        best = res.get("best") if isinstance(res.get("best"), dict) else {}
+        row = {"experiment": r.experiment, "task": r.task, "cell": r.cell, "seed": r.seed,
+               "status": r.status, "recipe": r.recipe,
+               "best_step": best.get("step"), "best_epoch": best.get("epoch")}
+        for key in RUN_FIELDS:
+            if key not in row:
+                row[key] = res.get(key)
+        for col in metric_cols:
+            section, name = col.split(".", 1)
+            row[col] = ((res.get(section) or {}).get(name))
+        row["problem"] = r.problem or None
+        row["path"] = str(r.path)
+        rows.append({c: _finite(row.get(c)) for c in columns})
+    return columns, rows
+
+
+def to_csv(report: Report) -> str:
+    columns, rows = run_rows(report.runs)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(["" if v is None else ("true" if v is True else "false" if v is False else v)
+                         for v in (row[c] for c in columns)])
+    return buf.getvalue()
+
+
+def to_json(report: Report) -> str:
+    _, rows = run_rows(report.runs)
+    return json.dumps(rows, indent=2, allow_nan=False) + "\n"

@@ -1,0 +1,534 @@
+"""The SQuAD v1.1 task plugins: ``squad-drqa`` (the DrQA document reader) and ``squad-bidaf``
+(BiDAF as in AllenNLP early 2018) — Levy et al. (2018)'s Table 2, every recurrent layer of
+either reader built by the run's ``--cell``.
+
+Why two task names rather than one task with ``model.reader``: the two original systems
+differ in everything a task declares — the metric that selects the checkpoint (DrQA dev F1,
+AllenNLP dev EM), the optimiser (Adamax vs Adam β=(0.9, 0.9)) and schedule, batch size,
+vocabulary (cased words + manual features vs lower-cased words + characters), the training
+target among several annotations and the span decoder (at most 15 tokens vs no limit) — so
+each gets its own defaults, and a run's task name says which protocol it followed.
+
+Shared here (:class:`SquadTask`): data (official files, or the **stand-in** split of the dev
+file by article, ``data.splitting: dev-by-article``), tokenisation with character offsets,
+batching, the loss NLL(start) + NLL(end), best-span decoding, and evaluation with the
+official v1.1 EM/F1 on the exact original text of each predicted span; ``write_predictions``
+writes the official ``{question id: answer}`` JSON and scores that file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from lstmablate.batching import BatchPlan
+from lstmablate.config import check_range
+from lstmablate.data import verify
+from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserError
+from lstmablate.task import Metric, StepOutput, Task
+
+from . import data as squad_data
+from .batches import eval_batches, length_sorted_batches
+from .decode import best_spans
+from .drqa import DrQAReader
+from .examples import SquadExamples, tokenize_articles
+from .features import FEATURES, UNAVAILABLE, token_features
+from .metrics import read_predictions, score_predictions
+from .tokenizer import Tokenizer
+from .vocab import Vocab, build_vocab, read_vectors, vector_file_words
+
+SPLITS = ("train", "dev")
+
+
+# -- configs shared by both readers ---------------------------------------------------------
+@dataclass
+class SquadData:
+    # official: train-v1.1.json / dev-v1.1.json.  dev-by-article: the STAND-IN for machines
+    # without the training file: the articles of dev-v1.1.json in file order, all but the last
+    # `standin_dev_articles` to train, those to evaluate (no article in both)
+    splitting: str = "official"
+    standin_dev_articles: int = 10
+    train_file: str = squad_data.TRAIN_FILE  # relative to the data directory (.gz accepted)
+    dev_file: str = squad_data.DEV_FILE
+    split_hyphens: bool = True  # tokenizer: split hyphens between letters (see tokenizer.py)
+    batch_size: int = 32
+    # use only the first N trainable training questions (0 = all): smoke tests and overfit
+    # checks; a run that sets it is not the protocol
+    max_train_questions: int = 0
+    verify: bool = True  # compare the files' checksums with the catalogue
+
+    def validate(self) -> None:
+        if self.splitting not in squad_data.SPLITTINGS:
+            raise UnknownNameError("data.splitting", self.splitting, squad_data.SPLITTINGS)
+        check_range("data", self, "standin_dev_articles", low=1)
+        check_range("data", self, "batch_size", low=1)
+        check_range("data", self, "max_train_questions", low=0, why="0 = all")
+
+
+@dataclass
+class SquadEval:
+    batch_size: int = 128  # questions per evaluation batch (DrQA's test batch size)
+    max_span: int = 15  # longest answer span in tokens; 0 = no limit
+
+    def validate(self) -> None:
+        check_range("eval", self, "batch_size", low=1)
+        check_range("eval", self, "max_span", low=0, why="0 = no limit")
+
+
+class SquadTask(Task):
+    """What both readers share; subclasses set the configs and the model hooks."""
+
+    datasets = (squad_data.SQUAD_DATASET,)
+    metrics = (Metric("f1", True, "F1", ".2f"), Metric("em", True, "EM", ".2f"))
+    primary = metrics[0]
+    # SQuAD's test set is hidden: both systems select on dev and report dev (the official
+    # protocol); the final ("test") evaluation is the best checkpoint on dev
+    dev_split = "dev"
+    test_split = "dev"
+    #: which annotated span is the training target (examples.py)
+    target_rule: ClassVar[str] = "first"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.tokenizer = Tokenizer(split_hyphens=self.data_cfg.split_hyphens)
+        self.examples: dict[str, SquadExamples] = {}
+        self.train_indices: list[int] = []
+        self.reads_training_data = False  # setup() was asked for the train split
+
+    # -- data ------------------------------------------------------------------------------
+    @property
+    def standin(self) -> bool:
+        return self.data_cfg.splitting == "dev-by-article"
+
+    def _needed_files(self) -> list[str]:
+        d = self.data_cfg
+        return [d.dev_file] if self.standin else [d.train_file, d.dev_file]
+
+    def _verify(self, relpath: str) -> str:
+        """Compare a file's checksum with the catalogue (DataError if it differs)."""
+        if not any(df.relpath == relpath for df in squad_data.SQUAD_DATASET.files):
+            return f"{relpath}: not a catalogued SQuAD file (no checksum to compare)"
+        (r,) = verify(self.data_dir, squad_data.SQUAD_DATASET, relpath)
+        if r.status not in ("ok", "unchecked"):
+            raise DataError(r.message)
+        return f"{r.path}: {r.algo} ok" if r.ok else f"{r.path}: {r.message}"
+
+    def check_data(self) -> list[str]:
+        lines = [self._verify(rel) for rel in self._needed_files()]
+        if self.standin:
+            lines.append(f"stand-in split: {self.data_cfg.dev_file} by article, the last "
+                         f"{self.data_cfg.standin_dev_articles} articles evaluate")
+        return lines
+
+    def _load(self, split: str) -> SquadExamples:
+        if split not in SPLITS:
+            raise UserError(f"the SQuAD tasks have the splits {', '.join(SPLITS)}; got {split!r}.")
+        if split in self.examples:
+            return self.examples[split]
+        d = self.data_cfg
+        try:
+            if d.verify:
+                self._verify(d.dev_file if (self.standin or split == "dev") else d.train_file)
+            articles = squad_data.load_split(self.data_dir, d.splitting, split,
+                                             d.standin_dev_articles, d.train_file, d.dev_file)
+        except DataError as e:
+            if split == "train" and not self.standin and "not found" in str(e):
+                raise DataError(f"{e} Without the official training file, the stand-in split of "
+                                "the dev file by article can be used instead (not the paper's "
+                                "protocol): --set data.splitting=dev-by-article, or the recipes "
+                                "squad-drqa-standin-dev-split / squad-bidaf-standin-dev-split."
+                                ) from None
+            raise
+        ex = tokenize_articles(articles, self.tokenizer, self.target_rule)
+        self.examples[split] = ex
+        return ex
+
+    def build_artefacts(self) -> dict[str, Any]:
+        return self.build_vocabularies(self._train_questions(self._load("train")))
+
+    def _train_questions(self, ex: SquadExamples) -> SquadExamples:
+        """The training examples, limited to the first ``max_train_questions`` trainable
+        ones when that is set (their paragraphs only)."""
+        n = self.data_cfg.max_train_questions
+        if not n:
+            return ex
+        keep = [q for q in ex.questions if q.target is not None][:n]
+        if len(keep) < n:
+            raise ConfigError(f"data.max_train_questions={n}, but the training data has only "
+                              f"{len(keep)} questions with an answer on token boundaries.")
+        pars = sorted({q.paragraph for q in keep})
+        new = {p: i for i, p in enumerate(pars)}
+        return SquadExamples([ex.paragraphs[p] for p in pars],
+                             [dataclasses.replace(q, paragraph=new[q.paragraph]) for q in keep])
+
+    def setup(self, splits: Sequence[str] = SPLITS) -> None:
+        self.reads_training_data = "train" in splits
+        for split in splits:
+            ex = self._load(split)
+            if split == "train":
+                ex = self._train_questions(ex)
+                self.examples["train"] = ex
+                self.train_indices = [i for i, q in enumerate(ex.questions) if q.target is not None]
+                if not self.train_indices:
+                    raise DataError("no training question has an answer on token boundaries; "
+                                    "the training file is empty or not SQuAD.")
+
+    def split_summary(self, split: str) -> str:
+        ex = self.examples[split]
+        return (f"{split}: {len(ex.paragraphs)} paragraphs, {len(ex.questions)} questions"
+                + (f", {ex.n_trainable} with a trainable answer span" if split == "train" else ""))
+
+    def train_plan(self, epoch: int, generator: torch.Generator) -> Sequence[dict[str, Tensor]]:
+        ex = self.examples["train"]
+        groups = length_sorted_batches(ex, self.train_indices, self.data_cfg.batch_size, generator)
+        return BatchPlan(groups, lambda g: self.collate(ex, g))
+
+    # -- reader hooks ------------------------------------------------------------------------
+    def build_vocabularies(self, train: SquadExamples) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def collate(self, ex: SquadExamples, group: Sequence[int]) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    def span_scores(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """(start, end) scores (B, T), -inf at padding."""
+        raise NotImplementedError
+
+    # -- loss and evaluation -----------------------------------------------------------------
+    def loss(self, model: nn.Module, batch: dict[str, Tensor], carry: Any) -> StepOutput:
+        start, end = self.span_scores(model, batch)
+        # NLL(start) + NLL(end), each averaged over the batch (DrQA and BiDAF alike)
+        loss = (F.cross_entropy(start, batch["start"]) + F.cross_entropy(end, batch["end"]))
+        return StepOutput(loss, None, float(batch["start"].numel()))
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, split: str) -> dict[str, str]:
+        """{question id: the exact context text of the best span} for every question."""
+        ex = self.examples.get(split) or self._load(split)
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        max_span = self.eval_cfg.max_span or None
+        preds: dict[str, str] = {}
+        try:
+            for group in eval_batches(ex, self.eval_cfg.batch_size):
+                batch = self.batch_to(self.collate(ex, group), device)
+                start, end = self.span_scores(model, batch)
+                first, last, _ = best_spans(start.float().log_softmax(-1),
+                                            end.float().log_softmax(-1), max_span)
+                for k, qi in enumerate(group):
+                    q = ex.questions[qi]
+                    preds[q.qid] = ex.paragraphs[q.paragraph].span_text(int(first[k]), int(last[k]))
+        finally:
+            model.train(was_training)
+        return preds
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str, *, final: bool = False) -> dict[str, float]:
+        ex = self.examples.get(split) or self._load(split)
+        return score_predictions(ex.gold(), self.predict(model, split))
+
+    def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:
+        """The official prediction file {question id: answer text} (UTF-8 JSON), scored by
+        reading it back with the official v1.1 definitions."""
+        from lstmablate.train.atomic import atomic_write_text
+
+        preds = self.predict(model, split)
+        atomic_write_text(path, json.dumps(preds, ensure_ascii=False, indent=1) + "\n")
+        return score_predictions(self.examples[split].gold(), read_predictions(Path(path)))
+
+
+# -- DrQA ------------------------------------------------------------------------------------
+@dataclass
+class DrQAData(SquadData):
+    batch_size: int = 32  # DrQA -bs 32
+
+
+@dataclass
+class DrQAModel:
+    embedding_dim: int = 300
+    # GloVe 840B 300d text file (relative paths: under the data directory); empty = no
+    # pretrained vectors: every word embedding is trained from N(0, 1) (nn.Embedding's default,
+    # what DrQA does without an embedding file)
+    pretrained: str = ""
+    tune_partial: int = 1000  # with pretrained vectors: train only <PAD>, <UNK> and the top-N
+    #                           question words (hitvoice --tune_partial 1000); 0 = all fixed
+    hidden_size: int = 128
+    doc_layers: int = 3
+    question_layers: int = 3
+    concat_layers: bool = True
+    use_qemb: bool = True  # aligned question embedding
+    question_merge: str = "self_attn"  # self_attn | avg
+    features: list[str] = field(default_factory=lambda: list(FEATURES))
+    dropout_emb: float = 0.4
+    dropout_rnn: float = 0.4
+    dropout_rnn_output: bool = True
+    cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
+
+    def validate(self) -> None:
+        for name in ("embedding_dim", "hidden_size", "doc_layers", "question_layers"):
+            check_range("model", self, name, low=1)
+        check_range("model", self, "tune_partial", low=0)
+        for name in ("dropout_emb", "dropout_rnn"):
+            check_range("model", self, name, low=0, high=1, high_open=True)
+        if self.question_merge not in ("self_attn", "avg"):
+            raise UnknownNameError("model.question_merge", self.question_merge, ("self_attn", "avg"))
+        for f in self.features:
+            if f in UNAVAILABLE:
+                raise ConfigError(f"model.features: {f!r} is not available here: it "
+                                  f"{UNAVAILABLE[f]}. Available: {', '.join(FEATURES)}.")
+            if f not in FEATURES:
+                raise UnknownNameError("model.features entry", f, FEATURES)
+
+
+class DrQATask(SquadTask):
+    name = "squad-drqa"
+    description = ("SQuAD v1.1, DrQA document reader (Chen et al. 2017; hitvoice/facebookresearch "
+                   "DrQA defaults): official EM/F1 on dev, selection by dev F1")
+    DataConfig = DrQAData
+    ModelConfig = DrQAModel
+    EvalConfig = SquadEval
+    # PROTOCOLS.md §3: Adamax (PyTorch defaults, lr 0.002), clip 10, 40 epochs, batch 32
+    train_defaults = {"optimizer": "adamax", "lr": 0.002, "clip_norm": 10.0, "max_epochs": 40}
+    target_rule = "first"
+
+    def _vectors_path(self) -> Path:
+        p = Path(self.model_cfg.pretrained).expanduser()
+        return p if p.is_absolute() else self.data_dir / p
+
+    def build_vocabularies(self, train: SquadExamples) -> dict[str, Any]:
+        m = self.model_cfg
+        keep = vector_file_words(self._vectors_path(), m.embedding_dim) if m.pretrained else None
+        q_words = (w for q in train.questions for w in q.words)
+        c_words = (w for p in train.paragraphs for w in p.words)
+        words = build_vocab(q_words, c_words, keep)
+        n_tuned = min(m.tune_partial + 2, len(words)) if m.pretrained else len(words)
+        return {"words": words, "features": list(m.features), "n_tuned": n_tuned,
+                "embeddings": (f"pretrained {m.pretrained}, rows 0..{n_tuned - 1} trained"
+                               if m.pretrained else "trainable, N(0, 1) initialisation")}
+
+    def use_artefacts(self, artefacts: dict[str, Any]) -> None:
+        super().use_artefacts(artefacts)
+        self.vocab = Vocab(artefacts["words"])
+        self.features = tuple(artefacts["features"])
+        self.n_tuned = int(artefacts["n_tuned"])
+
+    def build_model(self, make_encoder) -> nn.Module:
+        m = self.model_cfg
+        V, E = len(self.vocab), m.embedding_dim
+        weight = torch.randn(V, E)  # nn.Embedding's N(0, 1)
+        if m.pretrained and self.reads_training_data:  # evaluation reads the embeddings from the checkpoint
+            vectors, found = read_vectors(self._vectors_path(), E, self.vocab)
+            weight = vectors  # every kept word has a vector (the vocabulary was restricted)
+            weight[1] = 0.0  # <UNK> starts at zero, as in hitvoice/DrQA
+        return DrQAReader(make_encoder, weight, self.n_tuned, len(self.features),
+                          hidden_size=m.hidden_size, doc_layers=m.doc_layers,
+                          question_layers=m.question_layers, concat_layers=m.concat_layers,
+                          use_qemb=m.use_qemb, question_merge=m.question_merge,
+                          dropout_emb=m.dropout_emb, dropout_rnn=m.dropout_rnn,
+                          dropout_rnn_output=m.dropout_rnn_output, cell_options=m.cell_options)
+
+    def collate(self, ex: SquadExamples, group: Sequence[int]) -> dict[str, Tensor]:
+        qs = [ex.questions[i] for i in group]
+        docs = [ex.paragraphs[q.paragraph].words for q in qs]
+        B, T = len(qs), max(len(d) for d in docs)
+        Q = max(max(len(q.tokens) for q in qs), 1)
+        doc_ids = torch.zeros(B, T, dtype=torch.long)
+        q_ids = torch.zeros(B, Q, dtype=torch.long)
+        feats = torch.zeros(B, T, len(self.features))
+        for b, (q, d) in enumerate(zip(qs, docs)):
+            doc_ids[b, :len(d)] = torch.tensor(self.vocab.ids(d))
+            if q.tokens:
+                q_ids[b, :len(q.tokens)] = torch.tensor(self.vocab.ids(q.words))
+            feats[b, :len(d)] = token_features(d, q.words, self.features)
+        target = [q.target if q.target is not None else (-100, -100) for q in qs]
+        return {"doc_ids": doc_ids, "doc_len": torch.tensor([len(d) for d in docs]),
+                "doc_feats": feats, "q_ids": q_ids,
+                "q_len": torch.tensor([max(len(q.tokens), 1) for q in qs]),
+                "start": torch.tensor([t[0] for t in target]),
+                "end": torch.tensor([t[1] for t in target])}
+
+    def span_scores(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        return model(batch["doc_ids"], batch["doc_len"], batch["doc_feats"], batch["q_ids"],
+                     batch["q_len"])
+
+    def visualization_inputs(self, model: nn.Module, text: str):
+        """The question encoder's first layer and the embedded words of ``text`` (tokenised
+        as questions are; unknown words read as <UNK>)."""
+        words = [t.text for t in self.tokenizer.tokenize(text)]
+        if not words:
+            raise UserError("--text is empty; give a question, e.g. 'Who won Super Bowl 50?'.")
+        device = next(model.parameters()).device
+        emb = model.embedding(torch.tensor([self.vocab.ids(words)], device=device))
+        labels = [w if w in self.vocab.index else f"{w} (<UNK>)" for w in words]
+        return model.question_rnn.layers[0], emb, labels
+
+
+# -- BiDAF -----------------------------------------------------------------------------------
+@dataclass
+class BiDAFData(SquadData):
+    batch_size: int = 40  # AllenNLP bucket iterator, batch 40
+
+
+@dataclass
+class BiDAFEval(SquadEval):
+    batch_size: int = 40
+    max_span: int = 0  # AllenNLP's best span has no length limit
+
+
+@dataclass
+class BiDAFModel:
+    word_dim: int = 100
+    # GloVe 6B 100d text file (relative paths: under the data directory), kept FROZEN as in
+    # AllenNLP; empty = no pretrained vectors: trainable word embeddings (Xavier-uniform,
+    # AllenNLP's Embedding initialisation)
+    pretrained: str = ""
+    char_dim: int = 16
+    char_filters: int = 100
+    char_width: int = 5
+    char_dropout: float = 0.2
+    highway_layers: int = 2
+    hidden_size: int = 100  # per direction, all three recurrent layers
+    modeling_layers: int = 2
+    dropout: float = 0.2
+    cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
+
+    def validate(self) -> None:
+        for name in ("word_dim", "char_dim", "char_filters", "char_width", "hidden_size",
+                     "modeling_layers"):
+            check_range("model", self, name, low=1)
+        check_range("model", self, "highway_layers", low=0)
+        for name in ("dropout", "char_dropout"):
+            check_range("model", self, name, low=0, high=1, high_open=True)
+
+
+class BiDAFTask(SquadTask):
+    name = "squad-bidaf"
+    description = ("SQuAD v1.1, BiDAF as in AllenNLP's early-2018 bidaf.json: official EM/F1 on "
+                   "dev, selection by dev EM")
+    DataConfig = BiDAFData
+    ModelConfig = BiDAFModel
+    EvalConfig = BiDAFEval
+    metrics = (Metric("em", True, "EM", ".2f"), Metric("f1", True, "F1", ".2f"))
+    primary = metrics[0]  # AllenNLP validation_metric "+em"
+    # PROTOCOLS.md §2.2: Adam β (0.9, 0.9) lr 1e-3, grad norm 5, 20 epochs, early-stopping
+    # patience 10, ReduceLROnPlateau(factor 0.5, patience 2) on dev EM
+    train_defaults = {"optimizer": "adam", "lr": 0.001, "betas": (0.9, 0.9), "clip_norm": 5.0,
+                      "max_epochs": 20, "patience": 10, "schedule": "plateau", "decay": 0.5,
+                      "plateau_patience": 2}
+    target_rule = "most_common"  # AllenNLP: the span most annotators gave
+
+    def _vectors_path(self) -> Path:
+        p = Path(self.model_cfg.pretrained).expanduser()
+        return p if p.is_absolute() else self.data_dir / p
+
+    def build_vocabularies(self, train: SquadExamples) -> dict[str, Any]:
+        """Lower-cased words by frequency (AllenNLP ``lowercase_tokens``).  With frozen
+        pretrained vectors the dev passages' and questions' words are added too, as AllenNLP
+        built its vocabulary from the train and validation data (no labels are read): a frozen
+        vector needs no training example."""
+        words = [w.lower() for q in train.questions for w in q.words]
+        words += [w.lower() for p in train.paragraphs for w in p.words]
+        if self.model_cfg.pretrained:
+            dev = self._load("dev")
+            words += [w.lower() for q in dev.questions for w in q.words]
+            words += [w.lower() for p in dev.paragraphs for w in p.words]
+        vocab = build_vocab(words, [])
+        return {"words": vocab,
+                "embeddings": (f"pretrained {self.model_cfg.pretrained}, frozen"
+                               if self.model_cfg.pretrained else "trainable, Xavier-uniform")}
+
+    def use_artefacts(self, artefacts: dict[str, Any]) -> None:
+        super().use_artefacts(artefacts)
+        self.vocab = Vocab(artefacts["words"])
+
+    def build_model(self, make_encoder) -> nn.Module:
+        from .bidaf import BiDAFReader
+
+        m = self.model_cfg
+        weight = torch.empty(len(self.vocab), m.word_dim)
+        nn.init.xavier_uniform_(weight)
+        if m.pretrained and self.reads_training_data:  # evaluation reads the embeddings from the checkpoint
+            vectors, found = read_vectors(self._vectors_path(), m.word_dim, self.vocab)
+            have = vectors.abs().sum(1) > 0
+            if have.any():  # AllenNLP: words without a vector ~ N(mean, std) of the vectors
+                mean, std = vectors[have].mean(), vectors[have].std()
+                weight = torch.where(have.unsqueeze(1), vectors,
+                                     torch.randn_like(vectors) * std + mean)
+        weight[0] = 0.0
+        return BiDAFReader(make_encoder, weight, train_words=not m.pretrained,
+                           char_dim=m.char_dim, char_filters=m.char_filters,
+                           char_width=m.char_width, char_dropout=m.char_dropout,
+                           highway_layers=m.highway_layers, hidden_size=m.hidden_size,
+                           modeling_layers=m.modeling_layers, dropout=m.dropout,
+                           cell_options=m.cell_options)
+
+    def _word_ids(self, seqs: list[list[str]], distinct: dict[str, int]) -> tuple[Tensor, ...]:
+        """(lower-cased word ids, indices into the batch's distinct words, lengths) of ``seqs``,
+        adding new words to ``distinct`` (word -> row)."""
+        B, T = len(seqs), max(max(len(s) for s in seqs), 1)
+        words = torch.zeros(B, T, dtype=torch.long)
+        index = torch.zeros(B, T, dtype=torch.long)
+        for b, s in enumerate(seqs):
+            if s:
+                words[b, :len(s)] = torch.tensor(self.vocab.ids(w.lower() for w in s))
+                index[b, :len(s)] = torch.tensor([distinct.setdefault(w, len(distinct)) for w in s])
+        return words, index, torch.tensor([max(len(s), 1) for s in seqs])
+
+    def _char_table(self, distinct: dict[str, int]) -> tuple[Tensor, Tensor]:
+        """(N, W) character ids of the distinct words (W >= the filter width) and (N,) lengths."""
+        from .bidaf import token_char_ids
+
+        ids = [token_char_ids(w) for w in distinct] or [[]]
+        W = max([self.model_cfg.char_width] + [len(c) for c in ids])
+        chars = torch.zeros(len(ids), W, dtype=torch.long)
+        for k, c in enumerate(ids):
+            chars[k, :len(c)] = torch.tensor(c, dtype=torch.long)
+        return chars, torch.tensor([len(c) for c in ids])
+
+    #: batch entries shared by all its rows (the distinct words' characters): not split
+    #: between processes under torchrun
+    shared_keys = ("chars", "char_len")
+
+    def shard(self, batch: Any, dist_info: Any) -> Any:
+        from lstmablate.train.distributed import shard_batch
+
+        rows = shard_batch({k: v for k, v in batch.items() if k not in self.shared_keys}, dist_info)
+        return {**rows, **{k: batch[k] for k in self.shared_keys}}
+
+    def collate(self, ex: SquadExamples, group: Sequence[int]) -> dict[str, Tensor]:
+        qs = [ex.questions[i] for i in group]
+        distinct: dict[str, int] = {}
+        pw, pi, pl = self._word_ids([ex.paragraphs[q.paragraph].words for q in qs], distinct)
+        qw, qi, ql = self._word_ids([q.words for q in qs], distinct)
+        chars, char_len = self._char_table(distinct)
+        target = [q.target if q.target is not None else (-100, -100) for q in qs]
+        return {"chars": chars, "char_len": char_len, "p_words": pw, "p_index": pi, "p_len": pl,
+                "q_words": qw, "q_index": qi, "q_len": ql,
+                "start": torch.tensor([t[0] for t in target]),
+                "end": torch.tensor([t[1] for t in target])}
+
+    def span_scores(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        return model(batch["chars"], batch["char_len"], batch["p_words"], batch["p_index"],
+                     batch["p_len"], batch["q_words"], batch["q_index"], batch["q_len"])
+
+    def visualization_inputs(self, model: nn.Module, text: str):
+        """The phrase layer and the highway outputs of ``text``'s tokens."""
+        words = [t.text for t in self.tokenizer.tokenize(text)]
+        if not words:
+            raise UserError("--text is empty; give a question, e.g. 'Who won Super Bowl 50?'.")
+        device = next(model.parameters()).device
+        distinct: dict[str, int] = {}
+        w, index, _ = self._word_ids([words], distinct)
+        chars, char_len = self._char_table(distinct)
+        vectors = model.chars(chars.to(device), char_len.to(device))
+        labels = [t if t.lower() in self.vocab.index else f"{t} (<UNK>)" for t in words]
+        return model.phrase, model.embed(w.to(device), vectors, index.to(device)), labels

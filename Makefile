@@ -25,7 +25,8 @@ PYTEST_ARGS ?= -q
 SWEEP_ARGS ?=   # e.g. SWEEP_ARGS="--device cuda"
 
 .PHONY: install install-torch demo test bench report reproduce-dyck reproduce-table1 \
-	reproduce-table2 reproduce-table2-standin clean-demo
+	reproduce-table2 reproduce-table2-standin reproduce-table3 reproduce-table3-cpu \
+	reproduce-table4 reproduce-table4-cpu clean-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +82,24 @@ reproduce-table2:
 reproduce-table2-standin:
 	$(PY) -m lstmablate sweep table2-standin --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
 	$(PY) -m lstmablate report $(RUNS) --table table2-standin
+
+# Table 3 (UD EWT parsing, Parser-v1): paper scale needs a GPU; the CPU-scale recipe is labelled.
+reproduce-table3:
+	$(PY) -m lstmablate sweep table3 --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
+	$(PY) -m lstmablate report $(RUNS) --table table3
+
+reproduce-table3-cpu:
+	$(PY) -m lstmablate sweep parsing-ewt-cpu --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
+	$(PY) -m lstmablate report $(RUNS) --table parsing-ewt-cpu
+
+# Table 4 (Multi30k En->De, OpenNMT-py's default model): paper scale needs a GPU.
+reproduce-table4:
+	$(PY) -m lstmablate sweep table4 --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
+	$(PY) -m lstmablate report $(RUNS) --table table4
+
+reproduce-table4-cpu:
+	$(PY) -m lstmablate sweep nmt-multi30k-cpu --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
+	$(PY) -m lstmablate report $(RUNS) --table nmt-multi30k-cpu
 
 clean-demo:
 	rm -rf $(RUNS)/dyck-demo

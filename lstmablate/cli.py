@@ -65,7 +65,9 @@ def train(
 def eval_(
     run_dir: Path = typer.Argument(..., help="A run directory (with config.yaml)."),
     split: str = typer.Option("test", "--split", help="dev or test."),
-    checkpoint: str = typer.Option("best", "--checkpoint", help="best or last."),
+    checkpoint: Optional[str] = typer.Option(
+        None, "--checkpoint", help="best or last (default: the one the run's test numbers use, "
+        "train.test_checkpoint)."),
     set_: Optional[list[str]] = typer.Option(
         None, "--set", help="Evaluation option: eval.key=value (repeatable), e.g. eval.batch_size=32."),
     write_predictions: Optional[Path] = typer.Option(
@@ -91,7 +93,8 @@ def eval_(
     if as_json:
         out.print_json(json.dumps(metrics))
         return
-    table = Table(title=f"{run_dir} — {split} ({checkpoint}.pt)")
+    which = f"{checkpoint}.pt" if checkpoint else "the run's test checkpoint"
+    table = Table(title=f"{run_dir} — {split} ({which})")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k, v in metrics.items():
@@ -258,15 +261,6 @@ def data_list() -> None:
     wide.print(t)
 
 
-@data_app.command("validate-conllu")
-def data_validate_conllu(path: Path = typer.Argument(..., help="A .conllu or .conllu.gz file.")) -> None:
-    """Check a CoNLL-U file line by line; report the first malformed line."""
-    from lstmablate_tasks.parsing.conllu import read_conllu
-
-    sents = read_conllu(path)
-    out.print(f"ok {path}: {len(sents)} sentences, {sum(len(s) for s in sents)} words")
-
-
 @app.command()
 def sweep(
     recipe: str = typer.Argument(..., help="A recipe with `cells` and `seeds`."),
@@ -330,7 +324,8 @@ def visualize(
     text: str = typer.Option(..., "--text", help="Input to visualise (task-specific tokens)."),
     layer: int = typer.Option(0, "--layer", help="Encoder layer (0-based)."),
     out_file: Path = typer.Option(Path("weights.png"), "--out", help="PNG to write (CSV beside it)."),
-    checkpoint: str = typer.Option("best", "--checkpoint"),
+    checkpoint: Optional[str] = typer.Option(
+        None, "--checkpoint", help="best or last (default: train.test_checkpoint)."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
 ) -> None:
     """Appendix A: heatmap of ||w_j^t|| (the memory cell as a weighted sum)."""

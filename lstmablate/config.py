@@ -51,6 +51,9 @@ class TrainConfig:
     decay: float = 1.0
     decay_start: int = 0
     decay_steps: int = 1
+    # epoch_decay: also start decaying after the first evaluation whose primary dev metric is
+    # worse than the previous one's, and keep decaying (OpenNMT-py's start_decay rule)
+    decay_on_worse: bool = False
     plateau_patience: int = 0
     min_lr: float = 0.0
     clip_norm: float = 0.0  # global gradient-norm clipping; 0 = off

@@ -221,7 +221,9 @@ def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFil
         "wall_time_s": round(time.time() - t0, 2),
         "params": n_params,
         "skipped_nonfinite": res.skipped_nonfinite,
-        "shortened": bool(cfg.train.max_steps),
+        # max_steps shortens a run unless the protocol itself is a number of steps (Parser-v1)
+        "shortened": bool(cfg.train.max_steps) and cfg.train.max_steps < task_cls.train_defaults.get(
+            "max_steps", float("inf")),
         "world_size": dist.world_size,
     }
     if dist.is_main:
@@ -243,13 +245,14 @@ def load_run_config(run_path: Path) -> RunConfig:
     return config_from_dict(task_cls, raw, str(files.config))
 
 
-def load_run_model(run_path: Path, checkpoint: str = "best", data_dir: str | None = None,
+def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str | None = None,
                    device: str = "cpu", splits: tuple[str, ...] = (),
                    eval_overrides: list[str] | None = None) -> tuple[RunConfig, Task, torch.nn.Module]:
     """Rebuild a run's task (its saved artefacts, the data of ``splits`` only) and model,
-    and load a checkpoint into the model."""
+    and load a checkpoint into the model (default: the one its test numbers use)."""
     cfg = with_eval_overrides(load_run_config(run_path), eval_overrides or [])
     files = RunFiles(Path(run_path))
+    checkpoint = checkpoint or cfg.train.test_checkpoint
     ckpt_path = {"best": files.best, "last": files.last}.get(checkpoint)
     if ckpt_path is None:
         raise UserError(f"--checkpoint must be best or last, got {checkpoint!r}")
@@ -278,7 +281,7 @@ def _split_name(task: Task, split: str) -> str:
     return valid[split]
 
 
-def evaluate_run(run_path: Path, split: str = "test", checkpoint: str = "best",
+def evaluate_run(run_path: Path, split: str = "test", checkpoint: str | None = None,
                  data_dir: str | None = None, device: str = "cpu",
                  eval_overrides: list[str] | None = None,
                  write_predictions: Path | None = None) -> dict[str, float]:

@@ -12,7 +12,7 @@ from .viz import visualize
 
 
 def visualize_run(run_dir: Path, text: str, *, layer: int = 0, out: Path = Path("weights.png"),
-                  checkpoint: str = "best", data_dir: str | None = None) -> tuple[Path, Path]:
+                  checkpoint: str | None = None, data_dir: str | None = None) -> tuple[Path, Path]:
     """Heatmap of ||w_j^t|| (PNG) and its values (CSV beside it) for ``text``."""
     cfg, task, model = load_run_model(run_dir, checkpoint, data_dir)
     try:

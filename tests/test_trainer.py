@@ -258,3 +258,23 @@ def test_final_evaluation_and_epoch_count_are_labelled_with_their_epoch(tmp_path
                                                max_steps=3), name="short")
     res = short.fit()
     assert res.epochs_completed == 1 and res.best["epoch"] == 1
+
+
+def test_epoch_decay_also_starts_when_the_dev_metric_gets_worse():
+    """OpenNMT-py: halve from epoch 8 on, or from the epoch after the first worse perplexity."""
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    cfg = TrainConfig(lr=1.0, schedule="epoch_decay", decay=0.5, decay_start=8, decay_on_worse=True)
+    s = Schedule(cfg, opt)
+    for epoch, ppl in enumerate([50.0, 40.0, 30.0], 1):  # improving: the epoch rule alone
+        s.observe(True, ppl, epoch)
+    assert [s.lr_at(i, 0) for i in range(10)] == [1.0] * 8 + [0.5, 0.25]
+    s.observe(False, 31.0, 4)  # epoch 4 got worse: epoch 5 (0-based 4) onwards halves
+    s.observe(True, 20.0, 5)  # and keeps halving even when it improves again
+    assert [s.lr_at(i, 0) for i in range(7)] == [1.0] * 4 + [0.5, 0.25, 0.125]
+    restored = Schedule(cfg, opt)
+    restored.load_state_dict(s.state_dict())
+    assert restored.lr_at(6, 0) == 0.125
+    plain = Schedule(TrainConfig(lr=1.0, schedule="epoch_decay", decay=0.5, decay_start=8), opt)
+    plain.observe(False, 99.0, 1)
+    plain.observe(False, 100.0, 2)
+    assert plain.lr_at(5, 0) == 1.0  # without decay_on_worse the rule is off

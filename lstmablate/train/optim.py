@@ -6,6 +6,8 @@ Schedules (all set the learning rate of every parameter group):
 * ``epoch_decay``: lr * decay ** max(epoch - decay_start, 0) with 1-based
   epochs — the TensorFlow PTB tutorial's "decay by r each epoch after epoch k"
   (Zaremba et al. 2014: epochs 1..k at full rate, first decay in epoch k+1);
+  with ``decay_on_worse`` decay also starts after the first epoch whose dev metric
+  got worse (OpenNMT-py's ``start_decay_at`` / worse-perplexity rule);
 * ``plateau``: multiply by ``decay`` when the primary dev metric has not
   improved for more than ``plateau_patience`` evaluations (like
   ReduceLROnPlateau);
@@ -48,34 +50,49 @@ class Schedule:
         self.cfg, self.optimizer = cfg, optimizer
         self.plateau_factor = 1.0  # accumulated plateau decays
         self.bad_evals = 0
+        self.last_value: float | None = None  # decay_on_worse: the previous dev value
+        self.worse_epoch: int | None = None  # decay_on_worse: 1-based epoch that got worse
 
     def lr_at(self, epoch: int, step: int) -> float:
         """Learning rate for 0-based ``epoch`` and global optimiser ``step``."""
         c = self.cfg
         lr = c.lr
         if c.schedule == "epoch_decay":
-            lr = c.lr * c.decay ** max(epoch + 1 - c.decay_start, 0)
+            start = c.decay_start if self.worse_epoch is None else min(c.decay_start, self.worse_epoch)
+            lr = c.lr * c.decay ** max(epoch + 1 - start, 0)
         elif c.schedule == "exponential":
             lr = c.lr * c.decay ** (step / c.decay_steps)
         elif c.schedule == "plateau":
             lr = c.lr * self.plateau_factor
         return max(lr, c.min_lr)
 
-    def observe(self, improved: bool) -> None:
-        """Called after each evaluation of the primary dev metric."""
-        if self.cfg.schedule != "plateau":
+    def observe(self, improved: bool, value: float | None = None, epoch: int | None = None,
+                higher_is_better: bool = False) -> None:
+        """Called after each evaluation of the primary dev metric (``value``, in 1-based
+        ``epoch``)."""
+        c = self.cfg
+        if c.schedule == "epoch_decay" and c.decay_on_worse and value is not None:
+            last = self.last_value
+            worse = last is not None and (value < last if higher_is_better else value > last)
+            if worse and self.worse_epoch is None:
+                self.worse_epoch = epoch  # OpenNMT-py: decay from the next epoch on, for good
+            self.last_value = value
+        if c.schedule != "plateau":
             return
         if improved:
             self.bad_evals = 0
             return
         self.bad_evals += 1
-        if self.bad_evals > self.cfg.plateau_patience:
-            self.plateau_factor *= self.cfg.decay
+        if self.bad_evals > c.plateau_patience:
+            self.plateau_factor *= c.decay
             self.bad_evals = 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"plateau_factor": self.plateau_factor, "bad_evals": self.bad_evals}
+        return {"plateau_factor": self.plateau_factor, "bad_evals": self.bad_evals,
+                "last_value": self.last_value, "worse_epoch": self.worse_epoch}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.plateau_factor = state["plateau_factor"]
         self.bad_evals = state["bad_evals"]
+        self.last_value = state.get("last_value")
+        self.worse_epoch = state.get("worse_epoch")

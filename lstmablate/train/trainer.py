@@ -225,7 +225,7 @@ class Trainer:
             self._save_best(metrics)
         else:
             self.pos.evals_since_best += 1
-        self.schedule.observe(improved)
+        self.schedule.observe(improved, value, self._epoch_label(), self.primary.higher_is_better)
         barrier(self.dist)
         fmt = {m.name: m.fmt for m in self.task.metrics}
         shown = "  ".join(f"{k} {v:{fmt.get(k, '.4g')}}" for k, v in metrics.items())

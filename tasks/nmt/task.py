@@ -1,0 +1,410 @@
+"""The ``nmt`` task plugin: Multi30k En->De with OpenNMT-py's early-2018 default model
+(Levy et al. 2018, Table 4; PROTOCOLS.md §5).
+
+Which layers the cell replaces: Levy et al. write "We use OpenNMT's default model and
+hyperparameters, replacing the stacked bidirectional LSTM encoder with the simplified
+architectures" (seed 002, §3, Machine Translation; the earlier draft, 000: "replacing the
+stacked bidirectional LSTM of its encoder") — the *encoder* only, so ``model.cell_layers``
+defaults to ``encoder`` and the decoder stays OpenNMT's LSTM (``encoder+decoder`` swaps both).
+The same sentence calls the encoder bidirectional, but OpenNMT-py's default ``-encoder_type``
+was ``rnn``, unidirectional (PROTOCOLS.md §5.1), and "default model" is what they ran:
+``model.encoder_type`` defaults to ``rnn``; ``brnn`` gives the bidirectional reading (each
+direction hidden/2, as OpenNMT's ``brnn``).
+
+Data (:mod:`.data`, :mod:`.tokenise`, :mod:`.vocab`): the raw Multi30k task 1 files, the
+recipe's last-line rule, Moses tokenisation (``-a -no-escape``, cased), train/val pairs longer
+than 50 tokens on either side dropped, vocabularies from train (50,000 words each + specials),
+kept with the run as artefacts (``src_vocab``, ``tgt_vocab``, ``tokeniser``).
+
+Training (:mod:`.batches`, :mod:`.model`): batches of 64 sentences in torchtext's pooled
+length-sorted order; loss = summed token NLL / number of sentences (``-normalization sents``);
+SGD 1.0, clip 5, 13 epochs, lr halved every epoch from epoch 9 (``start_decay_at 8``) — the
+second trigger of OpenNMT's rule, "or once validation perplexity got worse", needs the
+trainer's support (see docs/nmt.md).
+
+Evaluation. ``evaluate(final=False)`` — what the trainer selects on: teacher-forced
+perplexity (``ppl`` = exp(NLL per target token, ``</s>`` included), ``acc`` = % of target
+tokens predicted, as OpenNMT's validation), on the length-filtered val pairs as preprocess.py
+made them (all pairs of the test split). ``evaluate(final=True)`` — beam search (eval config)
+on every line of the split, then ``bleu`` (multi-bleu.perl on tokenised text: the paper's
+number) and ``sacrebleu`` (detokenised, standard signature); see :mod:`.bleu`.
+``write_predictions(path)`` writes the detokenised translations to ``path``, the tokenised
+ones to ``path.atok`` (what multi-bleu.perl read) and both scores to ``path.bleu``, and
+returns the metrics computed from the two files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lstmablate.batching import BatchPlan
+from lstmablate.config import check_range
+from lstmablate.data import read_lines
+from lstmablate.errors import ConfigError, DataError, UserError
+from lstmablate.task import Metric, StepOutput, Task
+
+from . import data as m30k
+from .batches import collate, length_sorted_groups, pooled_batches
+from .bleu import BleuResult, multi_bleu, sacrebleu_detok
+from .model import NMTModel, StackedLSTMCells
+from .search import beam_search, greedy_search, replace_unk
+from .tokenise import SETTINGS as TOKENISER, detokenise, tokenise_lines
+from .vocab import SRC_SPECIALS, TGT_SPECIALS, UNK, Vocab
+
+ENCODER_TYPES = ("rnn", "brnn")
+CELL_LAYERS = ("encoder", "encoder+decoder")
+
+
+@dataclass
+class NMTData:
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    drop_last_line: bool = True  # the recipe's sed -i "$ d" on train and val (see data.py)
+    max_length: int = 50  # preprocess.py -src_seq_length / -tgt_seq_length (train and val)
+    src_vocab_size: int = 50_000  # -src_vocab_size (words, specials not counted)
+    tgt_vocab_size: int = 50_000  # -tgt_vocab_size
+    min_freq: int = 1  # -{src,tgt}_words_min_frequency (0 and 1 both mean every word)
+    batch_size: int = 64  # sentences (-batch_type sents)
+    verify: bool = True  # compare the files' checksums with the catalogue
+
+    def validate(self) -> None:
+        for name in ("src_lang", "tgt_lang"):
+            if getattr(self, name) not in m30k.LANGS:
+                raise ConfigError(f"data.{name} must be one of {', '.join(m30k.LANGS)} "
+                                  f"(Multi30k task 1), got {getattr(self, name)!r}")
+        if self.src_lang == self.tgt_lang:
+            raise ConfigError(f"data.src_lang and data.tgt_lang are both {self.src_lang!r}")
+        for name in ("max_length", "src_vocab_size", "tgt_vocab_size", "batch_size"):
+            check_range("data", self, name, low=1)
+        check_range("data", self, "min_freq", low=0)
+
+
+@dataclass
+class NMTModelConfig:
+    word_vec_size: int = 500  # -word_vec_size (source and target)
+    hidden_size: int = 500  # -rnn_size
+    layers: int = 2  # -enc_layers = -dec_layers (the decoder starts from the encoder's state)
+    encoder_type: str = "rnn"  # rnn (OpenNMT's default) | brnn (each direction hidden/2)
+    cell_layers: str = "encoder"  # encoder (Levy et al.) | encoder+decoder
+    dropout: float = 0.3
+    init_scale: float = 0.1  # -param_init: every parameter uniform(±0.1)
+    cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
+
+    def validate(self) -> None:
+        if self.encoder_type not in ENCODER_TYPES:
+            raise ConfigError(f"model.encoder_type must be one of {', '.join(ENCODER_TYPES)}, "
+                              f"got {self.encoder_type!r}")
+        if self.cell_layers not in CELL_LAYERS:
+            raise ConfigError(f"model.cell_layers must be one of {', '.join(CELL_LAYERS)}, "
+                              f"got {self.cell_layers!r}")
+        for name in ("word_vec_size", "hidden_size", "layers"):
+            check_range("model", self, name, low=1)
+        if self.encoder_type == "brnn" and self.hidden_size % 2:
+            raise ConfigError(f"model.encoder_type brnn splits model.hidden_size between the two "
+                              f"directions; {self.hidden_size} is odd")
+        check_range("model", self, "dropout", low=0, high=1, high_open=True)
+        check_range("model", self, "init_scale", low=0, low_open=True)
+
+
+@dataclass
+class NMTEval:
+    beam_size: int = 5  # translate.py -beam_size (1 = greedy)
+    max_length: int = 100  # -max_length (target words)
+    batch_size: int = 30  # translate.py -batch_size (also the perplexity batches)
+    alpha: float = 0.0  # -alpha, GNMT length penalty ((5 + len) / 6) ** alpha; 0 = none
+    # OpenNMT-py @ 18d3d2e1 ranks finished hypotheses by score / (length + 1) (search.py)
+    length_normalise: bool = True
+    # stop the beam once the best hypothesis is settled (exact; false: always max_length steps)
+    stop_early: bool = True
+    replace_unk: bool = True  # -replace_unk: <unk> -> the most attended source word
+
+    def validate(self) -> None:
+        for name in ("beam_size", "max_length", "batch_size"):
+            check_range("eval", self, name, low=1)
+        check_range("eval", self, "alpha", low=0)
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """No dropout inside the block; the model's mode is restored after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+@dataclass
+class SplitData:
+    """One split, tokenised: every line (for translation and BLEU) and the id pairs scored by
+    perplexity (``ppl_index``: the lines that pass the length filter, train and val)."""
+
+    name: str
+    src_raw: list[str]
+    tgt_raw: list[str]
+    src_tokens: list[list[str]]
+    tgt_tokens: list[list[str]]
+    src_ids: list[list[int]]
+    tgt_ids: list[list[int]]
+    ppl_index: list[int]
+
+
+class NMTTask(Task):
+    name = "nmt"
+    description = ("Multi30k En->De (WMT16 multimodal task 1), OpenNMT-py's early-2018 default "
+                   "attentional encoder-decoder, the cell in the encoder: BLEU (multi-bleu, "
+                   "tokenised) and sacreBLEU")
+    DataConfig = NMTData
+    ModelConfig = NMTModelConfig
+    EvalConfig = NMTEval
+    datasets = (m30k.MULTI30K,)
+    train_defaults = {"optimizer": "sgd", "lr": 1.0, "schedule": "epoch_decay", "decay": 0.5,
+                      "decay_start": 8, "decay_on_worse": True, "clip_norm": 5.0, "max_epochs": 13,
+                      "test_checkpoint": "last"}
+    metrics = (
+        Metric("bleu", True, "BLEU (tokenised, multi-bleu.perl)", ".2f"),
+        Metric("sacrebleu", True, "sacreBLEU (detokenised, 13a)", ".2f"),
+        Metric("ppl", False, "perplexity (teacher-forced)", ".2f"),
+    )
+    # model selection during training: validation perplexity (what OpenNMT watched); the
+    # final numbers (end of training, `lstmablate eval`) are the beam-search BLEU columns
+    primary = metrics[2]
+    final_differs = True
+    dev_split = "val"
+    test_split = "test"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._tokenised: dict[str, tuple[list[str], list[str], list[list[str]], list[list[str]]]] = {}
+        self.splits: dict[str, SplitData] = {}
+
+    # -- data ----------------------------------------------------------------------------
+    def _read(self, split: str):
+        """(raw src, raw tgt, tokenised src, tokenised tgt) of ``split``, read once."""
+        if split not in self._tokenised:
+            d = self.data_cfg
+            src, tgt = m30k.read_split(self.data_dir, split, d.src_lang, d.tgt_lang,
+                                       drop_last_line=d.drop_last_line, verify=d.verify)
+            self._tokenised[split] = (src, tgt, tokenise_lines(src, d.src_lang),
+                                      tokenise_lines(tgt, d.tgt_lang))
+        return self._tokenised[split]
+
+    def _kept(self, split: str) -> list[int]:
+        _, _, s, t = self._read(split)
+        return [i for i in range(len(s)) if m30k.keep_pair(s[i], t[i], self.data_cfg.max_length)]
+
+    def build_artefacts(self) -> dict[str, Any]:
+        """The source and target vocabularies of the (filtered) training pairs."""
+        d = self.data_cfg
+        _, _, src, tgt = self._read("train")
+        kept = self._kept("train")
+        if not kept:
+            raise DataError(f"no training pair of {m30k.relpath('train', d.src_lang)} survives "
+                            f"the length filter (1..{d.max_length} tokens per side).")
+        src_vocab = Vocab.build((src[i] for i in kept), SRC_SPECIALS, d.src_vocab_size, d.min_freq)
+        tgt_vocab = Vocab.build((tgt[i] for i in kept), TGT_SPECIALS, d.tgt_vocab_size, d.min_freq)
+        return {"src_vocab": src_vocab.itos, "tgt_vocab": tgt_vocab.itos,
+                "tokeniser": dict(TOKENISER), "train_pairs": len(kept)}
+
+    def use_artefacts(self, artefacts: dict[str, Any]) -> None:
+        super().use_artefacts(artefacts)
+        for key in ("src_vocab", "tgt_vocab", "tokeniser"):
+            if key not in artefacts:
+                raise DataError(f"the run's artefacts lack {key!r} (expected src_vocab, "
+                                f"tgt_vocab and tokeniser, as the nmt task saves them).")
+        if artefacts["tokeniser"] != TOKENISER:
+            raise DataError(f"this run was tokenised with {artefacts['tokeniser']}, but this "
+                            f"version of the nmt task tokenises with {TOKENISER}.")
+        self.src_vocab = Vocab(artefacts["src_vocab"], SRC_SPECIALS)
+        self.tgt_vocab = Vocab(artefacts["tgt_vocab"], TGT_SPECIALS)
+
+    def setup(self, splits: Sequence[str] = ("train", "val", "test")) -> None:
+        for split in splits:
+            if split not in m30k.SPLIT_FILES:
+                raise UserError(f"unknown split {split!r}; the nmt task has "
+                                f"{', '.join(m30k.SPLIT_FILES)}")
+            src_raw, tgt_raw, src, tgt = self._read(split)
+            if split == "test":  # translate.py reads every line; perplexity too
+                ppl = [i for i in range(len(src)) if src[i] and tgt[i]]
+            else:
+                ppl = self._kept(split)
+            self.splits[split] = SplitData(
+                split, src_raw, tgt_raw, src, tgt, [self.src_vocab.encode(s) for s in src],
+                [self.tgt_vocab.encode(t) for t in tgt], ppl)
+        if "train" in splits and not self.splits["train"].ppl_index:
+            raise DataError("no training pair survives the length filter "
+                            f"(1..{self.data_cfg.max_length} tokens per side).")
+        if "train" in splits:
+            self._tokenised.pop("train", None)  # encoded now; the strings are not needed
+
+    def _split(self, split: str) -> SplitData:
+        if split not in self.splits:
+            raise UserError(f"split {split!r} was not loaded (setup() loaded "
+                            f"{', '.join(self.splits) or 'nothing'}).")
+        return self.splits[split]
+
+    def _collate(self, sd: SplitData, index: Sequence[int], with_target: bool = True):
+        v = self.tgt_vocab
+        return collate([sd.src_ids[i] for i in index],
+                       [sd.tgt_ids[i] for i in index] if with_target else None,
+                       src_pad=self.src_vocab.pad, tgt_pad=v.pad, bos=v.bos, eos=v.eos)
+
+    def train_plan(self, epoch: int, generator: torch.Generator) -> Sequence[dict[str, Tensor]]:
+        sd = self._split("train")
+        idx = sd.ppl_index
+        groups = pooled_batches([len(sd.src_ids[i]) for i in idx], self.data_cfg.batch_size,
+                                generator)
+        return BatchPlan([[idx[j] for j in g] for g in groups], lambda g: self._collate(sd, g))
+
+    # -- model ---------------------------------------------------------------------------
+    def build_model(self, make_encoder) -> nn.Module:
+        m = self.model_cfg
+        brnn = m.encoder_type == "brnn"
+        encoder = make_encoder(m.word_vec_size, m.hidden_size // 2 if brnn else m.hidden_size,
+                               num_layers=m.layers, bidirectional=brnn, dropout=m.dropout,
+                               **m.cell_options)
+        dec_in = m.word_vec_size + m.hidden_size  # input feeding: [E y_{t-1}; h̃_{t-1}]
+        if m.cell_layers == "encoder+decoder":
+            decoder = make_encoder(dec_in, m.hidden_size, num_layers=m.layers, dropout=m.dropout,
+                                   **m.cell_options)
+        else:
+            decoder = StackedLSTMCells(m.layers, dec_in, m.hidden_size, m.dropout)
+        model = NMTModel(len(self.src_vocab), len(self.tgt_vocab), m.word_vec_size,
+                         m.hidden_size, encoder, decoder, m.dropout, self.src_vocab.pad,
+                         self.tgt_vocab.pad)
+        model.init_weights(m.init_scale)
+        return model
+
+    def loss(self, model: nn.Module, batch: dict[str, Tensor], carry: Any) -> StepOutput:
+        """Summed target-token NLL / number of sentences (OpenNMT's ``-normalization sents``)."""
+        logp, _ = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
+        nll = nn.functional.nll_loss(logp.reshape(-1, logp.shape[-1]), batch["tgt_out"].reshape(-1),
+                                     ignore_index=self.tgt_vocab.pad, reduction="sum")
+        B = batch["src"].shape[0]
+        return StepOutput(nll / B, None, float(B))
+
+    # -- evaluation ----------------------------------------------------------------------
+    @torch.no_grad()
+    def perplexity(self, model: nn.Module, split: str) -> dict[str, float]:
+        """Teacher-forced NLL over the split's scored pairs (see module doc)."""
+        sd = self._split(split)
+        device = next(model.parameters()).device
+        total, correct, n = 0.0, 0, 0
+        pad = self.tgt_vocab.pad
+        lengths = [len(sd.src_ids[i]) for i in sd.ppl_index]
+        with eval_mode(model):
+            for g in length_sorted_groups(lengths, self.eval_cfg.batch_size):
+                batch = self.batch_to(self._collate(sd, [sd.ppl_index[j] for j in g]), device)
+                logp, _ = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
+                gold = batch["tgt_out"]
+                real = gold != pad
+                total += float(nn.functional.nll_loss(logp.reshape(-1, logp.shape[-1]),
+                                                      gold.reshape(-1), ignore_index=pad,
+                                                      reduction="sum"))
+                correct += int(((logp.argmax(-1) == gold) & real).sum())
+                n += int(real.sum())
+        nll = total / n if n else float("nan")
+        return {"ppl": float(torch.tensor(nll).exp()) if n else float("nan"), "nll": nll,
+                "acc": 100.0 * correct / n if n else float("nan"), "tokens": float(n)}
+
+    @torch.no_grad()
+    def translate(self, model: nn.Module, split: str) -> list[list[str]]:
+        """The tokenised translation of every line of ``split`` (eval config: beam, length,
+        ``-replace_unk``); an empty source line translates to an empty line."""
+        sd = self._split(split)
+        e = self.eval_cfg
+        v = self.tgt_vocab
+        device = next(model.parameters()).device
+        out: list[list[str]] = [[] for _ in sd.src_ids]
+        with eval_mode(model):
+            todo = [i for i, s in enumerate(sd.src_ids) if s]
+            for g in length_sorted_groups([len(sd.src_ids[i]) for i in todo], e.batch_size):
+                index = [todo[j] for j in g]
+                batch = self.batch_to(self._collate(sd, index, with_target=False), device)
+                mem = model.encode(batch["src"], batch["src_lengths"])
+                if e.beam_size == 1:
+                    hyps = greedy_search(model, mem, v.bos, v.eos, e.max_length)
+                else:
+                    hyps = [h[0] for h in beam_search(
+                        model, mem, e.beam_size, v.bos, v.eos, e.max_length, alpha=e.alpha,
+                        length_normalise=e.length_normalise, stop_early=e.stop_early)]
+                for i, h in zip(index, hyps):
+                    words = v.decode(h.tokens)
+                    if e.replace_unk:
+                        words = replace_unk(words, h.attention, sd.src_tokens[i], UNK)
+                    out[i] = words
+        return out
+
+    def bleu_scores(self, split: str, hyp_tok: Sequence[str], hyp_detok: Sequence[str]
+                    ) -> tuple[BleuResult, BleuResult]:
+        """(multi-bleu on tokenised text, sacreBLEU on detokenised text) against ``split``'s
+        tokenised and raw references."""
+        sd = self._split(split)
+        refs_tok = [" ".join(t) for t in sd.tgt_tokens]
+        return multi_bleu(hyp_tok, refs_tok), sacrebleu_detok(hyp_detok, sd.tgt_raw)
+
+    @staticmethod
+    def bleu_metrics(tok: BleuResult, detok: BleuResult) -> dict[str, float]:
+        return {"bleu": tok.score, "sacrebleu": detok.score, "bleu_bp": tok.bp,
+                "bleu_hyp_len": float(tok.sys_len), "bleu_ref_len": float(tok.ref_len)}
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str, *, final: bool = False) -> dict[str, float]:
+        if not final:
+            return self.perplexity(model, split)
+        words = self.translate(model, split)
+        tok = [" ".join(w) for w in words]
+        detok = [detokenise(w, self.data_cfg.tgt_lang) for w in words]
+        return self.bleu_metrics(*self.bleu_scores(split, tok, detok))
+
+    @torch.no_grad()
+    def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:
+        """``path``: detokenised translations, one per line (what sacreBLEU reads);
+        ``path.atok``: the model's tokens, one sentence per line (what multi-bleu.perl read);
+        ``path.bleu``: both scores, multi-bleu's line format, sacreBLEU's signature."""
+        from lstmablate.train.atomic import atomic_write_text
+
+        path = Path(path)
+        words = self.translate(model, split)
+        tok_path = path.with_name(path.name + ".atok")
+        atomic_write_text(path, "".join(detokenise(w, self.data_cfg.tgt_lang) + "\n"
+                                        for w in words))
+        atomic_write_text(tok_path, "".join(" ".join(w) + "\n" for w in words))
+        metrics, tok, detok = self.score_files(split, path, tok_path)
+        atomic_write_text(path.with_name(path.name + ".bleu"),
+                          f"multi-bleu.perl (tokenised {tok_path.name}): {tok.line()}\n"
+                          f"sacreBLEU (detokenised {path.name}): {detok.score:.2f} "
+                          f"{detok.signature}\n")
+        return metrics
+
+    def score_files(self, split: str, detok_path: Path, tok_path: Path
+                    ) -> tuple[dict[str, float], BleuResult, BleuResult]:
+        """The BLEU metrics of prediction files written by :meth:`write_predictions`."""
+        n = len(self._split(split).tgt_raw)
+        lines = []
+        for p in (tok_path, detok_path):
+            got = read_lines(p) if Path(p).stat().st_size else []
+            if len(got) != n:
+                raise DataError(f"{p} has {len(got)} lines, but the {split} split has {n} "
+                                f"sentences: expected one translation per line.")
+            lines.append(got)
+        tok, detok = self.bleu_scores(split, lines[0], lines[1])
+        return self.bleu_metrics(tok, detok), tok, detok
+
+    def visualization_inputs(self, model: nn.Module, text: str):
+        """The encoder and the embedded Moses tokens of ``text`` (source language)."""
+        words = tokenise_lines([text], self.data_cfg.src_lang)[0]
+        if not words:
+            raise UserError("--text is empty; give a source sentence, e.g. 'A man rides a bike.'")
+        device = next(model.parameters()).device
+        ids = torch.tensor([self.src_vocab.encode(words)], device=device)
+        shown = [w if w in self.src_vocab.stoi else f"{w} ({UNK})" for w in words]
+        return model.encoder, model.src_embedding(ids), shown

@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                                        progress=console.print)
     peak_after = bench.machine_gflops(args.threads, args.device, n=2048)
     env["load_average_after"] = os.getloadavg()
+    env["dispatch"] = bench.environment(args.threads, args.device)["dispatch"]  # the choices made
     env["seconds"] = round(time.time() - t0, 1)
     env["command"] = " ".join([os.path.basename(sys.executable), *sys.argv])
     console.print(bench.render(rows))

@@ -39,8 +39,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lstmablate.cells import available_cells, build_encoder, get_cell
-from lstmablate.cells import fused, fused_multiplicative
+from lstmablate.cells import available_cells, build_encoder, get_cell, reference_mode
+from lstmablate.cells.kernels import calibrate, native
+from lstmablate.cells.kernels.dispatch import kernel_name_of
 from lstmablate.errors import ConfigError
 
 # ---------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ class _TorchEncoder(nn.Module):
 def _encoder_step(enc: nn.Module, x: Tensor, lengths: Tensor | None, grad: Tensor,
                   reference: bool = False) -> Callable[[], None]:
     def step() -> None:
-        with fused.reference_mode(True if reference else None):
+        with reference_mode(True if reference else None):
             out, _ = enc(x, lengths)
         out.backward(grad)
     return step
@@ -230,25 +231,17 @@ def _build_cell_encoder(cell: str, shape: Shape) -> nn.Module | None:
         return None  # e.g. dyck-rnn reads 1-d inputs only
 
 
-def _path(enc: nn.Module, device: torch.device, dtype: torch.dtype, masked: bool) -> str:
-    """The kernel the encoder's cells take (see ``fused.plan`` / ``fused.gru_plan``)."""
+def _path(enc: nn.Module, device: torch.device, dtype: torch.dtype, masked: bool,
+          batch: int | None = None) -> str:
+    """The kernel the encoder's cells take, as the cells' kernel modules name it (e.g.
+    ``recurrent (native)``, ``torch-lstm (calibrated)``: the path the calibrated dispatch
+    chose on this machine for this batch size)."""
     cell = enc.layers[0][0]
     kind = "prefix" if masked else "none"
     try:
-        if hasattr(cell, "recurrent_blocks"):
-            p = fused.plan(cell, device_type=device.type, dtype=dtype, mask=kind)
-        elif hasattr(fused, "gru_plan") and type(cell).__name__ == "GRUCell":
-            p = fused.gru_plan(cell, device_type=device.type, dtype=dtype, mask=kind)
-        elif fused_multiplicative.cell_kind(cell) is not None:
-            return fused_multiplicative.kernel_name(cell, device_type=device.type, dtype=dtype,
-                                                    mask=kind)
-        else:
-            return "reference"
-    except Exception:  # noqa: BLE001  (a plugin cell: just say so)
+        return kernel_name_of(cell, device_type=device.type, dtype=dtype, mask=kind, batch=batch)
+    except Exception:  # noqa: BLE001  (a plugin cell's kernel module: just say so)
         return "?"
-    if p in ("recurrent", "scan"):
-        p += " (native)" if fused.native_kernel_for(device.type, dtype) is not None else " (pytorch)"
-    return p
 
 
 def bench_cells(cells: list[str] | None = None, shapes: list[str] | None = None, threads: int = 2,
@@ -320,7 +313,7 @@ def _bench_shape(cells, shape: Shape, dev, threads, repeats, warmup, reference, 
         want_ref = reference if reference is not None else cell not in TARGETS
         cands.append(_Candidate(cell, _encoder_step(enc, x, lengths_dev, grad),
                                 list(enc.parameters()) + [x], []))
-        meta[cell] = dict(module=enc, kernel=_path(enc, dev, x.dtype, lengths is not None),
+        meta[cell] = dict(module=enc, kernel=_path(enc, dev, x.dtype, lengths is not None, B),
                           ref=None)
         if want_ref:
             name = cell + " [reference]"
@@ -480,7 +473,7 @@ def bench_models(cells: list[str] | None = None, threads: int = 2, device: str =
             cands.append(_Candidate(cell, step, [], []))
             enc = getattr(model, "encoder", None)
             meta[cell] = ("PyTorch" if cell == "nn.LSTM" else
-                          _path(enc, dev, torch.float32, False) if enc is not None else "?")
+                          _path(enc, dev, torch.float32, False, batch) if enc is not None else "?")
         if progress:
             progress(f"ptb-{size} model: timing {len(cands)} candidates x {repeats} rounds")
         _time_rounds(cands, warmup, repeats, dev)
@@ -522,7 +515,13 @@ def environment(threads: int = 2, device: str = "cpu") -> dict:
     """What the numbers were measured on."""
     info = dict(torch=torch.__version__, python=platform.python_version(),
                 machine=platform.machine(), processor=_cpu_name(), threads=threads, device=device,
-                native_kernel=fused.native_kernel() is not None if device == "cpu" else False)
+                native_kernels={f: native.library(f) is not None for f in
+                                ("lstm_family", "gru", "second_order")} if device == "cpu" else {})
+    # the calibrated choices between our native kernels and PyTorch's made so far (per
+    # shape class: the timed ms of each, and which was taken)
+    info["dispatch"] = {k: dict(choice=d.choice, native_ms=round(d.native_ms, 3),
+                                torch_ms=round(d.torch_ms, 3))
+                        for k, d in calibrate.decisions().items()}
     try:
         import os
 

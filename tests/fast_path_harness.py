@@ -1,10 +1,40 @@
-"""Shared by the fast-path tests: run an encoder forward and backward, fast or reference."""
+"""Shared by the fast-path tests: run an encoder forward and backward, fast or reference,
+and compare the two.
+
+float64 runs are compared to the reference loop directly (to ``tol``: both compute the same
+function in the same precision, and float64 rounding is far below any test tolerance).
+
+float32 runs are compared against a **float64 reference**, the same encoder (parameters,
+inputs, initial state, dropout masks and loss weights: the float32 values, widened) run
+through the reference loop in float64, i.e. the exact function the float32 code
+approximates.  A float32 result (the fast path's, and the float32 reference loop's own)
+passes when its largest error is within
+
+    max(REF_FACTOR * (largest error of the float32 reference loop),
+        REL_F32 * (largest magnitude of the tensor))
+
+so what is allowed scales with the tensor and with the rounding the plain float32 loop
+itself makes on this CPU (which must itself be within ``REL_F32`` of the tensor's scale).
+No fixed absolute tolerance: the summation order of a BLAS product differs between CPUs
+(and between 1 and 2 threads), and one rounding can cross any fixed bound on a small
+element; an error relative to the tensor's scale cannot be crossed
+that way, while any real mistake (a wrong block, a missing term, a gradient off by a
+factor) is of the order of the tensor itself, many orders above the tolerance.
+"""
 
 from __future__ import annotations
 
+import copy
+from contextlib import contextmanager, nullcontext
+
 import torch
 
-from lstmablate.cells.fused import reference_mode
+from lstmablate.cells import reference_mode
+
+#: float32: the largest error may be this many times the float32 reference loop's own ...
+REF_FACTOR = 8.0
+#: ... or this fraction of the tensor's largest magnitude (about 200 float32 roundings)
+REL_F32 = 2e-5
 
 
 def count_steps(cells) -> list[int]:
@@ -18,38 +48,108 @@ def count_steps(cells) -> list[int]:
     return calls
 
 
-def run_forward_backward(enc, x, lengths, state, reference, seed=5):
+def _loss_weights(shape, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    """Random loss weights, drawn in float32 whatever the dtype (so a float64 copy of a
+    float32 run gets the same weights, widened)."""
+    return torch.randn(shape, generator=gen).to(dtype)
+
+
+def run_forward_backward(enc, x, lengths, state, reference, seed=5, masks=None):
     """Forward + backward of a fixed random loss; returns every tensor to compare and the
-    number of reference ``step`` calls made."""
+    number of reference ``step`` calls made.
+
+    The recurrent-dropout masks are drawn (``enc.sample_masks`` after seeding with
+    ``seed``) unless ``masks`` are given; they are returned as ``res["masks"]``."""
     enc.zero_grad(set_to_none=True)
     calls = count_steps(enc.cells())
     xi = x.clone().requires_grad_(True)
     st = tuple(s.clone().requires_grad_(True) for s in state)
-    torch.manual_seed(seed)  # the recurrent-dropout masks
+    if masks is None:
+        torch.manual_seed(seed)
+        masks = enc.sample_masks(x.shape[0], like=x)
     with reference_mode(reference):
-        out, fin = enc(xi, lengths=lengths, state=st)
+        out, fin = enc(xi, lengths=lengths, state=st, masks=masks)
     g = torch.Generator().manual_seed(99)
-    loss = (out * torch.randn(out.shape, generator=g, dtype=x.dtype)).sum()
+    loss = (out * _loss_weights(out.shape, g, x.dtype)).sum()
     for s in fin:
-        loss = loss + (s * torch.randn(s.shape, generator=g, dtype=x.dtype)).sum()
+        loss = loss + (s * _loss_weights(s.shape, g, x.dtype)).sum()
     loss.backward()
     res = {"out": out, **{f"final{k}": s for k, s in enumerate(fin)}, "dx": xi.grad}
     res.update({f"dstate{k}": s.grad for k, s in enumerate(st)})
     res.update({f"d{n}": p.grad for n, p in enc.named_parameters()})
-    return res, calls[0]
+    return res, calls[0], masks
 
 
-def assert_fast_matches_reference(enc, x, lengths, state, tol, none_is_zero=False):
-    """Run ``enc`` fast and reference; every output, final state and gradient must agree to
-    ``tol``, the fast path must make no reference step, and padding must stay zero (outputs)
-    and receive no gradient.  A missing gradient counts as a zero one with ``none_is_zero``;
-    otherwise both sides must miss it alike (and then agree in dtype and shape too).
-    Returns the fast path's tensors."""
-    fast, n_fast = run_forward_backward(enc, x, lengths, state, reference=False)
-    ref, n_ref = run_forward_backward(enc, x, lengths, state, reference=True)
-    assert n_fast == 0 and n_ref > 0, "the fast path was not taken"
+def _widen(masks):
+    """The dropout masks of a float32 run as float64 (the same values)."""
+    def w(m):
+        return None if m is None else m.double()
+    return type(masks)([w(m) for m in masks.recurrent], [w(m) for m in masks.between])
+
+
+def float64_reference(enc, x, lengths, state, masks, seed=5):
+    """The reference loop of a float64 copy of ``enc`` on the widened inputs, state and
+    masks: what the float32 runs approximate.  Call before ``enc`` is run (a run patches
+    its cells' ``step``)."""
+    enc64 = copy.deepcopy(enc).double()
+    for cell in enc64.cells():  # a deep copy keeps a patched step bound to the original
+        cell.__dict__.pop("step", None)
+    res, _, _ = run_forward_backward(enc64, x.double(), lengths, tuple(s.double() for s in state),
+                                     reference=True, seed=seed, masks=_widen(masks))
+    return res
+
+
+@contextmanager
+def threads(n: int):
+    """Run the block with ``torch.set_num_threads(n)`` (the native kernels' OpenMP loops
+    run on PyTorch's OpenMP runtime, so this splits their rows across threads too)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _max_abs(t: torch.Tensor) -> float:
+    return float(t.detach().abs().max()) if t.numel() else 0.0
+
+
+def _max_err(a: torch.Tensor, ref64: torch.Tensor) -> float:
+    return _max_abs(a.detach().double() - ref64.detach())
+
+
+def assert_reference_accurate(ref32: torch.Tensor, ref64: torch.Tensor, name: str) -> None:
+    """The float32 reference loop is within ``REL_F32`` of the tensor's scale of the float64
+    one (a check of the yardstick itself: rounding only, no factor of its own error)."""
+    err, scale = _max_err(ref32, ref64), _max_abs(ref64)
+    assert err <= REL_F32 * scale + 1e-30, (
+        f"{name}: the float32 reference loop is {err:.3g} from the float64 one (scale {scale:.3g})")
+
+
+def float32_tolerance(ref32: torch.Tensor, ref64: torch.Tensor) -> float:
+    """What a float32 result may differ from ``ref64`` (see the module docstring)."""
+    return max(REF_FACTOR * _max_err(ref32, ref64), REL_F32 * _max_abs(ref64), 1e-30)
+
+
+def assert_float32_close(a: torch.Tensor, ref32: torch.Tensor, ref64: torch.Tensor,
+                         name: str) -> None:
+    """``a`` (float32, the fast path's) is as close to the float64 reference as float32
+    arithmetic allows (:func:`float32_tolerance`)."""
+    assert a.dtype == torch.float32 and a.shape == ref64.shape, name
+    tol, err = float32_tolerance(ref32, ref64), _max_err(a, ref64)
+    assert err <= tol, (f"{name}: the fast path is {err:.3g} from the float64 reference (tensor "
+                        f"scale {_max_abs(ref64):.3g}; the float32 reference loop's own error "
+                        f"{_max_err(ref32, ref64):.3g}; allowed {tol:.3g})")
+
+
+def _pairs(fast, ref, none_is_zero):
+    """(name, fast tensor, reference tensor) for every result both have (see
+    :func:`assert_fast_matches_reference` for ``none_is_zero``)."""
     assert fast.keys() == ref.keys()
     for k in ref:
+        if k == "masks":
+            continue
         a, b = fast[k], ref[k]
         if none_is_zero:
             if a is None or b is None:  # no gradient = a zero gradient
@@ -61,7 +161,35 @@ def assert_fast_matches_reference(enc, x, lengths, state, tol, none_is_zero=Fals
             if a is None:
                 continue
             assert a.dtype == b.dtype and a.shape == b.shape, k
-        torch.testing.assert_close(a, b, atol=tol, rtol=tol, msg=lambda m, k=k: f"{k}: {m}")
+        yield k, a, b
+
+
+def assert_fast_matches_reference(enc, x, lengths, state, tol, none_is_zero=False,
+                                  fast_threads=None):
+    """Run ``enc`` fast and reference; every output, final state and gradient must agree,
+    the fast path must make no reference step, and padding must stay zero (outputs) and
+    receive no gradient.  float64: to ``tol``; float32: both against the float64 reference
+    (:func:`assert_float32_close`; ``tol`` is not used).  A missing gradient counts as a
+    zero one with ``none_is_zero``; otherwise both sides must miss it alike (and then agree
+    in dtype and shape too).  ``fast_threads``: run the fast path (only) with that many
+    threads.  Returns the fast path's tensors."""
+    masks = None
+    ref64 = None
+    if x.dtype == torch.float32:
+        torch.manual_seed(5)
+        masks = enc.sample_masks(x.shape[0], like=x)
+        ref64 = float64_reference(enc, x, lengths, state, masks)
+    with threads(fast_threads) if fast_threads else nullcontext():
+        fast, n_fast, masks = run_forward_backward(enc, x, lengths, state, reference=False,
+                                                   masks=masks)
+    ref, n_ref, _ = run_forward_backward(enc, x, lengths, state, reference=True, masks=masks)
+    assert n_fast == 0 and n_ref > 0, "the fast path was not taken"
+    for k, a, b in _pairs(fast, ref, none_is_zero):
+        if ref64 is None:
+            torch.testing.assert_close(a, b, atol=tol, rtol=tol, msg=lambda m, k=k: f"{k}: {m}")
+        else:
+            assert_reference_accurate(b, ref64[k], k)
+            assert_float32_close(a, b, ref64[k], k)
     for b, L in enumerate(lengths.tolist()):
         assert torch.all(fast["out"][b, L:] == 0), "padding leaked into the outputs"
         assert torch.all(fast["dx"][b, L:] == 0), "gradient flowed into the padding"

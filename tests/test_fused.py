@@ -1,12 +1,18 @@
-"""The fast paths (``lstmablate.cells.fused``) against the reference step loop.
+"""The fast paths of the LSTM family and the GRU (``lstmablate.cells.kernels``) against the
+reference step loop.
 
 For every cell with a fast path: outputs, final states and every gradient
 (inputs, initial states, all parameters) agree with the plain reference loop
-(``fused.reference_mode()``), uni- and bidirectional, 2 layers, with padded
+(``lstmablate.cells.reference_mode()``), uni- and bidirectional, 2 layers, with padded
 batches (including a length-0 row) and full batches, with and without
-recurrent dropout and projections: to 1e-10 in float64 and 1e-5 in float32.
+recurrent dropout and projections: to 1e-10 in float64; in float32 both the fast
+path and the float32 reference loop against a float64 reference, to a tolerance
+scaled to each tensor's magnitude and to the float32 loop's own error
+(``fast_path_harness``), so the tests hold whatever the CPU's rounding.  The
+native kernel also runs with 2 threads, its rows split between them.
 Plus: which kernel each call selects (CPU and CUDA, without a GPU), the
 switches that force the reference loop, and the fallback for masks with holes.
+(The calibrated choice between our native kernel and PyTorch's: test_kernels_dispatch.py.)
 """
 
 from __future__ import annotations
@@ -16,14 +22,15 @@ import warnings
 import pytest
 import torch
 
-from lstmablate.cells import available_cells, build_encoder, get_cell
-from lstmablate.cells import fused
-from lstmablate.cells.fused import mask_kind, plan, reference_mode
+from lstmablate.cells import available_cells, build_encoder, get_cell, reference_mode, set_reference_mode
+from lstmablate.cells.kernels import gru as gru_kernels
+from lstmablate.cells.kernels import native, native_build
+from lstmablate.cells.kernels.lstm_family import plan
+from lstmablate.cells.kernels.sequences import mask_kind
 
 from fast_path_harness import (
     assert_fast_matches_reference,
     assert_mask_with_holes_runs_the_reference,
-    run_forward_backward,
 )
 
 F64 = torch.float64
@@ -42,16 +49,23 @@ CASES = [
 IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in CASES]
 
 
+def _native_or_skip():
+    if native.library("lstm_family") is None or native.library("gru") is None:
+        pytest.skip("the native kernel cannot be built here")
+
+
 @pytest.fixture(params=["native", "python", "torch"])
 def backend(request, monkeypatch):
-    """native: the compiled kernel (CPU default); python: the PyTorch loops (no compiler);
+    """native: the compiled kernels (CPU default; for lstm / lstm-gates forced over
+    PyTorch's, whatever the calibration says); python: the PyTorch loops (no compiler);
     torch: PyTorch's own LSTM/RNN for lstm / lstm-gates (as on CUDA)."""
-    if request.param == "native" and fused.native_kernel() is None:
-        pytest.skip("the native kernel cannot be built here")
+    if request.param == "native":
+        _native_or_skip()
+        monkeypatch.setenv("LSTMABLATE_TORCH_ON_CPU", "0")
     if request.param == "python":
         monkeypatch.setenv("LSTMABLATE_NATIVE", "0")
     if request.param == "torch":
-        monkeypatch.setattr(fused, "TORCH_ON_CPU", "1")
+        monkeypatch.setenv("LSTMABLATE_TORCH_ON_CPU", "1")
     return request.param
 
 
@@ -85,30 +99,43 @@ def test_fast_matches_reference_float64(name, opts, bidirectional, lengths, back
 def test_fast_matches_reference_float32(name, opts, lengths, backend):
     if backend == "torch" and name not in ("lstm", "lstm-gates"):
         pytest.skip("the same kernel as the python backend")
-    _compare(name, opts, torch.float32, True, lengths, 0.0, 1e-5)
+    _compare(name, opts, torch.float32, True, lengths, 0.0, None)
 
 
-@pytest.mark.parametrize("name,opts", [("lstm", {}), ("lstm-srnn", {}), ("lstm-srnn-hidden", {}),
-                                       ("lstm-gates", {}), ("gru", {}), ("gru", {"reset_after": True})],
-                         ids=["lstm", "lstm-srnn", "lstm-srnn-hidden", "lstm-gates", "gru",
-                              "gru-reset_after"])
-def test_fast_matches_reference_float32_larger(name, opts, backend):
-    """Sizes where the native kernel splits rows across threads and packs its weights."""
-    if backend == "torch" and name not in ("lstm", "lstm-gates"):
-        pytest.skip("the same kernel as the python backend")
+LARGER = [("lstm", {}), ("lstm-srnn", {}), ("lstm-srnn-hidden", {}), ("lstm-gates", {}), ("gru", {}),
+          ("gru", {"reset_after": True})]
+LARGER_IDS = ["lstm", "lstm-srnn", "lstm-srnn-hidden", "lstm-gates", "gru", "gru-reset_after"]
+
+
+def _compare_larger(name, opts, fast_threads=None):
+    """Sizes where the native kernel splits rows across threads and packs its weights;
+    float32 against the float64 reference (fast_path_harness)."""
     torch.manual_seed(0)
     enc = build_encoder(name, 48, 160, num_layers=2, bidirectional=True, **opts).float()
     x = torch.randn(24, 9, 48)
     lengths = torch.tensor([9] * 12 + [5] * 12)
-    res = {}
-    for ref in (False, True):
-        zeros = tuple(torch.zeros(4, 24, s) for s in enc.layers[0][0].state_sizes)
-        res[ref], _ = run_forward_backward(enc, x, lengths, zeros, reference=ref, seed=3)
-    for k in res[True]:
-        a, b = res[False][k], res[True][k]
-        if a is None or b is None:
-            continue
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=lambda m: f"{k}: {m}")
+    zeros = tuple(torch.zeros(4, 24, s) for s in enc.layers[0][0].state_sizes)
+    assert_fast_matches_reference(enc, x, lengths, zeros, None, none_is_zero=True,
+                                  fast_threads=fast_threads)
+
+
+@pytest.mark.parametrize("name,opts", LARGER, ids=LARGER_IDS)
+def test_fast_matches_reference_float32_larger(name, opts, backend):
+    if backend == "torch" and name not in ("lstm", "lstm-gates"):
+        pytest.skip("the same kernel as the python backend")
+    _compare_larger(name, opts)
+
+
+@pytest.mark.parametrize("name,opts", [("lstm", {}), ("lstm-srnn-hidden", {}), ("gru", {}),
+                                       ("gru", {"reset_after": True})],
+                         ids=["lstm", "lstm-srnn-hidden", "gru", "gru-reset_after"])
+def test_native_two_threads(name, opts, monkeypatch):
+    """The native kernel with 2 threads and every step's rows split between them
+    (``PAR_MIN = 1``): the row split must not change the numbers beyond float32 rounding."""
+    _native_or_skip()
+    monkeypatch.setenv("LSTMABLATE_TORCH_ON_CPU", "0")
+    monkeypatch.setattr(native, "PAR_MIN", 1)
+    _compare_larger(name, opts, fast_threads=2)
 
 
 @pytest.mark.parametrize("name,opts", [c for c in CASES if c[0] != "lstm-srnn-hidden-out"
@@ -169,14 +196,15 @@ def test_plan_cuda():
     assert plan(_cell("lstm-gates"), device_type="cuda") == "torch-rnn"
     assert plan(_cell("lstm-srnn"), device_type="cuda", dtype=torch.float16) == "recurrent"
     assert plan(_cell("lstm-srnn-hidden"), device_type="cuda") == "scan"
-    assert fused.gru_plan(_cell("gru", reset_after=True), device_type="cuda") == "torch-gru"
-    assert fused.gru_plan(_cell("gru"), device_type="cuda") == "recurrent"
+    assert gru_kernels.plan(_cell("gru", reset_after=True), device_type="cuda") == "torch-gru"
+    assert gru_kernels.plan(_cell("gru", reset_after=True), device_type="cuda", h_mask=True) == "recurrent"
+    assert gru_kernels.plan(_cell("gru"), device_type="cuda") == "recurrent"
 
 
 def test_reference_switches(monkeypatch):
     cell = _cell("lstm-srnn")
     x = torch.randn(4, 2, 3)
-    assert type(cell(x)[0].grad_fn).__name__.startswith("_Recurrent")
+    assert type(cell(x)[0].grad_fn).__name__ == "RecurrentLSTMBackward"
     with reference_mode():
         assert plan(cell) == "reference"
         assert type(cell(x)[0].grad_fn).__name__ == "StackBackward0"
@@ -186,11 +214,11 @@ def test_reference_switches(monkeypatch):
     assert plan(cell) == "reference"
     assert type(cell(x)[0].grad_fn).__name__ == "StackBackward0"
     assert get_cell("lstm-srnn").fast_path  # availability ignores the switch
-    fused.set_reference_mode(False)
+    set_reference_mode(False)
     try:
         assert plan(cell) == "recurrent"
     finally:
-        fused.set_reference_mode(None)
+        set_reference_mode(None)
 
 
 def test_mask_kinds():
@@ -226,7 +254,7 @@ def test_no_grad_and_empty_sequences(name):
 
 def test_gradients_reach_our_parameters_through_torch_lstm(monkeypatch):
     """The delegated lstm: the permuted copies are intermediates, our parameters get the grads."""
-    monkeypatch.setattr(fused, "TORCH_ON_CPU", "1")
+    monkeypatch.setenv("LSTMABLATE_TORCH_ON_CPU", "1")
     enc = build_encoder("lstm", 3, 4, num_layers=1)
     out, _ = enc(torch.randn(2, 5, 3))
     names, todo = set(), [out.grad_fn]
@@ -235,7 +263,7 @@ def test_gradients_reach_our_parameters_through_torch_lstm(monkeypatch):
         if fn is not None and type(fn).__name__ not in names:
             names.add(type(fn).__name__)
             todo.extend(f for f, _ in fn.next_functions)
-    assert "_PermuteBlocksBackward" in names
+    assert "PermuteBlocksBackward" in names
     out.sum().backward()
     for n, p in enc.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, n
@@ -245,19 +273,24 @@ def test_gradients_reach_our_parameters_through_torch_lstm(monkeypatch):
 def test_gru_cudnn_mapping_on_cpu(monkeypatch, bidirectional):
     """The CUDA path of gru (reset_after -> torch._VF.gru, i.e. cuDNN there) run on the CPU:
     the update gate's sign flip and the bias split must give the reference's numbers."""
-    monkeypatch.setattr(fused, "gru_plan", lambda *a, **k: "torch-gru")
+    monkeypatch.setenv("LSTMABLATE_TORCH_ON_CPU", "1")
+    assert gru_kernels.plan(_cell("gru", reset_after=True), batch=4) == "torch-gru"
     _compare("gru", {"reset_after": True}, F64, bidirectional, [7, 3, 2, 5], 0.0, 1e-10)
 
 
 def test_native_fallback_warns_once(monkeypatch):
-    """No compiler (or no BLAS symbols): one warning, then the PyTorch loops, same numbers."""
-    monkeypatch.setattr(fused, "_native_state", {})
-    monkeypatch.setattr(fused, "_build_native", lambda: (_ for _ in ()).throw(RuntimeError("no cc")))
-    with pytest.warns(RuntimeWarning, match="native LSTM kernel is not available"):
-        assert fused.native_kernel() is None
+    """No compiler (or no BLAS symbols): one warning per kernel family, then the PyTorch
+    loops, same numbers; lstm goes to PyTorch's own LSTM."""
+    monkeypatch.setattr(native, "_libraries", {})
+
+    def no_cc(family):
+        raise native_build.BuildError("no cc")
+    monkeypatch.setattr(native_build, "build_library", no_cc)
+    with pytest.warns(RuntimeWarning, match="native lstm_family kernel is not available .no cc"):
+        assert native.library("lstm_family") is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert fused.native_kernel() is None  # no second warning
+        assert native.library("lstm_family") is None  # no second warning
     cell = get_cell("lstm-srnn").build(3, 4).double()
     assert plan(cell) == "recurrent"
     x = torch.randn(5, 2, 3, dtype=F64)
@@ -288,7 +321,8 @@ def test_bench_library_rows_table_json():
         assert r["kind"] == "cell" and r["tokens_per_s"] > 0 and r["ms"] > 0
         assert r["memory_mb"] >= 0 and r["gflops"] > 0
     mrnn = next(r for r in rows if r["cell"] == "mrnn")
-    loops = "recurrent (native)" if fused.native_kernel() is not None else "recurrent (pytorch)"
+    loops = ("recurrent (native)" if native.library("second_order") is not None
+             else "recurrent (pytorch)")
     assert mrnn["speedup_vs_reference"] is not None and mrnn["kernel"] == loops
     lstm = next(r for r in rows if r["cell"] == "lstm")
     assert lstm["target"] is None  # targets apply to the PTB shapes only

@@ -14,15 +14,18 @@ The reference implementation here is deliberately plain:
 3. ``forward`` loops over time; at padded positions (``mask == 0``) the state is
    carried unchanged and the output is zero, so padding never leaks.
 
-Fast kernels (``lstmablate.cells.fused``) override ``forward`` and are tested
+Fast kernels (``lstmablate.cells.kernels``, declared by each class in
+``fast_kernels``) run the same computation for whole sequences and are tested
 against this loop.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
-from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -32,16 +35,38 @@ from lstmablate.errors import UserError
 State = tuple[Tensor, ...]
 
 
-class FastKernels(NamedTuple):
-    """A cell family's fast path (see ``fused.py``, ``fused_multiplicative.py``).
+@dataclass(frozen=True)
+class FastKernels:
+    """A cell class's declaration of its fast sequence kernel.
 
-    ``forward(cell, x, state, mask, h_mask)`` returns ``(outputs, state)``, or None when
-    this call has no fast path (reference mode forced, a mask with holes, ...);
-    ``available(cell)`` says whether a plain float32 CPU call would take one.
+    ``module`` names the kernel module (e.g. ``"lstmablate.cells.kernels.lstm_family"``);
+    it is imported when such a cell first runs, not before, so importing the cells pulls in
+    no kernel code.  It provides ``forward(cell, x, state, mask, h_mask)`` (the outputs and
+    final state, or None when this call has no fast path: the reference loop then runs),
+    ``available(cell)`` (would a plain float32 CPU call take one?), ``plan(cell, **call)``
+    and ``kernel_name(cell, **call)`` (the path a call takes; see
+    ``lstmablate/cells/kernels/``).
+
+    ``math`` names the methods whose arithmetic the kernel reproduces.  The declaration
+    applies to the class that makes it and to subclasses that keep those methods; a
+    subclass that overrides one of them computes something else, so it runs the reference
+    loop (:meth:`applies_to`).
     """
 
-    forward: Callable[..., Any]
-    available: Callable[[Any], bool]
+    module: str
+    math: tuple[str, ...] = ("step", "project_inputs")
+    owner: type | None = field(default=None, compare=False, repr=False)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        object.__setattr__(self, "owner", owner)
+
+    def load(self) -> ModuleType:
+        """The kernel module (imported on first use)."""
+        return importlib.import_module(self.module)
+
+    def applies_to(self, cell: "Cell") -> bool:
+        """Does ``cell`` compute what the declaring class computes (see the class doc)?"""
+        return all(getattr(type(cell), m, None) is getattr(self.owner, m, None) for m in self.math)
 
 
 class NoMemoryCellError(UserError, TypeError):
@@ -54,7 +79,7 @@ class Cell(nn.Module):
     #: names of the state components, e.g. ("h", "c"); "h" is always first and
     #: is what the next time step's recurrent products read.
     state_names: ClassVar[tuple[str, ...]] = ("h",)
-    #: the family's fast kernels; None: the reference loop below only
+    #: the class's fast sequence kernel (declared by the class); None: the reference loop only
     fast_kernels: ClassVar[FastKernels | None] = None
 
     #: (input_size, hidden_size) at which the cell can be built for
@@ -108,8 +133,15 @@ class Cell(nn.Module):
             nn.init.uniform_(p, -a, a)
 
     # -- shared machinery ---------------------------------------------------
+    def _kernels(self) -> ModuleType | None:
+        """The kernel module that runs this cell, or None (no fast path declared, or a
+        subclass that changed the arithmetic)."""
+        k = self.fast_kernels
+        return k.load() if k is not None and k.applies_to(self) else None
+
     def fast_path_available(self) -> bool:
-        return self.fast_kernels is not None and self.fast_kernels.available(self)
+        kernels = self._kernels()
+        return kernels is not None and kernels.available(self)
 
     def initial_state(self, batch: int, like: Tensor) -> State:
         return tuple(like.new_zeros(batch, n) for n in self.state_sizes)
@@ -126,11 +158,12 @@ class Cell(nn.Module):
         ``mask`` (T, B) is 1 for real tokens and 0 for padding.  Returns the
         outputs (T, B, output_size), zero at padding, and the final state,
         which for each sequence is the state after its last real token.
-        A fast kernel runs it when the family has one for this call
-        (``LSTMABLATE_REFERENCE=1`` / ``fused.reference_mode()`` force the loop).
+        A fast kernel runs it when the class has one for this call
+        (``LSTMABLATE_REFERENCE=1`` / ``lstmablate.cells.reference_mode()`` force the loop).
         """
-        if self.fast_kernels is not None:
-            result = self.fast_kernels.forward(self, x, state, mask, h_mask)
+        kernels = self._kernels()
+        if kernels is not None:
+            result = kernels.forward(self, x, state, mask, h_mask)
             if result is not None:
                 return result
         T, B = x.shape[0], x.shape[1]

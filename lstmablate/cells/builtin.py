@@ -1,6 +1,8 @@
-"""Import every built-in cell family so its ``@register_cell`` decorators run."""
+"""The built-in cell families, listed in one place: importing this module runs their
+``@register_cell`` decorators (``lstmablate/cells/__init__.py`` does, and the
+``lstmablate.cells`` entry point names it)."""
 
-from . import dyck  # noqa: F401
-from . import gru  # noqa: F401
-from . import lstm  # noqa: F401
-from . import multiplicative  # noqa: F401
+from . import dyck  # noqa: F401  dyck-rnn
+from . import gru  # noqa: F401  gru
+from . import lstm  # noqa: F401  lstm and its ablations
+from . import multiplicative  # noqa: F401  mrnn, mlstm, mmrnn, mmlstm

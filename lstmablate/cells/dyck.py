@@ -45,7 +45,6 @@ from torch import Tensor, nn
 
 from lstmablate.errors import ConfigError
 
-from . import fused_multiplicative
 from .base import Cell, FastKernels, State
 from .registry import register_cell
 
@@ -125,7 +124,7 @@ class DyckRNNCell(Cell):
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, stack_depth={self.stack_depth}"
 
-    fast_kernels = FastKernels(fused_multiplicative.forward, fused_multiplicative.fast_path_available)
+    fast_kernels = FastKernels("lstmablate.cells.kernels.dyck", math=("step", "project_inputs"))
 
     def project_inputs(self, x: Tensor) -> Tensor:
         """[g_t, g_t * W^hx x_t] for every step (both depend on x alone)."""

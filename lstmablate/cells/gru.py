@@ -35,7 +35,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from . import fused
 from ._memory import MemoryTraceMixin
 from .base import Cell, FastKernels, State
 from .registry import register_cell
@@ -76,7 +75,8 @@ class GRUCell(MemoryTraceMixin, Cell):
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, reset_after={self.reset_after}"
 
-    fast_kernels = FastKernels(fused.gru_forward, fused.gru_fast_path_available)
+    fast_kernels = FastKernels("lstmablate.cells.kernels.gru",
+                               math=("step", "memory_step", "project_inputs"))
 
     def project_inputs(self, x: Tensor) -> Tensor:
         """W_xr x_t + b_r, W_xz x_t + b_z, W_xh x_t + b_h for all steps at once."""

@@ -45,7 +45,6 @@ from torch import Tensor, nn
 
 from lstmablate.errors import ConfigError
 
-from . import fused
 from .base import Cell, FastKernels, State
 from .registry import register_cell
 
@@ -170,7 +169,8 @@ class LSTMFamilyCell(Cell):
                 f"recurrent={''.join(self.recurrent_blocks) or '-'}, proj_size={self.proj_size}")
 
     # -- computation --------------------------------------------------------------
-    fast_kernels = FastKernels(fused.lstm_family_forward, fused.fast_path_available)
+    fast_kernels = FastKernels("lstmablate.cells.kernels.lstm_family",
+                               math=("step", "project_inputs", "_preactivations", "_gates"))
 
     def project_inputs(self, x: Tensor) -> Tensor:
         """W_*x x_t (+ b_*) for every block and every step: one matrix product."""

@@ -71,7 +71,6 @@ from torch import Tensor, nn
 
 from lstmablate.errors import ConfigError
 
-from . import fused_multiplicative
 from ._memory import MemoryTraceMixin
 from .base import Cell, FastKernels, State
 from .registry import register_cell
@@ -106,8 +105,6 @@ class _FactoredCell(Cell):
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, factor_size={self.factor_size}"
 
-    fast_kernels = FastKernels(fused_multiplicative.forward, fused_multiplicative.fast_path_available)
-
     def project_inputs(self, x: Tensor) -> Tensor:
         """[W_mx x_t, W_x x_t + b] for every step: one matrix product."""
         xp = x @ self.weight_ih.t()
@@ -126,6 +123,9 @@ class _FactoredCell(Cell):
                summary="m=(W_mx x)∘(W_mh h'); h=tanh(W_hm m+W_hx x+b)")
 class MRNNCell(_FactoredCell):
     """Multiplicative RNN: h_t = tanh(W_hm ((W_mx x_t) * (W_mh h_{t-1})) + W_hx x_t + b)."""
+
+    fast_kernels = FastKernels("lstmablate.cells.kernels.factored",
+                               math=("step", "_recurrent", "project_inputs"))
 
     def __init__(self, input_size: int, hidden_size: int, factor_size: int | None = None,
                  init_scale: float | None = None):
@@ -149,6 +149,8 @@ class MLSTMCell(MemoryTraceMixin, _FactoredCell):
     n_blocks = 4
     state_names = ("h", "c")
     memory_index = 1
+    fast_kernels = FastKernels("lstmablate.cells.kernels.factored",
+                               math=("step", "memory_step", "_recurrent", "project_inputs"))
 
     def __init__(self, input_size: int, hidden_size: int, factor_size: int | None = None,
                  forget_bias: float | None = None, init_scale: float | None = None):
@@ -230,8 +232,6 @@ class _MultiMatrixCell(Cell):
         ks = ", ".join(f"{g}={k}" for g, k in self.num_matrices.items())
         return f"{self.input_size}, {self.hidden_size}, matrices=({ks}), bias={self.bias is not None}"
 
-    fast_kernels = FastKernels(fused_multiplicative.forward, fused_multiplicative.fast_path_available)
-
     def key_projection(self, block: str) -> Tensor:
         """W_g^proj as printed: (K_g, K_g + H + I), columns [v; h; x]."""
         b = self.blocks.index(block)
@@ -289,6 +289,8 @@ class MMRNNCell(_MultiMatrixCell):
 
     blocks = ("h",)
     state_names = ("h", "key")
+    fast_kernels = FastKernels("lstmablate.cells.kernels.multi_matrix",
+                               math=("step", "_mixed", "project_inputs"))
 
     def __init__(self, input_size: int, hidden_size: int, num_matrices: int = 4,
                  bias: bool = False, init_scale: float | None = None):
@@ -323,6 +325,8 @@ class MMLSTMCell(MemoryTraceMixin, _MultiMatrixCell):
     state_names = ("h", "c", "key_i", "key_f", "key_o", "key_c")
     _n_plain = 2
     memory_index = 1
+    fast_kernels = FastKernels("lstmablate.cells.kernels.multi_matrix",
+                               math=("step", "memory_step", "_mixed", "project_inputs"))
 
     def __init__(self, input_size: int, hidden_size: int, num_matrices: int = 4,
                  input_matrices: int | None = None, forget_matrices: int | None = None,

@@ -7,7 +7,12 @@ A class may be registered several times under different names with different
 preset options — that is how the LSTM ablations are "named flag sets" of one
 implementation.  Cells from other distributions are found through the
 ``lstmablate.cells`` entry-point group: each entry point names a module (or a
-callable) whose import registers its cells.  Nothing else is magic.
+callable) whose import registers its cells, loaded on the first lookup.  Nothing
+else is magic.
+
+This module is a leaf: it imports no cell.  The built-in families register
+themselves when ``lstmablate.cells`` is imported (the list is ``builtin.py``);
+building an encoder of a registered name is ``build.py``.
 """
 
 from __future__ import annotations
@@ -107,8 +112,6 @@ def _load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    from . import builtin  # noqa: F401  (registers the built-in cells)
-
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.module.startswith("lstmablate.cells"):
             continue
@@ -140,33 +143,3 @@ def get_cell(name: str) -> CellSpec:
         raise UnknownNameError(
             "cell", name, list(_REGISTRY) + list(_ALIASES),
             hint="Run `lstmablate list cells` for details.") from None
-
-
-def build_encoder(
-    name: str,
-    input_size: int,
-    hidden_size: int,
-    num_layers: int = 1,
-    bidirectional: bool = False,
-    dropout: float = 0.0,
-    recurrent_dropout: float = 0.0,
-    residual: bool = False,
-    batch_first: bool = True,
-    variational_dropout: bool = False,
-    **cell_options: Any,
-):
-    """Build a (stacked, optionally bidirectional) encoder of cell ``name``.
-
-    The returned module's ``forward(x, lengths=None, state=None)`` gives
-    ``(outputs, final_state)``; see :class:`lstmablate.cells.encoder.Encoder`.
-    """
-    from .encoder import Encoder
-
-    spec = get_cell(name)
-    if bidirectional and not spec.bidirectional:
-        raise ConfigError(f"cell {spec.name!r} cannot run bidirectionally")
-    return Encoder(spec, input_size, hidden_size, num_layers=num_layers,
-                   bidirectional=bidirectional, dropout=dropout,
-                   recurrent_dropout=recurrent_dropout, residual=residual,
-                   batch_first=batch_first, variational_dropout=variational_dropout,
-                   **cell_options)

@@ -29,7 +29,7 @@ import yaml
 
 from .errors import ConfigError, UnknownNameError, did_you_mean
 
-OPTIMIZERS = ("sgd", "adam", "adamax", "adadelta")
+OPTIMIZERS = ("sgd", "adam", "adamax", "adadelta", "adagrad")
 SCHEDULES = ("constant", "epoch_decay", "plateau", "exponential")
 
 
@@ -37,12 +37,13 @@ SCHEDULES = ("constant", "epoch_decay", "plateau", "exponential")
 class TrainConfig:
     """Task-agnostic training options (the trainer's whole configuration)."""
 
-    optimizer: str = "sgd"  # sgd | adam | adamax | adadelta
+    optimizer: str = "sgd"  # sgd | adam | adamax | adadelta | adagrad
     lr: float = 1.0
     momentum: float = 0.0  # sgd
     betas: tuple[float, float] = (0.9, 0.999)  # adam, adamax
     eps: float = 1e-8  # adam, adamax, adadelta
     rho: float = 0.9  # adadelta
+    initial_accumulator: float = 0.0  # adagrad (TF's initial_accumulator_value)
     weight_decay: float = 0.0
     # constant | epoch_decay (lr * decay ** max(epoch - decay_start, 0), epochs 1-based,
     # Zaremba et al.) | plateau (lr *= decay when the primary dev metric has not improved
@@ -57,6 +58,9 @@ class TrainConfig:
     plateau_patience: int = 0
     min_lr: float = 0.0
     clip_norm: float = 0.0  # global gradient-norm clipping; 0 = off
+    # clip only the parameters whose names start with this module path (e.g. "encoder": the
+    # recurrent layers only, as Jozefowicz et al.'s code does); empty = every parameter
+    clip_scope: str = ""
     max_epochs: int = 1
     max_steps: int = 0  # 0 = no limit
     eval_every: int = 0  # evaluate every N steps; 0 = at the end of every epoch
@@ -80,7 +84,7 @@ class TrainConfig:
         check_range("train", self, "lr", low=0, low_open=True,
                     why="a learning rate of 0 trains nothing")
         check_range("train", self, "eps", low=0, low_open=True)
-        for name in ("clip_norm", "min_lr", "weight_decay", "momentum"):
+        for name in ("clip_norm", "min_lr", "weight_decay", "momentum", "initial_accumulator"):
             check_range("train", self, name, low=0, why="0 = off" if name == "clip_norm" else "")
         check_range("train", self, "rho", low=0, high=1)
         check_range("train", self, "decay", low=0, low_open=True)
@@ -258,7 +262,7 @@ def update_dataclass(obj: Any, values: dict[str, Any], section: str, source: str
 RECIPE_KEYS = ("task", "experiment", "description", "data", "model", "train", "eval", "reference",
                "reference_source", "cells", "seeds", "cell_seeds", "cell_overrides", "grid", "table")
 #: keys of a table spec (a recipe with ``table:`` and no ``task:``)
-TABLE_KEYS = ("title", "experiments", "metrics", "cells", "labels")
+TABLE_KEYS = ("title", "experiments", "experiments_with_data", "metrics", "cells", "labels")
 
 
 def recipe_dirs() -> list[Path]:

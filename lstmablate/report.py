@@ -242,7 +242,7 @@ def experiments_from_recipe(name: str) -> tuple[str, list[tuple[str, Experiment]
         spec = r["table"]
         groups = []
         labels = spec.get("labels") or {}
-        for exp in spec.get("experiments") or []:
+        for exp in [*(spec.get("experiments") or []), *(spec.get("experiments_with_data") or [])]:
             _, sub, _ = experiments_from_recipe(exp)
             groups += [(labels.get(label, label), e) for label, e in sub]
         return spec.get("title") or rname, groups, spec

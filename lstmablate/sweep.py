@@ -63,7 +63,10 @@ def plan_sweep(recipe: str, out: Path, *, overrides: list[str] | None = None, th
     """Every run of a recipe (cells x seeds x grid points), or of each recipe of a table spec."""
     name, r = load_recipe(recipe)
     if "task" not in r:  # a table spec: the sweeps of its experiments
-        return [item for exp in r["table"].get("experiments") or []
+        spec = r["table"]
+        exps = list(spec.get("experiments") or [])
+        exps += [e for e in spec.get("experiments_with_data") or [] if has_data(e, data_dir)]
+        return [item for exp in exps
                 for item in plan_sweep(exp, out, overrides=overrides, threads=threads,
                                        device=device, data_dir=data_dir)]
     cells = r.get("cells") or []
@@ -78,6 +81,25 @@ def plan_sweep(recipe: str, out: Path, *, overrides: list[str] | None = None, th
                                        files.is_finished(), files.config.exists(),
                                        grid_overrides + list(overrides or []), threads, device, data_dir))
     return items
+
+
+def has_data(recipe: str, data_dir: str | None) -> bool:
+    """Every file of the datasets the recipe's task declares is in the data directory (a
+    table spec's ``experiments_with_data`` are planned only then: data no user is expected to
+    have, such as the 4 GB Billion Word benchmark)."""
+    from .data import find_file, resolve_data_dir
+    from .errors import DataError
+    from .task import get_task
+
+    _, r = load_recipe(recipe)
+    base = resolve_data_dir(data_dir)
+    try:
+        for ds in get_task(r["task"]).datasets:
+            for f in ds.files:
+                find_file(base, f.relpath)
+    except DataError:
+        return False
+    return True
 
 
 class SweepInterrupted(UserError):

@@ -14,6 +14,7 @@ from torch import nn
 from lstmablate.batching import BatchPlan, contiguous_groups
 from lstmablate.cells import build_encoder
 from lstmablate.config import TrainConfig
+from lstmablate.errors import ConfigError
 from lstmablate.task import Metric, StepOutput, Task
 from lstmablate.train import Trainer
 from lstmablate.train.checkpoint import load_checkpoint
@@ -141,6 +142,37 @@ def test_clipping_bounds_the_update(tmp_path):
     tr.fit()
     delta = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(tr.model.parameters(), before)))
     assert delta.item() == pytest.approx(1e-3, rel=1e-4)  # lr 1 x clipped norm
+
+
+def test_clip_scope_clips_only_the_named_module(tmp_path):
+    """train.clip_scope=enc: the recurrent layers' gradients are clipped to the norm, the rest
+    are applied as computed (Jozefowicz et al.'s code clips the LSTM's gradients only)."""
+    cfg = TrainConfig(optimizer="sgd", lr=1.0, clip_norm=1e-3, clip_scope="enc", max_epochs=1,
+                      max_steps=1, eval_test=False)
+    tr = make_trainer(tmp_path, cfg)
+    names = [n for n, _ in tr.model.named_parameters()]
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    tr.fit()
+    delta = {n: ((p.detach() - b) ** 2).sum() for n, p, b in zip(names, tr.model.parameters(), before)}
+    enc = torch.sqrt(sum(v for n, v in delta.items() if n.startswith("enc.")))
+    out = torch.sqrt(sum(v for n, v in delta.items() if n.startswith("out.")))
+    assert enc.item() == pytest.approx(1e-3, rel=1e-4)
+    assert out.item() > 1e-2  # not clipped
+    with pytest.raises(ConfigError, match="clip_scope 'encoder' names no parameter.*enc, out"):
+        make_trainer(tmp_path, TrainConfig(clip_norm=1.0, clip_scope="encoder"), name="bad")
+
+
+def test_adagrad_starts_from_the_initial_accumulator():
+    """TF's Adagrad: acc = acc0 + g^2; w -= lr g / sqrt(acc)."""
+    from lstmablate.train.optim import build_optimizer
+
+    w = nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = build_optimizer(TrainConfig(optimizer="adagrad", lr=0.2, initial_accumulator=1.0,
+                                      eps=1e-12), [w])
+    w.grad = torch.tensor([3.0, 0.5])
+    opt.step()
+    expected = torch.tensor([1.0 - 0.2 * 3.0 / (1 + 9.0) ** 0.5, -2.0 - 0.2 * 0.5 / (1 + 0.25) ** 0.5])
+    torch.testing.assert_close(w.detach(), expected)
 
 
 def test_nonfinite_loss_stops_or_skips(tmp_path):

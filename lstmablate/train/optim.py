@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from lstmablate.config import TrainConfig
+from lstmablate.errors import ConfigError
 
 
 def build_optimizer(cfg: TrainConfig, params: Any) -> torch.optim.Optimizer:
@@ -40,7 +41,25 @@ def build_optimizer(cfg: TrainConfig, params: Any) -> torch.optim.Optimizer:
     if cfg.optimizer == "adadelta":
         return torch.optim.Adadelta(params, lr=cfg.lr, rho=cfg.rho, eps=cfg.eps,
                                     weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adagrad":
+        return torch.optim.Adagrad(params, lr=cfg.lr, eps=cfg.eps, weight_decay=cfg.weight_decay,
+                                   initial_accumulator_value=cfg.initial_accumulator)
     raise ValueError(cfg.optimizer)  # TrainConfig.validate() rejects this earlier
+
+
+def clip_scope_parameters(model: torch.nn.Module, scope: str) -> list[torch.nn.Parameter]:
+    """The parameters ``train.clip_scope`` names: those of the submodule at that dotted path
+    (``encoder`` -> ``encoder.*``); every parameter when the scope is empty."""
+    if not scope:
+        return [p for p in model.parameters() if p.requires_grad]
+    chosen = [p for name, p in model.named_parameters()
+              if p.requires_grad and (name == scope or name.startswith(scope + "."))]
+    if not chosen:
+        tops = sorted({name.split(".")[0] for name, _ in model.named_parameters()})
+        raise ConfigError(f"train.clip_scope {scope!r} names no parameter of this model; its "
+                          f"top-level modules are {', '.join(tops)} (or leave it empty to clip "
+                          "every gradient)")
+    return chosen
 
 
 class Schedule:

@@ -32,7 +32,7 @@ from lstmablate.task import Metric
 
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .distributed import DistInfo, all_reduce_sum, barrier
-from .optim import Schedule, build_optimizer
+from .optim import Schedule, build_optimizer, clip_scope_parameters
 
 
 class TrainingDiverged(UserError):
@@ -106,6 +106,7 @@ class Trainer:
         self.show_progress = self.console.is_terminal if progress is None else progress
         self.primary: Metric = task.primary
         self.optimizer = build_optimizer(cfg, model.parameters())
+        self.clipped = clip_scope_parameters(model, cfg.clip_scope)
         self.schedule = Schedule(cfg, self.optimizer)
         self.pos = Position()
         self.carry: Any = None
@@ -421,9 +422,10 @@ class Trainer:
         if finite:
             loss.backward()
             params = [p for p in self.model.parameters() if p.grad is not None]
+            clipped = [p for p in self.clipped if p.grad is not None] if cfg.clip_scope else params
             if cfg.clip_norm > 0:
-                norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip_norm)
-            else:
+                norm = torch.nn.utils.clip_grad_norm_(clipped, cfg.clip_norm)
+            if cfg.clip_norm <= 0 or cfg.clip_scope:
                 norm = torch.linalg.vector_norm(
                     torch.stack([p.grad.detach().norm() for p in params])) if params else torch.tensor(0.0)
             finite = bool(torch.isfinite(norm))

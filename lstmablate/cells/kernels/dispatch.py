@@ -10,7 +10,10 @@ without a GPU), and its ``forward`` runs it.  What every plan starts with is her
   float32 / float64 (what the CPU kernels are written for);
 * :func:`prefer_torch_on_cpu`: for the cells PyTorch has a kernel of its own for, whether
   a CPU call takes PyTorch's (``LSTMABLATE_TORCH_ON_CPU``, no native kernel, or the
-  calibrated choice of ``calibrate.py``) or ours.
+  calibrated choice of ``calibrate.py``) or ours.  A CPU call with variable lengths keeps
+  ours: PyTorch runs it as a packed sequence, whose CPU backward is an ATen loop that
+  zero-fills and adds a buffer of all the batch's tokens at every time step (measured on
+  BiDAF's training step: 3.8x slower; docs/performance.md).
 """
 
 from __future__ import annotations
@@ -49,11 +52,14 @@ def refused(*, device_type: str, dtype: torch.dtype, mask: str, autocast: bool,
 
 def prefer_torch_on_cpu(sc: Callable[[], calibrate.ShapeClass] | None, *, native: bool,
                         faster: str | None = None,
-                        runners: Callable[[calibrate.ShapeClass], dict] | None = None) -> bool:
+                        runners: Callable[[calibrate.ShapeClass], dict] | None = None,
+                        mask: str = "none") -> bool:
     """Whether a CPU call that PyTorch's own kernel could run goes to it.
 
     ``LSTMABLATE_TORCH_ON_CPU=1``, or no native kernel (``native=False``): yes;
-    ``LSTMABLATE_TORCH_ON_CPU=0``: no; otherwise ``faster`` ("torch" / "native", given by
+    ``LSTMABLATE_TORCH_ON_CPU=0``, or variable lengths (``mask`` "prefix": PyTorch would
+    pack the sequence, and its packed CPU backward is far slower than ours): no; otherwise
+    ``faster`` ("torch" / "native", given by
     tests to force an outcome) or, when the call's shape class is known (``sc``), the
     calibrated choice (timed with ``runners(shape class)`` on first use); without a shape
     class, our kernel.
@@ -61,7 +67,7 @@ def prefer_torch_on_cpu(sc: Callable[[], calibrate.ShapeClass] | None, *, native
     setting = torch_on_cpu()
     if setting == "1" or not native:
         return True
-    if setting == "0":
+    if setting == "0" or mask != "none":
         return False
     if faster is not None:
         return faster == "torch"

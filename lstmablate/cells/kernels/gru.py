@@ -4,7 +4,8 @@
 * ``torch-gru``: with ``reset_after`` the cell is exactly ``torch.nn.GRU``, so PyTorch's
   fused kernel runs it (``delegate.py``): on CUDA (cuDNN) always; on CPU when the native
   kernel is unavailable, with ``LSTMABLATE_TORCH_ON_CPU=1``, or when the calibrated timing
-  found it faster here (``calibrate.py``).  Not with recurrent dropout or a length-0 row.
+  found it faster here for a fixed-length call (``calibrate.py``; variable lengths keep
+  ours, see ``dispatch.prefer_torch_on_cpu``).  Not with recurrent dropout or a length-0 row.
 * ``recurrent``: :class:`RecurrentGRU`, the recurrence with a hand-written BPTT, in C on
   CPU (``csrc/gru.c``) and in PyTorch loops elsewhere; eq 58 as printed (the reset gate
   before W_hh) has no PyTorch counterpart, so it always runs here.
@@ -60,7 +61,7 @@ def plan(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
     sc = None if batch is None else (lambda: calibrate.shape_class(
         "gru", FAMILY, cell.input_size, cell.hidden_size, batch, dtype, grad))
     return "torch-gru" if prefer_torch_on_cpu(sc, native=native, faster=faster,
-                                               runners=_runners(cell, batch)) else "recurrent"
+                                               runners=_runners(cell, batch), mask=mask) else "recurrent"
 
 
 def available(cell) -> bool:

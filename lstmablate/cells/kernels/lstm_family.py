@@ -7,7 +7,9 @@ Paths:
   ``torch.nn.LSTM`` (``RNN``) computes, so PyTorch's fused kernel runs it
   (``delegate.py``): always on CUDA (cuDNN); on CPU (oneDNN / ATen) when the native kernel
   is unavailable, when ``LSTMABLATE_TORCH_ON_CPU=1``, or when the calibrated timing found
-  it faster for the call's shape class on this machine (``calibrate.py``).  Not with
+  it faster for the call's shape class on this machine (``calibrate.py``; fixed-length
+  calls only: with variable lengths PyTorch packs the sequence, and its packed CPU
+  backward is far slower than ours, see ``dispatch.prefer_torch_on_cpu``).  Not with
   recurrent dropout or a length-0 sequence (neither maps onto PyTorch's kernels), nor,
   on CPU, with a projection (oneDNN has none);
 * ``recurrent``: the hand-written recurrence (``lstm_recurrent.py``; native on CPU);
@@ -84,7 +86,8 @@ def plan(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
             native = library_for(FAMILY, device_type, dtype) is not None
         sc = None if batch is None else (lambda: calibrate.shape_class(
             kind, FAMILY, cell.input_size, cell.hidden_size, batch, dtype, grad))
-        if prefer_torch_on_cpu(sc, native=native, faster=faster, runners=_runners(cell, kind, batch)):
+        if prefer_torch_on_cpu(sc, native=native, faster=faster, runners=_runners(cell, kind, batch),
+                               mask=mask):
             return f"torch-{kind}"
     if cell.weight_hh is None:  # nothing reads h_{t-1}: a linear scan
         return "scan"

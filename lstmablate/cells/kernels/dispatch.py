@@ -13,7 +13,7 @@ without a GPU), and its ``forward`` runs it.  What every plan starts with is her
   calibrated choice of ``calibrate.py``) or ours.  A CPU call with variable lengths keeps
   ours: PyTorch runs it as a packed sequence, whose CPU backward is an ATen loop that
   zero-fills and adds a buffer of all the batch's tokens at every time step (measured on
-  BiDAF's training step: 3.8x slower; docs/performance.md).
+  BiDAF's whole training step took twice as long; docs/performance.md).
 """
 
 from __future__ import annotations

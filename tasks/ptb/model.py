@@ -16,6 +16,22 @@ uniform(±init_scale) (so b_f is uniform too: TF's ``forget_bias=0.0`` is added 
 run time to a uniformly initialised bias, i.e. it adds nothing), and lets a cell
 with a documented special initialisation (e.g. a ``forget_bias`` cell option)
 apply it.
+
+Options for the second-order report's protocol (Renganathan & Singh, 004 §5.3):
+
+* ``embedding_size``: an embedding size of its own (004: 128 for characters, 64 for
+  words) instead of the tutorial's ``hidden_size``; the encoder then reads it;
+* ``dropout_scope="softmax"``: dropout only "to the hidden state before passing it
+  through the softmax at each timestep" (004 §5.3), i.e. on the top layer's output:
+  not on the embedding, not between layers (the task then builds its encoder with
+  ``dropout=0``); ``"all"`` is the tutorial's three places;
+* ``init_weights(None)``: each module's PyTorch default (``nn.Embedding`` N(0, 1),
+  ``nn.Linear`` U(±1/sqrt(fan_in)), the cells their own default, U(±1/sqrt(H)) as
+  ``torch.nn.LSTM``) — the report is silent on initialisation and says its models
+  were implemented "from scratch in PyTorch";
+* ``lengths`` in :meth:`PTBLanguageModel.forward`: padded sentence batches; padded
+  positions never change the state (the encoder's masking) and their outputs are
+  the task's to ignore.
 """
 
 from __future__ import annotations
@@ -27,35 +43,58 @@ from torch import Tensor, nn
 
 State = tuple[Tensor, ...]
 
+#: where dropout goes: "all" = embedding output, between layers, top output (the tutorial);
+#: "softmax" = only the top layer's output, before the softmax (004 §5.3)
+DROPOUT_SCOPES = ("all", "softmax")
+
 
 class PTBLanguageModel(nn.Module):
     """Embedding -> encoder -> untied softmax layer, with a carried state."""
 
-    def __init__(self, vocab_size: int, hidden_size: int, encoder: nn.Module, dropout: float):
+    def __init__(self, vocab_size: int, hidden_size: int, encoder: nn.Module, dropout: float,
+                 embedding_size: int | None = None, dropout_scope: str = "all"):
         super().__init__()
+        if dropout_scope not in DROPOUT_SCOPES:
+            raise ValueError(f"dropout_scope must be one of {DROPOUT_SCOPES}, got {dropout_scope!r}")
         self.vocab_size, self.hidden_size = vocab_size, hidden_size
-        self.embedding = nn.Embedding(vocab_size, hidden_size)
+        self.embedding_size = hidden_size if embedding_size is None else embedding_size
+        self.embedding = nn.Embedding(vocab_size, self.embedding_size)
         self.encoder = encoder
         self.dropout = float(dropout)
+        self.dropout_scope = dropout_scope
         self.decoder = nn.Linear(encoder.output_size, vocab_size)
 
-    def init_weights(self, init_scale: float) -> None:
-        """uniform(±init_scale) for every parameter, then the cells' own hook (see module doc)."""
-        with torch.no_grad():
-            for p in self.parameters():
-                nn.init.uniform_(p, -init_scale, init_scale)
+    def init_weights(self, init_scale: float | None) -> None:
+        """uniform(±init_scale) for every parameter, then the cells' own hook (see module
+        doc); ``None``: every module's PyTorch default."""
+        if init_scale is None:
+            self.embedding.reset_parameters()
+            self.decoder.reset_parameters()
+        else:
+            with torch.no_grad():
+                for p in self.parameters():
+                    nn.init.uniform_(p, -init_scale, init_scale)
         reset = getattr(self.encoder, "reset_parameters", None)
         if reset is not None:
             reset(init_scale)
 
-    def forward(self, inputs: Tensor, state: State | None = None) -> tuple[Tensor, State]:
+    def forward(self, inputs: Tensor, state: State | None = None, lengths: Tensor | None = None,
+                select: Tensor | None = None) -> tuple[Tensor, State]:
         """``inputs`` (B, T) token ids -> logits (B, T, V) and the final state.
 
         ``state`` is the encoder's state layout: a tuple of (num_layers, B, size)
-        tensors (``h`` first, then e.g. ``c``); None starts from zeros.
+        tensors (``h`` first, then e.g. ``c``); None starts from zeros. ``lengths``
+        (B,): the true lengths of a right-padded batch (the final state is then each
+        sequence's state after its last real token); None: no padding. ``select``: a
+        (B, T) boolean mask; the logits are then those of the selected positions only,
+        (N, V) in row-major order (padded positions never reach the softmax layer).
         """
-        emb = nn.functional.dropout(self.embedding(inputs), self.dropout, self.training)
-        out, final = self.encoder(emb, None, state)
+        emb = self.embedding(inputs)
+        if self.dropout_scope == "all":  # the tutorial: dropout on the embedding output too
+            emb = nn.functional.dropout(emb, self.dropout, self.training)
+        out, final = self.encoder(emb, lengths, state)
+        if select is not None:
+            out = out[select]
         out = nn.functional.dropout(out, self.dropout, self.training)
         return self.decoder(out), final
 

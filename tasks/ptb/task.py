@@ -13,6 +13,11 @@ Model (:mod:`lstmablate_tasks.ptb.model`): embedding (hidden_size) ->
 ``make_encoder(hidden, hidden, num_layers=2, dropout=1-keep_prob)`` -> untied
 softmax; every parameter uniform(±init_scale); dropout on the embedding output,
 between layers and on the top layer's output, never on the recurrent state.
+For the second-order report (004 §5.3) ``model.embedding_size`` gives the embedding its
+own size, ``model.dropout_scope: softmax`` keeps dropout to the top output only, and
+``model.init: pytorch`` uses PyTorch's module defaults (:func:`build_language_model`;
+:func:`count_parameters` / ``python -m lstmablate_tasks.ptb.task RECIPE`` count a
+recipe's parameters without data).
 
 Carry: the encoder's final state, a tuple of ``(num_layers, batch_size, hidden)``
 tensors (``h`` first, then ``c`` for cells with a memory cell), detached after
@@ -24,17 +29,33 @@ time steps of the batch-mean NLL, i.e. ``num_steps`` x the mean token NLL, so
 that plain SGD at lr 1.0 trains as in the tutorial. The logged training loss
 is therefore on that scale; evaluation reports per-token averages.
 
+Sentences (``data.sentences: true``; the second-order report, Renganathan & Singh,
+004 §5.3 / §6.1; see :mod:`lstmablate_tasks.ptb.data` and docs/secondorder-lm.md):
+every line is a sequence of its own, ``<eos> t_1 .. t_n`` -> ``t_1 .. t_n <eos>``,
+scored from the zero state (no carry); a training epoch is the sentences in a random
+order drawn from the epoch's generator (the seed fixes it), ``batch_size`` sentences
+per batch, right-padded with their lengths given to the encoder; the loss is the mean
+NLL per real target token of the batch (padding contributes nothing). ``num_steps``
+is not used. ``data.max_chars: N`` cuts every *training* sentence to its first N
+characters (Table 3); valid and test are always whole sentences. valid and test are
+both scored whole, every sentence from zeros, in batches of ``eval.batch_size``.
+
 Metrics (every split, both levels): ``ppl`` = exp(mean NLL per token) — the
 primary metric, lower is better (at char level it is 2**bpc, so model
 selection is the same as by BPC); ``nll`` = mean nats per token; ``bpc`` = mean
 bits per token (bits per character at char level, log2 of the perplexity at
 word level); ``tokens`` = number of predictions scored; and
 ``eval_batch_size`` / ``eval_num_steps``, the protocol of that split (see
-:attr:`PTBTask.eval_protocol`).
+:attr:`PTBTask.eval_protocol`; ``eval_num_steps`` 0 = whole sentences), and in sentence
+mode ``sentences``, the number of sentences scored. The second-order report's metrics
+are ``bpc`` at character level and ``nll`` (its "average cross-entropy", nats per word,
+``<eos>`` counted as a word) at word level: both the total over every predicted token
+of the split divided by the number of tokens (not a mean of per-sentence means).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,11 +65,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from lstmablate.batching import BatchPlan, contiguous_groups
 from lstmablate.errors import ConfigError, DataError
 from lstmablate.task import Metric, StepOutput, Task
 
 from . import data as ptb_data
-from .model import PTBLanguageModel, detach_state, state_to
+from .model import DROPOUT_SCOPES, PTBLanguageModel, detach_state, state_to
 
 #: PTB's vocabulary size at each level (for the hint when ``data.vocab_size`` does not match).
 PTB_VOCAB_SIZES = {"word": 10_000, "char": 50}
@@ -63,11 +85,22 @@ class PTBData:
     # with <eos>); 0 = do not check
     vocab_size: int = 0
     verify: bool = True  # compare the files' checksums with the catalogue
+    # one sequence per line (padded batches of batch_size sentences, each from the zero
+    # state; the second-order report) instead of the tutorial's continuous stream
+    sentences: bool = False
+    # sentences only: cut every training sentence to its first N characters (004 Table 3;
+    # valid/test stay whole); 0 = no cut
+    max_chars: int = 0
 
     def validate(self) -> None:
         if self.level not in ptb_data.LEVELS:
             raise ConfigError(f"data.level must be one of {', '.join(ptb_data.LEVELS)}, "
                               f"got {self.level!r}")
+        if self.max_chars < 0:
+            raise ConfigError(f"data.max_chars must be >= 0 (0: whole sentences), got {self.max_chars}")
+        if self.max_chars and not self.sentences:
+            raise ConfigError(f"data.max_chars={self.max_chars} cuts sentences, so it needs "
+                              "data.sentences=true (the continuous stream has no sentences).")
         for name in ("batch_size", "num_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"data.{name} must be >= 1, got {getattr(self, name)}")
@@ -80,23 +113,46 @@ class PTBEval:
     # tokens per forward pass of the batch-1 test evaluation; any value gives the same
     # numbers as one token at a time (the model is deterministic in eval mode)
     chunk: int = 2000
+    # sentence mode: sentences per evaluation batch (0 = data.batch_size); any value gives
+    # the same numbers (every sentence is scored alone, padding masked)
+    batch_size: int = 0
 
     def validate(self) -> None:
         if self.chunk < 1:
             raise ConfigError(f"eval.chunk must be >= 1, got {self.chunk}")
+        if self.batch_size < 0:
+            raise ConfigError(f"eval.batch_size must be >= 0 (0: data.batch_size), got {self.batch_size}")
+
+
+#: model.init: "uniform" = every parameter uniform(±init_scale) (the tutorial); "pytorch" =
+#: each module's PyTorch default (the second-order report is silent; see model.py)
+INITS = ("uniform", "pytorch")
 
 
 @dataclass
 class PTBModel:
-    hidden_size: int = 200  # also the embedding size (tutorial)
+    hidden_size: int = 200  # also the embedding size (tutorial) unless embedding_size is set
     num_layers: int = 2
     dropout: float = 0.0  # 1 - keep_prob: embedding output, between layers, top output
     init_scale: float = 0.1  # every parameter uniform(±init_scale)
     cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
+    embedding_size: int = 0  # 0 = hidden_size (tutorial); 004: 128 (char), 64 (word)
+    # where `dropout` applies: all = embedding output, between layers, top output (tutorial);
+    # softmax = only the top layer's output before the softmax (004 §5.3)
+    dropout_scope: str = "all"
+    init: str = "uniform"  # uniform (±init_scale, tutorial) | pytorch (module defaults)
 
     def validate(self) -> None:
         if self.hidden_size < 1 or self.num_layers < 1:
             raise ConfigError("model.hidden_size and model.num_layers must be >= 1")
+        if self.embedding_size < 0:
+            raise ConfigError(f"model.embedding_size must be >= 0 (0: hidden_size), got "
+                              f"{self.embedding_size}")
+        if self.dropout_scope not in DROPOUT_SCOPES:
+            raise ConfigError(f"model.dropout_scope must be one of {', '.join(DROPOUT_SCOPES)}, "
+                              f"got {self.dropout_scope!r}")
+        if self.init not in INITS:
+            raise ConfigError(f"model.init must be one of {', '.join(INITS)}, got {self.init!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout (1 - keep_prob) must be in [0, 1), got {self.dropout}")
         if self.init_scale <= 0:
@@ -161,12 +217,52 @@ def sequential_logprobs(model: nn.Module, stream: Tensor, chunk: int) -> tuple[T
     return torch.arange(1, n + 1), (torch.cat(lps) if lps else torch.zeros(0, dtype=torch.float64))
 
 
-def perplexity_metrics(total_nll: float, n: int, batch_size: int, num_steps: int) -> dict[str, float]:
-    """The task's metrics from a summed NLL (nats) over ``n`` predictions."""
+@torch.no_grad()
+def sentence_logprobs(model: nn.Module, sentences: ptb_data.Sentences,
+                      batch_size: int) -> tuple[Tensor, Tensor]:
+    """(positions, log-probabilities) of every target of ``sentences``, each sentence scored
+    on its own from the zero state (the sentence protocol); sorted by stream position.
+
+    Sentences are batched longest first (less padding; the order changes no number since
+    padding is masked and every sentence starts from zeros).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    device = next(model.parameters()).device
+    order = sorted(range(len(sentences)), key=lambda i: -sentences.lengths[i])
+    pos, lps = [], []
+    for lo in range(0, len(order), batch_size):
+        idx = order[lo:lo + batch_size]
+        x, y, lengths = sentences.collate(idx)
+        lp, _ = _sentence_logprobs(model, x.to(device), y.to(device), lengths.to(device))
+        lps.append(lp.double().cpu())  # row by row: the order of positions() below
+        pos.append(torch.cat([sentences.positions(i) for i in idx]))
+    if not pos:
+        return torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.float64)
+    pos_t, lp_t = torch.cat(pos), torch.cat(lps)
+    perm = pos_t.argsort()
+    return pos_t[perm], lp_t[perm]
+
+
+def _sentence_logprobs(model: nn.Module, x: Tensor, y: Tensor, lengths: Tensor) -> tuple[Tensor, Any]:
+    """log p(y | x) of every real target of a padded sentence batch, (N,) in row-major order
+    (padding is never scored)."""
+    real = y != ptb_data.PAD_TARGET
+    logits, state = model(x, None, lengths, select=real)
+    return -nn.functional.cross_entropy(logits, y[real], reduction="none"), state
+
+
+def perplexity_metrics(total_nll: float, n: int, batch_size: int, num_steps: int,
+                       sentences: int | None = None) -> dict[str, float]:
+    """The task's metrics from a summed NLL (nats) over ``n`` predictions (``num_steps`` 0:
+    whole sentences, ``sentences`` of them)."""
     nll = total_nll / n if n else math.nan
-    return {"ppl": ptb_data.perplexity(nll), "nll": nll, "bpc": ptb_data.bits_per_char(nll),
-            "tokens": float(n), "eval_batch_size": float(batch_size),
-            "eval_num_steps": float(num_steps)}
+    out = {"ppl": ptb_data.perplexity(nll), "nll": nll, "bpc": ptb_data.bits_per_char(nll),
+           "tokens": float(n), "eval_batch_size": float(batch_size),
+           "eval_num_steps": float(num_steps)}
+    if sentences is not None:
+        out["sentences"] = float(sentences)
+    return out
 
 
 PREDICTIONS_HEADER = "position\ttoken\tlogprob"
@@ -194,7 +290,9 @@ def read_predictions(path: Path) -> dict[str, float]:
             raise DataError(f"{where(path, lineno)}: expected position<TAB>token<TAB>logprob, "
                             f"got {line!r}.") from None
         n += 1
-    return perplexity_metrics(total, n, int(meta.get("batch_size", 0)), int(meta.get("num_steps", 0)))
+    sentences = int(meta["sentences"]) if "sentences" in meta else None
+    return perplexity_metrics(total, n, int(meta.get("batch_size", 0)), int(meta.get("num_steps", 0)),
+                              sentences)
 
 
 class PTBTask(Task):
@@ -208,7 +306,13 @@ class PTBTask(Task):
         "the first predicted, state carried from zeros), computed in chunks of eval.chunk "
         "tokens, which gives the same numbers as one step at a time. Perplexity = exp(total NLL / "
         "tokens); no dropout. Reported as ppl, nll (nats/token), bpc (bits/token: bits per "
-        "character at char level), tokens, eval_batch_size, eval_num_steps."
+        "character at char level), tokens, eval_batch_size, eval_num_steps. With "
+        "data.sentences (the second-order report): valid and test alike, every line scored "
+        "whole and alone from the zero state, <eos> as its first input and its last target "
+        "(every token of the split predicted once), in padded batches of eval.batch_size "
+        "(no effect on the numbers); the metrics are totals over tokens (total NLL / tokens), "
+        "eval_num_steps = 0, plus sentences = the number of lines scored; data.max_chars "
+        "cuts only the training split."
     )
     DataConfig = PTBData
     ModelConfig = PTBModel
@@ -250,6 +354,18 @@ class PTBTask(Task):
         d = self.data_cfg
         self.corpus = ptb_data.load_corpus(self.data_dir, level=d.level, verify=d.verify,
                                            vocab=self.vocab, splits=tuple(splits))
+        if d.sentences:
+            # one sequence per line; max_chars cuts the training split only (004 §6.1)
+            self.sentences = {
+                split: ptb_data.Sentences(self.corpus.split(split), self.corpus.eos_id,
+                                          self.corpus.vocab, d.level,
+                                          d.max_chars if split == "train" else 0)
+                for split in splits}
+            if "train" in splits and len(self.sentences["train"]) == 0:
+                raise ConfigError(
+                    f"no training sentence is left after cutting at data.max_chars={d.max_chars} "
+                    f"(the training file {self.corpus.files.get('train')}); increase it.")
+            return
         # fail here, not after the model is built, if a split is too short to batch
         for split in ("train", self.dev_split):
             if split not in splits:
@@ -260,24 +376,31 @@ class PTBTask(Task):
                     f"the {split} split ({stream.numel()} tokens) gives no minibatch of "
                     f"batch_size={d.batch_size} x num_steps={d.num_steps}; decrease them.")
 
-    def train_plan(self, epoch: int, generator: torch.Generator) -> Sequence[tuple[Tensor, Tensor]]:
-        """The same contiguous minibatches every epoch (``generator`` is not used)."""
+    def train_plan(self, epoch: int, generator: torch.Generator) -> Sequence[Any]:
+        """Stream: the same contiguous minibatches every epoch (``generator`` is not used).
+        Sentences: the training sentences in the order of a permutation drawn from
+        ``generator``, cut into batches of ``batch_size`` (the last may be shorter)."""
         d = self.data_cfg
+        if d.sentences:
+            train = self.sentences["train"]
+            order = torch.randperm(len(train), generator=generator).tolist()
+            return BatchPlan(contiguous_groups(len(train), d.batch_size, order), train.collate)
         return ptb_data.StreamPlan(self.corpus.train, d.batch_size, d.num_steps)
 
     # -- model -------------------------------------------------------------------------
     def build_model(self, make_encoder) -> nn.Module:
-        m = self.model_cfg
-        enc = make_encoder(m.hidden_size, m.hidden_size, num_layers=m.num_layers,
-                           dropout=m.dropout, **m.cell_options)
-        model = PTBLanguageModel(self.corpus.vocab_size, m.hidden_size, enc, m.dropout)
-        model.init_weights(m.init_scale)
-        return model
+        return build_language_model(make_encoder, self.corpus.vocab_size, self.model_cfg)
 
     def init_carry(self, model: nn.Module) -> Any:
         return None  # zeros: the encoder's default initial state
 
-    def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor], carry: Any) -> StepOutput:
+    def loss(self, model: nn.Module, batch: tuple[Tensor, ...], carry: Any) -> StepOutput:
+        if len(batch) == 3:  # sentences: (x, y, lengths), each from the zero state, no carry
+            x, y, lengths = batch
+            real = y != ptb_data.PAD_TARGET  # padded positions never reach the softmax
+            logits, _ = model(x, None, lengths, select=real)
+            nll = nn.functional.cross_entropy(logits, y[real], reduction="mean")
+            return StepOutput(nll, None, float(real.sum()))  # mean NLL per real target token
         x, y = batch
         logits, final = model(x, state_to(carry, x.device))
         nll = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
@@ -286,15 +409,20 @@ class PTBTask(Task):
         return StepOutput(loss, detach_state(final), float(y.numel()))
 
     def _logprobs(self, model: nn.Module, split: str) -> tuple[Tensor, Tensor, int, int]:
-        """(positions, log-probabilities, batch size, num_steps) of ``split``'s protocol."""
+        """(positions, log-probabilities, batch size, num_steps) of ``split``'s protocol
+        (num_steps 0: whole sentences)."""
         stream = self.corpus.split(split)
         was_training = model.training
         model.eval()
         try:
+            d = self.data_cfg
+            if d.sentences:
+                bs = self.eval_cfg.batch_size or d.batch_size
+                pos, lp = sentence_logprobs(model, self.sentences[split], bs)
+                return pos, lp, bs, 0
             if split == self.test_split:
                 pos, lp = sequential_logprobs(model, stream, self.eval_cfg.chunk)
                 return pos, lp, 1, 1
-            d = self.data_cfg
             pos, lp = stream_logprobs(model, stream, d.batch_size, d.num_steps)
             return pos, lp, d.batch_size, d.num_steps
         finally:
@@ -303,7 +431,10 @@ class PTBTask(Task):
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str, *, final: bool = False) -> dict[str, float]:
         _, lp, bs, ns = self._logprobs(model, split)
-        return perplexity_metrics(-float(lp.sum()), lp.numel(), bs, ns)
+        return perplexity_metrics(-float(lp.sum()), lp.numel(), bs, ns, self._num_sentences(split))
+
+    def _num_sentences(self, split: str) -> int | None:
+        return len(self.sentences[split]) if self.data_cfg.sentences else None
 
     @torch.no_grad()
     def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:
@@ -315,8 +446,10 @@ class PTBTask(Task):
         pos, lp, bs, ns = self._logprobs(model, split)
         stream = self.corpus.split(split).tolist()
         vocab = self.corpus.vocab
+        n_sent = self._num_sentences(split)
         lines = [f"# lstmablate ptb predictions split={split} level={self.corpus.level} "
-                 f"batch_size={bs} num_steps={ns}", PREDICTIONS_HEADER]
+                 f"batch_size={bs} num_steps={ns}"
+                 + (f" sentences={n_sent}" if n_sent is not None else ""), PREDICTIONS_HEADER]
         lines += [f"{p}\t{vocab[stream[p]]}\t{v:.17g}" for p, v in zip(pos.tolist(), lp.tolist())]
         atomic_write_text(path, "\n".join(lines) + "\n")
         return read_predictions(Path(path))
@@ -344,3 +477,49 @@ class PTBTask(Task):
         device = next(model.parameters()).device
         emb = model.embedding(torch.tensor([[stoi[t] for t in tokens]], device=device))
         return model.encoder, emb, tokens
+
+
+def build_language_model(make_encoder, vocab_size: int, m: PTBModel) -> PTBLanguageModel:
+    """The language model of config ``m`` over ``vocab_size`` tokens (see model.py)."""
+    emb = m.embedding_size or m.hidden_size
+    between = m.dropout if m.dropout_scope == "all" else 0.0  # 004: dropout before the softmax only
+    enc = make_encoder(emb, m.hidden_size, num_layers=m.num_layers, dropout=between,
+                       **m.cell_options)
+    model = PTBLanguageModel(vocab_size, m.hidden_size, enc, m.dropout, embedding_size=emb,
+                             dropout_scope=m.dropout_scope)
+    model.init_weights(m.init_scale if m.init == "uniform" else None)
+    return model
+
+
+def count_parameters(cell: str, model_cfg: PTBModel, level: str) -> int:
+    """Trainable parameters of the language model of ``model_cfg`` with ``cell`` over PTB's
+    vocabulary at ``level`` (10,000 words / 50 characters, ``<eos>`` included); builds the
+    model, reads no data."""
+    from lstmablate.cells import build_encoder
+
+    make = functools.partial(build_encoder, cell)
+    model = build_language_model(make, PTB_VOCAB_SIZES[level], model_cfg)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def recipe_parameter_counts(recipe: str) -> list[tuple[str, str, int, int, int]]:
+    """``(experiment, cell, hidden_size, num_layers, parameters)`` of every run of a PTB recipe
+    (its grid points and cells, each with its cell_overrides); reads no data."""
+    from lstmablate.config import grid_points, load_recipe, resolve_config
+
+    name, r = load_recipe(recipe)
+    rows = []
+    for experiment, overrides, _ in grid_points(name, r):
+        for cell in r.get("cells") or []:
+            cfg = resolve_config(PTBTask, cell, recipe=recipe, overrides=overrides)
+            rows.append((experiment, cell, cfg.model.hidden_size, cfg.model.num_layers,
+                         count_parameters(cell, cfg.model, cfg.data.level)))
+    return rows
+
+
+if __name__ == "__main__":  # python -m lstmablate_tasks.ptb.task RECIPE ...: parameter counts
+    import sys
+
+    for _recipe in sys.argv[1:]:
+        for _row in recipe_parameter_counts(_recipe):
+            print("{}\t{}\th={}\tlayers={}\t{:,}".format(*_row))

@@ -295,6 +295,9 @@ class Row:
     entries: list[Any]
     shortened: bool = False
     seeds: int = 0  # finished runs
+    # columns (indices) of an experiment whose recipe does not list this cell and that has
+    # no run of it: shown as "—" (not part of that experiment), unlike "missing"
+    not_run: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -384,14 +387,16 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
                 columns.append((exp, Column(label if several else "", m, True)))
     rows = []
     for cell in cells:
-        entries = []
-        for exp, col in columns:
+        entries, not_run = [], set()
+        for j, (exp, col) in enumerate(columns):
             if col.paper:
                 entries.append((exp.expect.reference.get(cell) or {}).get(col.metric.name))
             else:
                 entries.append(_ours(exp.runs_of(cell, "finished"), col.metric))
+                if exp.expect.cells and cell not in exp.expect.cells and not exp.runs_of(cell):
+                    not_run.add(j)
         finished = [r for _, exp in groups for r in exp.runs_of(cell, "finished")]
-        rows.append(Row(cell, entries, any(r.shortened for r in finished), len(finished)))
+        rows.append(Row(cell, entries, any(r.shortened for r in finished), len(finished), not_run))
     all_finished = [r for _, exp in groups for r in exp.runs if r.status == "finished"]
     tasks = sorted({exp.task for _, exp in groups})
     test_splits = []

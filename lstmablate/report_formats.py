@@ -29,6 +29,8 @@ from .task import get_task
 
 FORMATS = ("markdown", "latex", "csv", "json")
 CHECKPOINTS = {"best": "best-dev", "last": "last (end of training)"}
+NOT_RUN_LEGEND = ("— in our columns: the cell is not part of that experiment (its recipe does not "
+                  "list it); `missing`: listed, but no finished run.")
 
 
 def render_report(runs_dir: Path, table: str | None = None, fmt: str = "markdown") -> str:
@@ -66,15 +68,17 @@ def markdown_table(table: Table) -> str:
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in table.rows:
         cells = [f"`{row.cell}`" + (" †" if row.shortened else "")]
-        for col, entry in zip(table.columns, row.entries):
+        for j, (col, entry) in enumerate(zip(table.columns, row.entries)):
             if col.paper:
                 cells.append(str(entry) if entry is not None else "—")
             else:
-                cells.append(format_stat(entry, col.metric.fmt))
+                cells.append("—" if j in row.not_run else format_stat(entry, col.metric.fmt))
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     if any(r.shortened for r in table.rows):
         lines.append("† includes shortened runs (`train.max_steps` set): not the full protocol.")
+    if any(r.not_run for r in table.rows):
+        lines.append(NOT_RUN_LEGEND)
     lines += [f"Paper numbers: {src}." for src in table.sources]
     lines += [f"- {n}" for n in table.notes]
     lines += [f"- training time per run{f' ({group})' if group else ''}, mean over finished "
@@ -162,6 +166,8 @@ def latex_table(table: Table) -> str:
                "best of each column in bold.")
     if any(r.shortened for r in table.rows):
         caption += r" \dag{} includes shortened runs (\texttt{train.max\_steps} set)."
+    if any(r.not_run for r in table.rows):
+        caption += " " + tex_escape(NOT_RUN_LEGEND.replace("`", ""))
     for src in table.sources:
         caption += f" Paper numbers: {tex_escape(src)}."
     lines = ["% lstmablate report; needs \\usepackage{booktabs} in the preamble",
@@ -183,6 +189,7 @@ def latex_table(table: Table) -> str:
         cells = [rf"\texttt{{{tex_escape(row.cell)}}}" + (r"\textsuperscript{\dag}" if row.shortened else "")]
         for j, (col, entry) in enumerate(zip(table.columns, row.entries)):
             cells.append(_tex_paper(entry, i in best[j]) if col.paper
+                         else "--" if j in row.not_run
                          else _tex_stat(entry, col.metric.fmt, i in best[j]))
         lines.append(" & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]

@@ -132,6 +132,28 @@ def test_table_of_several_experiments_spans_its_groups(runs):
     assert row.count(r"\textit{missing}") == 2  # m=3 has no run
 
 
+def test_cell_outside_an_experiment_is_a_dash_not_missing(runs, tmp_path):
+    """A table over two experiments: `solo` lists only lstm and has no runs. Its lstm is
+    `missing` (expected, not run); its lstm-srnn is "—" (not part of that experiment)."""
+    solo = tmp_path / "solo.yaml"
+    solo.write_text(TINY_DYCK.replace("experiment: tiny", "experiment: solo")
+                    .replace("cells: [lstm, lstm-srnn]", "cells: [lstm]"))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"table:\n  title: Two\n  experiments: [{runs['recipe']}, {solo}]\n"
+                    f"  labels: {{tiny: A, solo: B}}\n  metrics: [accuracy]\n")
+    md = render_report(runs["out"], table=str(spec), fmt="markdown")
+    rows = {m.group(1): [c.strip() for c in line.split("|")[2:-1]]
+            for line in md.splitlines() if (m := re.match(r"\| `([^`]+)`", line))}
+    # columns: A ours, A paper, B ours, B paper
+    assert rows["lstm"][2] == "missing" and rows["lstm-srnn"][2] == "—"
+    assert re.match(r"\d+\.\d ± \d+\.\d \(n=2\)", rows["lstm"][0])
+    assert re.match(r"\d+\.\d \(n=1\)", rows["lstm-srnn"][0])
+    assert "not part of that experiment" in md
+    tex = render_report(runs["out"], table=str(spec), fmt="latex")
+    assert _tex_row(tex, "lstm-srnn").count(r"\textit{missing}") == 0
+    assert _tex_row(tex, "lstm").count(r"\textit{missing}") == 1
+
+
 def _compile(tmp_path, body: str) -> subprocess.CompletedProcess:
     doc = tmp_path / "doc.tex"
     doc.write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"

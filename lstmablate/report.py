@@ -139,15 +139,18 @@ class Expectations:
     seeds: dict[str, list[int]] = field(default_factory=dict)  # cell -> seeds
     reference: dict[str, dict[str, Any]] = field(default_factory=dict)  # cell -> metric -> number
     reference_source: str = ""
+    test_checkpoint: str = ""  # the recipe's train.test_checkpoint ("" = the trainer's default)
 
     @classmethod
     def of(cls, recipe: dict[str, Any]) -> Expectations:
         """From a recipe mapping (or an old config.yaml, which held the same keys)."""
         cells = [str(c) for c in recipe.get("cells") or []]
         reference = recipe.get("reference") or {}
+        train = recipe.get("train") if isinstance(recipe.get("train"), dict) else {}
         return cls(cells, {c: recipe_seeds(recipe, c) for c in cells},
                    {str(c): dict(v) for c, v in reference.items() if isinstance(v, dict)},
-                   str(recipe.get("reference_source") or ""))
+                   str(recipe.get("reference_source") or ""),
+                   str(train.get("test_checkpoint") or ""))
 
 
 class RecipeLookup:
@@ -407,7 +410,8 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
             test_splits.append("test")
     table = Table(
         title=title, tasks=tasks, test_splits=sorted(set(test_splits)),
-        checkpoints=sorted({str(r.result.get("test_checkpoint", "best")) for r in all_finished}) or ["best"],
+        checkpoints=sorted({str(r.result.get("test_checkpoint", "best")) for r in all_finished})
+        or sorted({exp.expect.test_checkpoint for _, exp in groups} - {""}) or ["best"],
         columns=[c for _, c in columns], rows=rows,
         groups=list(dict.fromkeys(label for label, _ in groups)) if several else [],
         sources=sorted({exp.expect.reference_source for _, exp in groups if exp.expect.reference_source}))

@@ -154,6 +154,16 @@ def test_cell_outside_an_experiment_is_a_dash_not_missing(runs, tmp_path):
     assert _tex_row(tex, "lstm").count(r"\textit{missing}") == 1
 
 
+def test_checkpoint_named_from_the_recipe_before_any_run_finished(runs, tmp_path):
+    solo = tmp_path / "solo.yaml"
+    solo.write_text(TINY_DYCK.replace("experiment: tiny", "experiment: solo")
+                    .replace("  patience: 0\n", "  patience: 0\n  test_checkpoint: last\n"))
+    md = render_report(runs["out"], table=str(solo), fmt="markdown")
+    assert "test split of the last (end of training) checkpoint" in md
+    assert "test split of the best-dev checkpoint" in render_report(
+        runs["out"], table="tiny", fmt="markdown")
+
+
 def _compile(tmp_path, body: str) -> subprocess.CompletedProcess:
     doc = tmp_path / "doc.tex"
     doc.write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"

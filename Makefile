@@ -108,6 +108,7 @@ reproduce-table4-cpu:
 reproduce-secondorder:
 	$(PY) -m lstmablate sweep secondorder-table2$(if $(CPU),-cpu) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
 	$(PY) -m lstmablate sweep secondorder-table3$(if $(CPU),-cpu) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
+	$(if $(CPU),,$(PY) -m lstmablate sweep secondorder-char-1layer-matched --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS))
 	$(PY) -m lstmablate report $(RUNS) --table secondorder-table2-char$(if $(CPU),-cpu)
 	$(PY) -m lstmablate report $(RUNS) --table secondorder-table2-word$(if $(CPU),-cpu)
 	$(PY) -m lstmablate report $(RUNS) --table secondorder-table3$(if $(CPU),-cpu)

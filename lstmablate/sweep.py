@@ -21,6 +21,7 @@ from rich.console import Console
 
 from .config import grid_points, load_recipe, recipe_seeds
 from .errors import ConfigError, UserError
+from .runlock import lock_holder
 from .runs import RunFiles, run_dir
 
 
@@ -116,18 +117,50 @@ def run_status(item: SweepItem) -> str:
     return "interrupted" if files.last.exists() else "not started"
 
 
+def claim(item: SweepItem, console: Console, busy: list[str]) -> SweepItem | None:
+    """Just before a run starts: None if it finished since the plan was made, or if another
+    process is training it now (its holder appended to ``busy``: the sweep leaves it alone
+    rather than fail on its lock); else the item, marked to resume if it was started since."""
+    files = RunFiles(item.run_dir)
+    if files.is_finished():
+        console.print(f"finished meanwhile (elsewhere): {item.run_dir}", highlight=False)
+        return None
+    holder = lock_holder(item.run_dir)
+    if holder:
+        busy.append(f"{item.run_dir} ({holder})")
+        console.print(f"[yellow]left alone[/] {item.run_dir}: being trained by {holder}",
+                      highlight=False)
+        return None
+    return replace(item, started=files.config.exists())
+
+
+def _report_busy(busy: list[str], console: Console) -> None:
+    if busy:
+        console.print(f"[yellow]{len(busy)} run(s) were being trained by other processes and were "
+                      "left to them[/]: " + "; ".join(busy) + ". Run the same sweep command again "
+                      "after they end to check that every run finished.", highlight=False)
+
+
 def run_sweep(plan: list[SweepItem], console: Console | None = None, jobs: int = 1) -> None:
     """Run the unfinished runs of ``plan``; raises SweepInterrupted (Ctrl-C) or UserError
-    (failed runs), naming every run that did not finish."""
+    (failed runs), naming every run that did not finish.  A run that another process is
+    training (its lock is held) is left to that process and named at the end."""
     from .runner import train_run
 
     console = console or Console(stderr=True)
     todo = [it for it in plan if not it.finished]
     console.print(f"sweep: {len(plan)} runs, {len(plan) - len(todo)} finished, {len(todo)} to run")
+    busy: list[str] = []
     if jobs > 1:
-        _run_parallel(todo, console, jobs)
+        try:
+            _run_parallel(todo, console, jobs, busy)
+        finally:
+            _report_busy(busy, console)
         return
     for i, it in enumerate(todo, 1):
+        it = claim(it, console, busy)
+        if it is None:
+            continue
         console.print(f"[bold]({i}/{len(todo)})[/] {it.command}", highlight=False)
         outcome = train_run(it.task, it.cell, recipe=it.recipe, overrides=it.overrides, seed=it.seed,
                             experiment=it.experiment,
@@ -138,9 +171,10 @@ def run_sweep(plan: list[SweepItem], console: Console | None = None, jobs: int =
                 f"sweep interrupted: {it.run_dir} was interrupted (its progress is saved) and "
                 f"{len(todo) - i} run(s) were not started. Run the same sweep command again to "
                 "continue: finished runs are skipped, interrupted ones resumed.")
+    _report_busy(busy, console)
 
 
-def _run_parallel(todo: list[SweepItem], console: Console, jobs: int) -> None:
+def _run_parallel(todo: list[SweepItem], console: Console, jobs: int, busy: list[str]) -> None:
     """Up to ``jobs`` runs at once, each a ``lstmablate train`` subprocess logging to
     ``<run dir>.log``; threads per run default to the cores divided among the jobs.  A run's
     status is read from its directory when its process ends; Ctrl-C (or a run that was
@@ -153,7 +187,9 @@ def _run_parallel(todo: list[SweepItem], console: Console, jobs: int) -> None:
     try:
         while pending or running:
             while pending and len(running) < jobs and not interrupted:
-                it = pending.pop(0)
+                it = claim(pending.pop(0), console, busy)
+                if it is None:
+                    continue
                 log_path = it.run_dir.with_name(it.run_dir.name + ".log")
                 log_path.parent.mkdir(parents=True, exist_ok=True)
                 log = open(log_path, "a", encoding="utf-8")

@@ -138,6 +138,53 @@ def test_interrupted_sequential_sweep_exits_non_zero(tmp_path, tiny_recipe, monk
         S.run_sweep(S.plan_sweep(str(tiny_recipe), tmp_path / "runs"), console=QUIET)
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_sweep_leaves_a_run_that_another_process_trains_and_names_it(tmp_path, tiny_recipe,
+                                                                      monkeypatch, jobs):
+    """One run is locked by someone else (an open RunLock here) and one finished after the
+    plan was made: the sweep starts neither, names the locked one, and runs the rest."""
+    import io
+
+    from lstmablate import runner, sweep as S
+
+    plan = S.plan_sweep(str(tiny_recipe), tmp_path / "runs")  # lstm 1, 2; lstm-srnn 1, 2
+    locked, done_meanwhile = plan[1].run_dir, plan[2].run_dir
+    done_meanwhile.mkdir(parents=True)
+    (done_meanwhile / "result.json").write_text("{}")
+    (done_meanwhile / "config.yaml").write_text("task: dyck\n")
+    started = []
+    if jobs == 1:
+        monkeypatch.setattr(runner, "train_run", lambda task, cell, seed, **k: (
+            started.append((cell, seed)), runner.TrainOutcome(tmp_path, None, False))[1])
+    else:
+        class Child:  # a `lstmablate train` that finishes at once
+            def __init__(self, argv, **kw):
+                cell, seed = argv[argv.index("--cell") + 1], int(argv[argv.index("--seed") + 1])
+                started.append((cell, seed))
+                run = Path(argv[argv.index("--out") + 1]) / "tiny" / cell / f"seed-{seed}"
+                run.mkdir(parents=True, exist_ok=True)
+                (run / "result.json").write_text("{}")
+                (run / "config.yaml").write_text("task: dyck\n")
+                self.returncode = 0
+
+            def poll(self):
+                return 0
+
+            def wait(self):
+                return 0
+
+        monkeypatch.setattr(S.subprocess, "Popen", Child)
+    out = io.StringIO()
+    with RunLock(locked):
+        assert lock_holder(locked)
+        S.run_sweep(plan, console=Console(file=out, width=400), jobs=jobs)
+    text = " ".join(out.getvalue().split())
+    assert sorted(started) == [("lstm", 1), ("lstm-srnn", 2)]
+    assert f"left alone {locked}: being trained by PID {os.getpid()}" in text
+    assert f"finished meanwhile (elsewhere): {done_meanwhile}" in text
+    assert "1 run(s) were being trained by other processes and were left to them" in text
+
+
 # ------------------------------------------------------------------ every value validated
 
 

@@ -178,7 +178,7 @@ def train_run(
             env = environment(dev, torch.get_num_threads())
             env["world_size"] = dist.world_size
             env["deterministic"] = note
-            write_env(files, env)
+            write_env(files, env, resume=start.resume)
             if saved is None:
                 write_artefacts(files, artefacts)
         distributed.barrier(dist)

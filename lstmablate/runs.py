@@ -1,7 +1,8 @@
 """The runs layout: ``runs/<experiment>/<cell>/seed-<n>/``.
 
 Each run directory holds ``config.yaml`` (the fully resolved config),
-``env.json`` (versions, git commit, device, threads, command line),
+``env.json`` (versions, git commit, device, threads, command line; on a resume the
+earlier segments' under ``"earlier"``),
 ``metrics.jsonl`` (one line per evaluation), ``result.json`` (best-dev and
 test metrics), the checkpoints ``last.pt`` / ``best.pt`` and ``artefacts/``
 (one JSON file per thing the task built from the training data, e.g. its
@@ -212,7 +213,18 @@ def write_config(files: RunFiles, cfg: RunConfig) -> None:
     atomic_write_yaml(files.config, cfg.to_dict())
 
 
-def write_env(files: RunFiles, env: dict[str, Any]) -> None:
+def write_env(files: RunFiles, env: dict[str, Any], *, resume: bool = False) -> None:
+    """Write ``env.json``.  On a resume the environments of the run's earlier segments are
+    kept, oldest first, under ``"earlier"``: a run trained across sessions, commits or
+    machines says so instead of showing only the last one."""
+    if resume and files.env.exists():
+        try:
+            old = json.loads(files.env.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            old = {"unreadable": f"the earlier {files.env.name} could not be read ({e})"}
+        if isinstance(old, dict):
+            earlier = old.pop("earlier", [])
+            env["earlier"] = [*(earlier if isinstance(earlier, list) else []), old]
     atomic_write_json(files.env, env)
 
 

@@ -126,6 +126,35 @@ def test_resume_after_the_recipe_reference_numbers_changed(tiny_recipe, tmp_path
     assert resumed.result["steps"] == 4
 
 
+def test_resume_keeps_the_environment_of_every_earlier_segment(tiny_recipe, tmp_path):
+    """env.json of a resumed run: the new segment's environment on top, the earlier ones
+    (oldest first) under "earlier", so a commit or machine change mid-run stays visible; an
+    unreadable earlier env.json is noted, never a reason to refuse the resume."""
+    out = tmp_path / "runs"
+    first = train_dyck(tiny_recipe, out, overrides=["train.max_steps=4"])
+    env_path = first.run_dir / "env.json"
+    env = json.loads(env_path.read_text())
+    assert "earlier" not in env
+    env["git"] = {"commit": "1" * 40, "dirty": False}  # as if trained at another commit
+    env_path.write_text(json.dumps(env))
+    train_dyck(tiny_recipe, out, overrides=["train.max_steps=4"], resume=True)
+    second = json.loads(env_path.read_text())
+    assert [e["git"]["commit"] for e in second["earlier"]] == ["1" * 40]
+    assert "earlier" not in second["earlier"][0]
+    assert second["command"] and "started" in second
+    train_dyck(tiny_recipe, out, overrides=["train.max_steps=4"], resume=True)
+    third = json.loads(env_path.read_text())
+    assert [e["git"]["commit"] for e in third["earlier"]] == \
+        ["1" * 40, second["git"]["commit"]]
+    env_path.write_text("{not json")
+    train_dyck(tiny_recipe, out, overrides=["train.max_steps=4"], resume=True)
+    fourth = json.loads(env_path.read_text())
+    assert len(fourth["earlier"]) == 1 and "could not be read" in fourth["earlier"][0]["unreadable"]
+    # a fresh start (--force) begins a new history
+    train_dyck(tiny_recipe, out, overrides=["train.max_steps=4"], force=True)
+    assert "earlier" not in json.loads(env_path.read_text())
+
+
 def test_an_old_run_folder_migrates(tiny_recipe, tmp_path):
     """A run saved before eval options had their own section, with recipe metadata in its
     config and no artefacts folder, still resumes and evaluates."""

@@ -10,6 +10,8 @@ batches it already trained on.
 :func:`token_budget_batches` is the generic length-bucketed batching of
 parsers and translation systems: examples of similar length together, about
 ``max_tokens`` tokens per batch, batches in random order.
+:func:`pooled_batches` keeps a fixed number of examples per batch and buckets
+them by length within pools (torchtext's ``pool`` order, which OpenNMT-py used).
 """
 
 from __future__ import annotations
@@ -75,3 +77,29 @@ def token_budget_batches(lengths: Sequence[int], max_tokens: int, generator: tor
         groups.append(cur)
     perm = torch.randperm(len(groups), generator=generator).tolist()
     return [groups[j] for j in perm]
+
+
+def pooled_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator,
+                   pool_batches: int = 100) -> list[list[int]]:
+    """One epoch of ``batch_size``-example batches in torchtext's ``pool`` order.
+
+    The examples are shuffled; the shuffled list is cut into pools of
+    ``pool_batches * batch_size`` examples; each pool is sorted by length (stably) and cut
+    into batches of ``batch_size`` (the epoch's last batch may be smaller); the batches of
+    a pool are shuffled and emitted pool by pool.  Every example is in exactly one batch;
+    the order is fixed by ``generator``.  Padding stays near zero (a batch's examples are
+    neighbours in length) while the batch order stays random.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if pool_batches < 1:
+        raise ValueError(f"pool_batches must be >= 1, got {pool_batches}")
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    pool = batch_size * pool_batches
+    groups: list[list[int]] = []
+    for lo in range(0, len(order), pool):
+        chunk = sorted(order[lo:lo + pool], key=lambda i: lengths[i])  # stable
+        batches = [chunk[j:j + batch_size] for j in range(0, len(chunk), batch_size)]
+        perm = torch.randperm(len(batches), generator=generator).tolist()
+        groups.extend(batches[j] for j in perm)
+    return groups

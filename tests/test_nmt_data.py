@@ -174,21 +174,18 @@ def test_real_vocab_sizes_are_below_the_cap(real_data_dir):
 
 # ---------------------------------------------------------------- batches
 
-def test_pooled_batches_are_torchtexts_order():
-    lengths = [(i * 7919) % 23 + 1 for i in range(1000)]
-    g = lambda: torch.Generator().manual_seed(5)  # noqa: E731
-    groups = pooled_batches(lengths, 8, g(), pool_batches=10)
-    assert groups == pooled_batches(lengths, 8, g(), pool_batches=10)  # fixed by the generator
-    assert groups != pooled_batches(lengths, 8, torch.Generator().manual_seed(6), pool_batches=10)
-    assert sorted(i for grp in groups for i in grp) == list(range(1000))
-    assert [len(grp) for grp in groups].count(8) == len(groups)  # 1000 = 125 x 8
-    # each pool of 80 examples is sorted by length: every batch is a contiguous length range
-    # of its pool, so the batches of a pool, ordered, never overlap in length
-    for p in range(0, len(groups), 10):
-        pool = sorted(groups[p:p + 10], key=lambda grp: [lengths[i] for i in grp])
-        flat = [lengths[i] for grp in pool for i in sorted(grp, key=lambda i: lengths[i])]
-        assert flat == sorted(flat)
-    assert POOL_BATCHES == 100
+def test_training_batches_are_torchtexts_pools_of_100_batches():
+    """OpenNMT-py's order: the core's pooled_batches (tested in test_batching.py) over the
+    kept pairs' source lengths, torchtext's 100 batches per pool."""
+    task = NMTTask(NMTData(verify=False, batch_size=3), NMTModelConfig(), FIXTURES)
+    task.use_artefacts(task.build_artefacts())
+    task.setup(["train"])
+    sd = task.splits["train"]
+    plan = task.train_plan(4, torch.Generator().manual_seed(4))
+    want = pooled_batches([len(sd.src_ids[i]) for i in sd.ppl_index], 3,
+                          torch.Generator().manual_seed(4), POOL_BATCHES)
+    assert POOL_BATCHES == 100 and plan.groups == [[sd.ppl_index[j] for j in g] for g in want]
+    assert sorted(i for g in plan.groups for i in g) == sorted(sd.ppl_index)
 
 
 def test_collate_pads_and_shifts():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lstmablate.batching import BatchPlan
+from lstmablate.batching import BatchPlan, pooled_batches
 from lstmablate.cells import build_encoder
 from lstmablate.config import available_recipes, load_recipe, resolve_config
 from lstmablate.errors import ConfigError
@@ -39,11 +39,11 @@ def ptb_dir(tmp_path: Path) -> Path:
 
 
 def make_task(data_dir: Path, level: str = "word", cell: str = "lstm", batch_size: int = 2,
-              max_chars: int = 0, eval_batch: int = 0, **model):
+              max_chars: int = 0, eval_batch: int = 0, length_pool: int = 0, **model):
     model = {"hidden_size": 8, "num_layers": 2, "embedding_size": 6, "dropout": 0.25,
              "dropout_scope": "softmax", "init": "pytorch", **model}
     task = PTBTask(PTBData(level=level, batch_size=batch_size, sentences=True, max_chars=max_chars,
-                           verify=False), PTBModel(**model), data_dir, eval_cfg=PTBEval(batch_size=eval_batch))
+                           length_pool=length_pool, verify=False), PTBModel(**model), data_dir, eval_cfg=PTBEval(batch_size=eval_batch))
     task.use_artefacts(task.build_artefacts())
     task.setup()
     torch.manual_seed(0)
@@ -179,6 +179,32 @@ def test_the_seed_fixes_the_sentence_order_and_every_sentence_is_in_each_epoch(p
     assert len(orders) > 1  # seeds and epochs shuffle
 
 
+def test_length_pools_bucket_the_same_sentences_by_length(ptb_dir):
+    """data.length_pool: every training sentence once per epoch, in torchtext's pool order
+    (pooled_batches over the sentence lengths), fixed by the seed, shorter padded batches."""
+    lines = TRAIN + [" " + " ".join(["the"] * n) + " " for n in (1, 9, 2, 8, 3, 7, 4)]
+    (ptb_dir / "ptb" / "ptb.train.txt").write_text("".join(f"{line}\n" for line in lines))
+    task, _ = make_task(ptb_dir, batch_size=3, length_pool=2)
+    train = task.sentences["train"]
+    plan = task.train_plan(2, data_generator(1, 2))
+    assert plan.groups == pooled_batches(train.lengths, 3, data_generator(1, 2), 2)
+    assert sorted(i for g in plan.groups for i in g) == list(range(len(lines)))
+    assert plan.groups == task.train_plan(2, data_generator(1, 2)).groups
+    assert plan.groups != task.train_plan(3, data_generator(1, 3)).groups
+    padded = lambda p: sum(p[i][0].numel() for i in range(len(p)))  # noqa: E731
+    plain, _ = make_task(ptb_dir, batch_size=3)
+    random_plans = [plain.train_plan(e, data_generator(1, e)) for e in range(1, 6)]
+    pooled_plans = [task.train_plan(e, data_generator(1, e)) for e in range(1, 6)]
+    assert sum(map(padded, pooled_plans)) < sum(map(padded, random_plans))
+    x, y, lengths = plan[0]  # a pooled batch is an ordinary padded batch of its sentences
+    assert torch.equal(x, train.collate(plan.groups[0])[0]) and lengths.tolist() == [
+        train.lengths[i] for i in plan.groups[0]]
+    with pytest.raises(ConfigError, match="length_pool must be >= 0"):
+        PTBData(sentences=True, length_pool=-1).validate()
+    with pytest.raises(ConfigError, match="needs data.sentences=true"):
+        PTBData(length_pool=100).validate()
+
+
 def test_metrics_are_totals_over_tokens_and_predictions_agree(ptb_dir, tmp_path):
     task, model = make_task(ptb_dir, level="char", eval_batch=1)
     m = task.evaluate(model, "test")
@@ -225,7 +251,7 @@ def test_a_few_adam_steps_lower_the_sentence_loss(ptb_dir):
 
 def test_the_stream_mode_is_unchanged_by_default():
     d = PTBData()
-    assert (d.sentences, d.max_chars) == (False, 0)
+    assert (d.sentences, d.max_chars, d.length_pool) == (False, 0, 0)
     m = PTBModel()
     assert (m.embedding_size, m.dropout_scope, m.init) == (0, "all", "uniform")
 
@@ -295,6 +321,9 @@ def test_every_recipe_is_the_reports_protocol_at_its_budget(name):
             assert m.hidden_size == TABLE1_SIZES[(d.level, cell, m.num_layers)]
         if "cut" in name:
             assert d.max_chars == int(name.split("cut")[1].split("-")[0])
+        # pooled batches (ours), except in the two word stand-ins measured before the option
+        assert d.length_pool == (0 if name in ("secondorder-word-1layer-cpu",
+                                               "secondorder-word-2layer-cpu") else 100)
     for experiment, cell, h, layers, n in recipe_parameter_counts(name):
         level = resolve_config(PTBTask, cell, recipe=name).data.level
         budget = CPU_CHAR_BUDGET if cpu and level == "char" else BUDGETS[level]

@@ -20,26 +20,13 @@ from collections.abc import Sequence
 
 import torch
 
+from lstmablate.batching import pooled_batches
+
 __all__ = ["POOL_BATCHES", "pooled_batches", "collate", "length_sorted_groups"]
 
-#: torchtext.data.pool sorts chunks of this many batches
+#: torchtext.data.pool sorts chunks of this many batches (the order itself:
+#: :func:`lstmablate.batching.pooled_batches`)
 POOL_BATCHES = 100
-
-
-def pooled_batches(src_lengths: Sequence[int], batch_size: int, generator: torch.Generator,
-                   pool_batches: int = POOL_BATCHES) -> list[list[int]]:
-    """One epoch's batches (lists of example indices), torchtext's ``pool`` order."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    order = torch.randperm(len(src_lengths), generator=generator).tolist()
-    pool = batch_size * pool_batches
-    groups: list[list[int]] = []
-    for lo in range(0, len(order), pool):
-        chunk = sorted(order[lo:lo + pool], key=lambda i: src_lengths[i])  # stable
-        batches = [chunk[j:j + batch_size] for j in range(0, len(chunk), batch_size)]
-        perm = torch.randperm(len(batches), generator=generator).tolist()
-        groups.extend(batches[j] for j in perm)
-    return groups
 
 
 def length_sorted_groups(lengths: Sequence[int], batch_size: int) -> list[list[int]]:

@@ -51,7 +51,7 @@ from lstmablate.errors import ConfigError, DataError, UserError
 from lstmablate.task import Metric, StepOutput, Task
 
 from . import data as m30k
-from .batches import collate, length_sorted_groups, pooled_batches
+from .batches import POOL_BATCHES, collate, length_sorted_groups, pooled_batches
 from .bleu import BleuResult, multi_bleu, sacrebleu_detok
 from .model import NMTModel, StackedLSTMCells
 from .search import beam_search, greedy_search, replace_unk
@@ -261,7 +261,7 @@ class NMTTask(Task):
         sd = self._split("train")
         idx = sd.ppl_index
         groups = pooled_batches([len(sd.src_ids[i]) for i in idx], self.data_cfg.batch_size,
-                                generator)
+                                generator, POOL_BATCHES)
         return BatchPlan([[idx[j] for j in g] for g in groups], lambda g: self._collate(sd, g))
 
     # -- model ---------------------------------------------------------------------------

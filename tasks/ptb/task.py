@@ -34,7 +34,10 @@ Sentences (``data.sentences: true``; the second-order report, Renganathan & Sing
 every line is a sequence of its own, ``<eos> t_1 .. t_n`` -> ``t_1 .. t_n <eos>``,
 scored from the zero state (no carry); a training epoch is the sentences in a random
 order drawn from the epoch's generator (the seed fixes it), ``batch_size`` sentences
-per batch, right-padded with their lengths given to the encoder; the loss is the mean
+per batch, right-padded with their lengths given to the encoder (``data.length_pool: N``
+buckets them by length instead: torchtext's pool order, N batches per pool, see
+:func:`lstmablate.batching.pooled_batches`; at character level random batches are 2.6
+times their real characters in padded positions, pooled ones 1.03 times); the loss is the mean
 NLL per real target token of the batch (padding contributes nothing). ``num_steps``
 is not used. ``data.max_chars: N`` cuts every *training* sentence to its first N
 characters (Table 3); valid and test are always whole sentences. valid and test are
@@ -65,7 +68,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lstmablate.batching import BatchPlan, contiguous_groups
+from lstmablate.batching import BatchPlan, contiguous_groups, pooled_batches
 from lstmablate.errors import ConfigError, DataError
 from lstmablate.task import Metric, StepOutput, Task
 
@@ -91,6 +94,10 @@ class PTBData:
     # sentences only: cut every training sentence to its first N characters (004 Table 3;
     # valid/test stay whole); 0 = no cut
     max_chars: int = 0
+    # sentences only: 0 = batches cut from a random permutation; N > 0 = torchtext's pool
+    # order (shuffle, sort pools of N batches by length, shuffle the batches of each pool):
+    # the same sentences per epoch with far less padding, so far less computation
+    length_pool: int = 0
 
     def validate(self) -> None:
         if self.level not in ptb_data.LEVELS:
@@ -98,6 +105,11 @@ class PTBData:
                               f"got {self.level!r}")
         if self.max_chars < 0:
             raise ConfigError(f"data.max_chars must be >= 0 (0: whole sentences), got {self.max_chars}")
+        if self.length_pool < 0:
+            raise ConfigError(f"data.length_pool must be >= 0 (0: random batches), got {self.length_pool}")
+        if self.length_pool and not self.sentences:
+            raise ConfigError(f"data.length_pool={self.length_pool} groups sentences by length, so it "
+                              "needs data.sentences=true (the continuous stream has no sentences).")
         if self.max_chars and not self.sentences:
             raise ConfigError(f"data.max_chars={self.max_chars} cuts sentences, so it needs "
                               "data.sentences=true (the continuous stream has no sentences).")
@@ -379,10 +391,14 @@ class PTBTask(Task):
     def train_plan(self, epoch: int, generator: torch.Generator) -> Sequence[Any]:
         """Stream: the same contiguous minibatches every epoch (``generator`` is not used).
         Sentences: the training sentences in the order of a permutation drawn from
-        ``generator``, cut into batches of ``batch_size`` (the last may be shorter)."""
+        ``generator``, cut into batches of ``batch_size`` (the last may be shorter); with
+        ``data.length_pool`` N, torchtext's pool order (pools of N batches sorted by length)."""
         d = self.data_cfg
         if d.sentences:
             train = self.sentences["train"]
+            if d.length_pool:
+                return BatchPlan(pooled_batches(train.lengths, d.batch_size, generator,
+                                                d.length_pool), train.collate)
             order = torch.randperm(len(train), generator=generator).tolist()
             return BatchPlan(contiguous_groups(len(train), d.batch_size, order), train.collate)
         return ptb_data.StreamPlan(self.corpus.train, d.batch_size, d.num_steps)

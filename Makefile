@@ -104,7 +104,8 @@ reproduce-table4-cpu:
 # The second-order report's PTB language models (Renganathan & Singh: Table 2, char BPC and word
 # cross-entropy; Table 3, training on sentences cut at 25/50/75 characters). Paper scale needs a
 # GPU (SWEEP_ARGS="--device cuda"); `make reproduce-secondorder CPU=1` runs the CPU stand-ins
-# (secondorder-*-cpu: smaller char models, 2 epochs). See docs/secondorder-lm.md.
+# (secondorder-*-cpu: char models at 0.15M parameters and at most 20 epochs, word models
+# at the report's sizes and 2 epochs). See docs/secondorder-lm.md.
 reproduce-secondorder:
 	$(PY) -m lstmablate sweep secondorder-table2$(if $(CPU),-cpu) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
 	$(PY) -m lstmablate sweep secondorder-table3$(if $(CPU),-cpu) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)

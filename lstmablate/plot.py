@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from .errors import DataError, UnknownNameError, UserError
+from .errors import DataError, UnknownNameError, UserError, refuse_overwrite
 from .train.atomic import atomic_write, atomic_write_text
 
 X_AXES = ("step", "epoch")
@@ -270,15 +270,19 @@ def curves_csv(panels: list[tuple[str, list[CurveGroup]]], x: str) -> str:
 
 
 def plot_runs(paths: list[Path], out: Path, metrics: list[str] | None = None, x: str = "step",
-              log_y: bool = False) -> dict[str, Any]:
+              log_y: bool = False, force: bool = True) -> dict[str, Any]:
     """Learning curves of the runs under ``paths``: ``out`` (.png or .pdf) and its PNG, PDF and
-    CSV siblings.  Returns {"png", "pdf", "csv": paths, "figure": the Figure, "panels"}."""
+    CSV siblings (without ``force``, existing ones are refused before anything is read).
+    Returns {"png", "pdf", "csv": paths, "figure": the Figure, "panels"}."""
     out = Path(out)
     if out.suffix.lower() not in (".png", ".pdf"):
         raise UserError(f"--out {out}: give a file name ending in .png or .pdf (both are "
                         "written, and the CSV of the curves beside them).")
     if x not in X_AXES:
         raise UnknownNameError("x axis", x, X_AXES)
+    png, pdf, csv_path = out.with_suffix(".png"), out.with_suffix(".pdf"), out.with_suffix(".csv")
+    if not force:
+        refuse_overwrite([png, pdf, csv_path])
     runs = find_runs(paths)
     metrics = list(dict.fromkeys(metrics or default_metrics(runs)))
     have = available_metrics(runs)
@@ -290,7 +294,6 @@ def plot_runs(paths: list[Path], out: Path, metrics: list[str] | None = None, x:
     experiments = sorted({r.experiment for r in runs})
     fig = draw([(metric_label(runs, m), groups) for m, groups in panels], x, log_y=log_y,
                title=", ".join(experiments))
-    png, pdf, csv_path = out.with_suffix(".png"), out.with_suffix(".pdf"), out.with_suffix(".csv")
     atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=150))
     atomic_write(pdf, lambda f: fig.savefig(f, format="pdf"))
     atomic_write_text(csv_path, curves_csv(panels, x))

@@ -148,6 +148,9 @@ class ParsingTask(Task):
         self.pretrained_table: Tensor | None = None
 
     # -- data ------------------------------------------------------------------------
+    def required_files(self) -> list[str]:
+        return [] if self.data_cfg.files else super().required_files()  # data.files: the user's
+
     def check_data(self) -> list[str]:
         if self.data_cfg.files:
             return [f"{pdata.split_file(self.data_dir, s, self.data_cfg.files)}: present "
@@ -255,7 +258,7 @@ class ParsingTask(Task):
         arc, _, _, rel = model(batch["words"], batch["tags"], batch["lengths"], batch.get("pret"),
                                batch["heads"])  # relations scored at the gold heads
         loss, n = parser_loss(arc, rel, batch["heads"], batch["rels"], batch["lengths"])
-        return StepOutput(loss, None, float(n))
+        return StepOutput(loss, None, n)
 
     # -- evaluation --------------------------------------------------------------------
     @torch.no_grad()

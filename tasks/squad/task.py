@@ -108,7 +108,8 @@ class SquadTask(Task):
     def standin(self) -> bool:
         return self.data_cfg.splitting == "dev-by-article"
 
-    def _needed_files(self) -> list[str]:
+    def required_files(self) -> list[str]:
+        """The stand-in split reads the dev file only."""
         d = self.data_cfg
         return [d.dev_file] if self.standin else [d.train_file, d.dev_file]
 
@@ -122,7 +123,7 @@ class SquadTask(Task):
         return f"{r.path}: {r.algo} ok" if r.ok else f"{r.path}: {r.message}"
 
     def check_data(self) -> list[str]:
-        lines = [self._verify(rel) for rel in self._needed_files()]
+        lines = [self._verify(rel) for rel in self.required_files()]
         if self.standin:
             lines.append(f"stand-in split: {self.data_cfg.dev_file} by article, the last "
                          f"{self.data_cfg.standin_dev_articles} articles evaluate")
@@ -207,7 +208,8 @@ class SquadTask(Task):
         start, end = self.span_scores(model, batch)
         # NLL(start) + NLL(end), each averaged over the batch (DrQA and BiDAF alike)
         loss = (F.cross_entropy(start, batch["start"]) + F.cross_entropy(end, batch["end"]))
-        return StepOutput(loss, None, float(batch["start"].numel()))
+        tokens = batch["doc_len"].sum() + batch["q_len"].sum()  # stays on the device
+        return StepOutput(loss, None, float(batch["start"].numel()), tokens=tokens)
 
     @torch.no_grad()
     def predict(self, model: nn.Module, split: str) -> dict[str, str]:

@@ -27,6 +27,10 @@ class HelpCommand(TyperCommand):
     def get_params(self, ctx: Any) -> list[Any]:
         params = super().get_params(ctx)
         for p in params:
+            if getattr(p, "param_type_name", "") == "argument":
+                # the metavar names it already; Typer would add a type column (<path>)
+                p.display_type_rich = lambda ctx: None
+                continue
             if getattr(p, "param_type_name", "") != "option" or getattr(p, "metavar", None) is not None:
                 continue
             if getattr(p, "is_flag", False) or getattr(p, "count", False):

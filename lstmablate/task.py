@@ -132,6 +132,13 @@ class Task:
         self.artefacts: dict[str, Any] = {}
 
     # -- how metrics are shown ---------------------------------------------------------
+    @classmethod
+    def caveats(cls, metrics: dict[str, float]) -> dict[str, str]:
+        """Metrics of one evaluation (``result.json``'s ``test``) that rest on too little
+        evidence to compare, each with why (``lstmablate report`` footnotes them).
+        Default: none."""
+        return {}
+
     def metric_name(self, key: str) -> str:
         """The short name of metric ``key`` in progress lines and tables (default: the key;
         e.g. PTB's ``bpc`` is "bits/word" at word level)."""

@@ -86,6 +86,8 @@ def test_dyck_predictions_file_parses_and_matches_evaluate(tiny_recipe, tmp_path
     expected = evaluate_run(outcome.run_dir, split="test")
     for key in ("wcpa_min", "wcpa_mean", "accuracy", "worst_distance", "worst_judged"):
         assert metrics[key] == pytest.approx(expected[key], rel=1e-12), key
+    assert metrics.keys() == expected.keys()  # the loss too, though the file cannot hold it
+    assert metrics["loss"] == expected["loss"]  # the same evaluation, the same batches
     assert read_dyck_predictions(path) == pytest.approx(
         {k: metrics[k] for k in read_dyck_predictions(path)})
 

@@ -95,6 +95,8 @@ class SquadTask(Task):
     test_split = "dev"
     #: which annotated span is the training target (examples.py)
     target_rule: ClassVar[str] = "first"
+    #: the batch entries holding paragraph and question lengths (tokens/s of progress lines)
+    length_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -208,7 +210,7 @@ class SquadTask(Task):
         start, end = self.span_scores(model, batch)
         # NLL(start) + NLL(end), each averaged over the batch (DrQA and BiDAF alike)
         loss = (F.cross_entropy(start, batch["start"]) + F.cross_entropy(end, batch["end"]))
-        tokens = batch["doc_len"].sum() + batch["q_len"].sum()  # stays on the device
+        tokens = sum(batch[k].sum() for k in self.length_keys)  # stays on the device
         return StepOutput(loss, None, float(batch["start"].numel()), tokens=tokens)
 
     @torch.no_grad()
@@ -337,6 +339,8 @@ class DrQATask(SquadTask):
                           use_qemb=m.use_qemb, question_merge=m.question_merge,
                           dropout_emb=m.dropout_emb, dropout_rnn=m.dropout_rnn,
                           dropout_rnn_output=m.dropout_rnn_output, cell_options=m.cell_options)
+
+    length_keys = ("doc_len", "q_len")  # the batch's paragraph and question lengths
 
     def collate(self, ex: SquadExamples, group: Sequence[int]) -> dict[str, Tensor]:
         qs = [ex.questions[i] for i in group]
@@ -499,6 +503,7 @@ class BiDAFTask(SquadTask):
     #: batch entries shared by all its rows (the distinct words' characters): not split
     #: between processes under torchrun
     shared_keys = ("chars", "char_len")
+    length_keys = ("p_len", "q_len")  # the batch's paragraph and question lengths
 
     def shard(self, batch: Any, dist_info: Any) -> Any:
         from lstmablate.train.distributed import shard_batch

@@ -184,7 +184,7 @@ def eval_(
         out.print_json(json.dumps(metrics))
         return
     which = f"{checkpoint}.pt" if checkpoint else f"{cfg.train.test_checkpoint}.pt, the run's test checkpoint"
-    out.print(f"{escape(run_dir)}: {split} split, {which}", soft_wrap=True)
+    err.print(f"{escape(run_dir)}: {split} split, {which}", soft_wrap=True)  # stdout: the table
     rows = [(task.metric_name(k), task.format_metric(k, v), task.metric_description(k))
             for k, v in metrics.items()]
     print_listing(("metric", "value", "meaning"), rows, keep=("metric", "value"))

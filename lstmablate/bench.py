@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from lstmablate.cells import available_cells, build_encoder, get_cell, reference_mode
 from lstmablate.cells.kernels import calibrate, native
-from lstmablate.cells.kernels.dispatch import kernel_name_of
+from lstmablate.cells.kernels.interface import kernel_name_of
 from lstmablate.errors import ConfigError
 
 # ---------------------------------------------------------------------------------

@@ -25,7 +25,9 @@ import torch
 from lstmablate.cells import available_cells, build_encoder, get_cell, reference_mode, set_reference_mode
 from lstmablate.cells.kernels import gru as gru_kernels
 from lstmablate.cells.kernels import native, native_build
-from lstmablate.cells.kernels.lstm_family import plan
+from lstmablate.cells.kernels.lstm_family import KERNELS as LSTM_KERNELS
+
+plan = LSTM_KERNELS.plan
 from lstmablate.cells.kernels.sequences import mask_kind
 
 from fast_path_harness import (

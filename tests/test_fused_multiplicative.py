@@ -20,7 +20,7 @@ import torch
 
 from lstmablate.cells import available_cells, build_encoder, get_cell, reference_mode
 from lstmablate.cells.kernels import native, second_order, step_products
-from lstmablate.cells.kernels.dispatch import kernel_name_of, plan_of
+from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
 from lstmablate.cells.multiplicative import MRNNCell
 
 from fast_path_harness import assert_fast_matches_reference, assert_mask_with_holes_runs_the_reference

@@ -17,7 +17,7 @@ import torch
 from lstmablate.cells import build_encoder, get_cell
 from lstmablate.cells.kernels import calibrate, delegate, native
 from lstmablate.cells.kernels import gru as gru_kernels
-from lstmablate.cells.kernels.dispatch import kernel_name_of, plan_of
+from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
 
 
 @pytest.fixture

@@ -16,46 +16,38 @@ the weight gradients stay here.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from . import native, second_order
-from .second_order import lstm_factors, state_buffers
+from .interface import register
+from .second_order import SecondOrderKernels, lstm_factors, state_buffers
 from .sequences import add, outputs, state_grads_into_steps
 from .step_products import StepProduct
 
-State = tuple[Tensor, ...]
+
+class FactoredKernels(SecondOrderKernels):
+    name = "factored"
+    reads = ("hidden_size", "factor_size", "has_memory_cell", "weight_ih", "weight_mh",
+             "weight_hm", "bias")
+    cases = (("mrnn", {}), ("mrnn", {"factor_size": 3}), ("mlstm", {}),
+             ("mlstm", {"factor_size": 6, "forget_bias": 1.0}))
+
+    def run(self, path, v, x, state, lengths, h_mask):
+        memory = v.has_memory_cell
+        h0 = state[0]
+        c0 = state[1] if memory else None
+        args = (memory, v.factor_size, x, h0, c0, v.weight_ih, v.weight_mh, v.weight_hm, v.bias,
+                h_mask, lengths)
+        if path == "triton-recurrent":
+            from .triton_second_order import TritonFactored
+
+            out, hn, cn = TritonFactored.apply(*args)
+        else:
+            out, hn, cn = FactoredRecurrence.apply(*args)
+        return out, ((hn, cn) if memory else (hn,))
 
 
-def plan(cell, **call) -> str:
-    """``"recurrent"`` or ``"reference"`` (see ``second_order.plan``)."""
-    return second_order.plan(cell, **call)
-
-
-def available(cell) -> bool:
-    return plan(cell, reference=False) != "reference"
-
-
-def kernel_name(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
-                **call) -> str:
-    """``"recurrent (native)"`` on CPU where the native loops build, else ``"... (pytorch)"``."""
-    return second_order.kernel_name(plan(cell, device_type=device_type, dtype=dtype, **call), True,
-                                    device_type, dtype)
-
-
-def forward(cell, x: Tensor, state: State | None, mask: Tensor | None,
-            h_mask: Tensor | None) -> tuple[Tensor, State] | None:
-    return second_order.forward(cell, x, state, mask, h_mask, plan, _run)
-
-
-def _run(cell, x, state, lengths, h_mask):
-    memory = cell.n_blocks == 4
-    h0 = state[0]
-    c0 = state[1] if memory else None
-    out, hn, cn = FactoredRecurrence.apply(memory, cell.factor_size, x, h0, c0, cell.weight_ih,
-                                            cell.weight_mh, cell.weight_hm, cell.bias, h_mask,
-                                            lengths)
-    return out, ((hn, cn) if memory else (hn,))
+KERNELS = register(FactoredKernels())
 
 
 class FactoredRecurrence(torch.autograd.Function):

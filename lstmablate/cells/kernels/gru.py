@@ -1,114 +1,86 @@
 """The fast paths of the GRU (``lstmablate/cells/gru.py``; Neubig eqs 56-59, Cho et al.
-2014): which one a call takes (:func:`plan`) and running it (:func:`forward`).
+2014): which one a call takes (:meth:`GRUKernels.choose`) and running it.
 
 * ``torch-gru``: with ``reset_after`` the cell is exactly ``torch.nn.GRU``, so PyTorch's
-  fused kernel runs it (``delegate.py``): on CUDA (cuDNN) always; on CPU when the native
+  fused kernel runs it (``delegate.py``): on CUDA (cuDNN, the weights kept in its layout,
+  a whole stacked encoder in one call where its options allow); on CPU when the native
   kernel is unavailable, with ``LSTMABLATE_TORCH_ON_CPU=1``, or when the calibrated timing
   found it faster here for a fixed-length call (``calibrate.py``; variable lengths keep
   ours, see ``dispatch.prefer_torch_on_cpu``).  Not with recurrent dropout or a length-0 row.
+* ``triton-recurrent``: the Triton kernels (``triton_gru.py``): on CUDA every other call.
 * ``recurrent``: :class:`RecurrentGRU`, the recurrence with a hand-written BPTT, in C on
   CPU (``csrc/gru.c``) and in PyTorch loops elsewhere; eq 58 as printed (the reset gate
-  before W_hh) has no PyTorch counterpart, so it always runs here.
-* ``reference``: the cell's own step loop (``dispatch.refused``).
+  before W_hh) has no PyTorch counterpart, so it always runs here (or in Triton).
+* ``reference``: the cell's own step loop (``interface.refused``).
 """
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from . import calibrate, delegate, native
-from .dispatch import autocast_on, prefer_torch_on_cpu, refused
+from .delegate import CudnnStack
+from .dispatch import describe, torch_or_ours
+from .interface import Call, KernelFamily, NativeSource, register
 from .native import library_for
-from .sequences import add, final, input_products, mask_kind, masked_outputs, state_grads_into_steps
-from .switches import reference_forced, torch_on_cpu
+from .sequences import add, final, input_products, input_side_grads, masked_outputs, state_grads_into_steps
 
-State = tuple[Tensor, ...]
 FAMILY = "gru"
 
 
-def torch_kind(cell, h_mask: bool = False, mask: str = "none") -> str | None:
+def torch_kind(v, call: Call) -> str | None:
     """"gru" when torch.nn.GRU's kernel could run this call, else None."""
-    return "gru" if cell.reset_after and not h_mask and mask != "prefix0" else None
+    return "gru" if v.reset_after and not call.h_mask and call.mask != "prefix0" else None
 
 
-def _runners(cell, batch: int | None):
-    def make(sc: calibrate.ShapeClass) -> dict:
-        x, (h0,) = calibrate.random_call(sc, (cell.hidden_size,), batch)
-        return {"native": calibrate.runner(lambda: _recurrent(cell, x, h0, None, None), cell, x,
-                                           sc.grad),
-                "torch": calibrate.runner(lambda: delegate.torch_gru(cell, x, h0, None), cell, x,
-                                          sc.grad)}
-    return make
+class GRUKernels(CudnnStack, KernelFamily):
+    name = "gru"
+    reads = ("input_size", "hidden_size", "state_sizes", "reset_after", "weight_ih", "weight_hh",
+             "bias", "bias_hh", "parameters")
+    native = NativeSource("gru", "gru.c")
+    cases = (("gru", {}), ("gru", {"reset_after": True}))
+
+    def torch_kind(self, v, call: Call) -> str | None:
+        return torch_kind(v, call)
+
+    def choose(self, v, call: Call) -> str:
+        kind = torch_kind(v, call)
+        sc = None if call.batch is None else (lambda: calibrate.shape_class(
+            "gru", FAMILY, v.input_size, v.hidden_size, call.batch, call.dtype, call.grad))
+        return torch_or_ours(kind, "recurrent", call, lambda: self.native_loops(call), sc,
+                             self._runners(v, call.batch))
+
+    @staticmethod
+    def _runners(v, batch):
+        def make(sc: calibrate.ShapeClass) -> dict:
+            x, (h0,) = calibrate.random_call(sc, (v.hidden_size,), batch)
+            return {"native": calibrate.runner(lambda: _recurrent(v, x, h0, None, None), v, x,
+                                               sc.grad),
+                    "torch": calibrate.runner(lambda: delegate.torch_gru(v, x, h0, None), v, x,
+                                              sc.grad)}
+        return make
+
+    def describe(self, path: str, v, call: Call) -> str:
+        return describe(path, call, self.native_loops(call), torch_kind(v, call) is not None)
+
+    def run(self, path, v, x, state, lengths, h_mask):
+        if path == "torch-gru":
+            return delegate.torch_gru(v, x, state[0], lengths)
+        if path == "triton-recurrent":
+            from . import triton_gru
+
+            return triton_gru.recurrent(v, x, state[0], lengths, h_mask)
+        return _recurrent(v, x, state[0], lengths, h_mask)
 
 
-def plan(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
-         mask: str = "none", h_mask: bool = False, autocast: bool = False,
-         reference: bool | None = None, native: bool | None = None, batch: int | None = None,
-         grad: bool = True, faster: str | None = None) -> str:
-    """``torch-gru``, ``recurrent`` or ``reference`` (arguments as
-    :func:`lstmablate.cells.kernels.lstm_family.plan`)."""
-    if refused(device_type=device_type, dtype=dtype, mask=mask, autocast=autocast,
-               reference=reference):
-        return "reference"
-    if torch_kind(cell, h_mask, mask) is None:
-        return "recurrent"
-    if device_type != "cpu":
-        return "torch-gru"
-    if native is None:
-        native = library_for(FAMILY, device_type, dtype) is not None
-    sc = None if batch is None else (lambda: calibrate.shape_class(
-        "gru", FAMILY, cell.input_size, cell.hidden_size, batch, dtype, grad))
-    return "torch-gru" if prefer_torch_on_cpu(sc, native=native, faster=faster,
-                                               runners=_runners(cell, batch), mask=mask) else "recurrent"
-
-
-def available(cell) -> bool:
-    return plan(cell, reference=False, native=True, faster="native") != "reference"
-
-
-def kernel_name(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
-                mask: str = "none", h_mask: bool = False, autocast: bool = False,
-                reference: bool | None = None, batch: int | None = None, grad: bool = True) -> str:
-    """The path a call takes, as ``lstmablate bench`` shows it (see ``lstm_family.kernel_name``)."""
-    p = plan(cell, device_type=device_type, dtype=dtype, mask=mask, h_mask=h_mask,
-             autocast=autocast, reference=reference, batch=batch, grad=grad)
-    if p == "reference":
-        return p
-    lib = library_for(FAMILY, device_type, dtype)
-    calibrated = (device_type == "cpu" and batch is not None and lib is not None
-                  and torch_on_cpu() == "auto" and mask == "none" and torch_kind(cell, h_mask, mask))
-    if p.startswith("torch-"):
-        return p + (" (calibrated)" if calibrated else "")
-    loops = "native" if lib is not None else "pytorch"
-    return f"{p} ({loops}{', calibrated' if calibrated else ''})"
-
-
-def _recurrent(cell, x, h0, lengths, h_mask):
-    out, hn = RecurrentGRU.apply(cell.reset_after, x, h0, cell.weight_ih, cell.weight_hh, cell.bias,
-                                 cell.bias_hh, h_mask, lengths)
+def _recurrent(v, x, h0, lengths, h_mask):
+    out, hn = RecurrentGRU.apply(v.reset_after, x, h0, v.weight_ih, v.weight_hh, v.bias,
+                                 v.bias_hh, h_mask, lengths)
     return out, (hn,)
 
 
-def forward(cell, x: Tensor, state: State | None, mask: Tensor | None,
-            h_mask: Tensor | None) -> tuple[Tensor, State] | None:
-    """The fast path of a GRU call, or None (the caller runs the reference loop)."""
-    if reference_forced() or x.dim() != 3:
-        return None
-    kind, lengths = mask_kind(mask)
-    path = plan(cell, device_type=x.device.type, dtype=x.dtype, mask=kind,
-                h_mask=h_mask is not None, autocast=autocast_on(x), batch=x.shape[1],
-                grad=torch.is_grad_enabled())
-    if path == "reference":
-        return None
-    T, B = x.shape[0], x.shape[1]
-    h0 = cell.initial_state(B, x)[0] if state is None else state[0]
-    if T == 0:
-        return x.new_zeros(0, B, cell.hidden_size), (h0,)
-    if path == "torch-gru":
-        return delegate.torch_gru(cell, x, h0, lengths)
-    return _recurrent(cell, x, h0, lengths, h_mask)
+KERNELS = register(GRUKernels())
 
 
 class RecurrentGRU(torch.autograd.Function):
@@ -255,11 +227,9 @@ class RecurrentGRU(torch.autograd.Function):
         T, B, _ = x.shape
         H = HH.shape[-1]
         # input side: dZ = [d a_r, d a_z, d a_n]
-        G2 = G.view(T * B, 3 * H)
-        dZ = torch.cat([G[:, :, :2].reshape(T, B, 2 * H), dZn], dim=-1).view(T * B, 3 * H)
-        dx = torch.mm(dZ, w_ih).view(x.shape) if need[1] else None
-        dw_ih = torch.mm(dZ.t(), x.reshape(T * B, -1)) if need[3] else None
-        db = dZ.sum(0) if bias is not None and need[5] else None
+        G2 = G.reshape(T * B, 3 * H)
+        dZ = torch.cat([G.reshape(T, B, 3 * H)[:, :, :2 * H], dZn], dim=-1)
+        dx, dw_ih, db = input_side_grads(dZ, x, w_ih, bias, need[1], need[3], need[5])
         dw_hh = dbhh = None
         if need[4]:
             HH2 = HH.reshape(T * B, H)

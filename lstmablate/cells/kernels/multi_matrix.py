@@ -31,32 +31,41 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from . import native, second_order
-from .second_order import lstm_factors, state_buffers
+from .interface import register
+from .second_order import SecondOrderKernels, lstm_factors, state_buffers
 from .sequences import add, final, outputs, state_grads_into_steps
 from .step_products import StepProduct
 
-State = tuple[Tensor, ...]
+
+class MultiMatrixKernels(SecondOrderKernels):
+    name = "multi_matrix"
+    reads = ("hidden_size", "blocks", "num_matrices", "has_memory_cell", "key_weights",
+             "weight_ih", "weight_hh", "bias")
+    cases = (("mmrnn", {}), ("mmrnn", {"num_matrices": 3, "bias": True}), ("mmlstm", {}),
+             ("mmlstm", {"forget_matrices": 2, "bias": True}),
+             ("mmlstm", {"num_matrices": 2, "content_matrices": 3, "output_matrices": 1}))
+
+    def run(self, path, v, x, state, lengths, h_mask):
+        memory = v.has_memory_cell
+        np_ = 2 if memory else 1  # state: h (, c), then one key per block
+        h0 = state[0]
+        c0 = state[1] if memory else None
+        keys = state[np_:]
+        Ks = tuple(v.num_matrices[g] for g in v.blocks)
+        v0 = torch.cat(keys, dim=-1) if len(keys) > 1 else keys[0]
+        bd = torch.block_diag(*v.key_weights) if len(Ks) > 1 else v.key_weights[0]
+        args = (memory, Ks, x, h0, c0, v0, v.weight_ih, v.weight_hh, bd, v.bias, h_mask, lengths)
+        if path == "triton-recurrent":
+            from .triton_second_order import TritonMultiMatrix
+
+            out, hn, cn, vn = TritonMultiMatrix.apply(*args)
+        else:
+            out, hn, cn, vn = MultiMatrixRecurrence.apply(*args)
+        new_keys = tuple(vn.split(list(Ks), dim=-1)) if len(Ks) > 1 else (vn,)
+        return out, ((hn, cn) if memory else (hn,)) + new_keys
 
 
-def plan(cell, **call) -> str:
-    """``"recurrent"`` or ``"reference"`` (see ``second_order.plan``)."""
-    return second_order.plan(cell, **call)
-
-
-def available(cell) -> bool:
-    return plan(cell, reference=False) != "reference"
-
-
-def kernel_name(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
-                **call) -> str:
-    """``"recurrent (native)"`` on CPU where the native loops build, else ``"... (pytorch)"``."""
-    return second_order.kernel_name(plan(cell, device_type=device_type, dtype=dtype, **call), True,
-                                    device_type, dtype)
-
-
-def forward(cell, x: Tensor, state: State | None, mask: Tensor | None,
-            h_mask: Tensor | None) -> tuple[Tensor, State] | None:
-    return second_order.forward(cell, x, state, mask, h_mask, plan, _run)
+KERNELS = register(MultiMatrixKernels())
 
 
 def _groups(Ks: tuple[int, ...]) -> tuple[tuple[int, int, int, int], ...]:
@@ -99,21 +108,6 @@ def _per_step(buf: Tensor, cols: slice, *shape: int) -> tuple[Tensor, ...]:
     this is always a view.)"""
     part = buf[:, :, cols]
     return part.view(part.shape[0], *shape).unbind(0)
-
-
-def _run(cell, x, state, lengths, h_mask):
-    memory = cell._n_plain == 2
-    np_ = cell._n_plain
-    h0 = state[0]
-    c0 = state[1] if memory else None
-    keys = state[np_:]
-    Ks = tuple(cell.num_matrices[g] for g in cell.blocks)
-    v0 = torch.cat(keys, dim=-1) if len(keys) > 1 else keys[0]
-    bd = torch.block_diag(*cell.key_weights) if len(Ks) > 1 else cell.key_weights[0]
-    out, hn, cn, vn = MultiMatrixRecurrence.apply(memory, Ks, x, h0, c0, v0, cell.weight_ih,
-                                                   cell.weight_hh, bd, cell.bias, h_mask, lengths)
-    new_keys = tuple(vn.split(list(Ks), dim=-1)) if len(Ks) > 1 else (vn,)
-    return out, ((hn, cn) if memory else (hn,)) + new_keys
 
 
 class MultiMatrixRecurrence(torch.autograd.Function):

@@ -17,23 +17,20 @@ the way the LSTM family's PyTorch loops are:
 ``mrnn``, ``mlstm``, ``mmrnn`` and ``mmlstm`` also have both loops in C
 (``csrc/second_order.c``, the ``second_order`` library, built on first use of such a
 cell): taken on CPU in float32 / float64 wherever it builds, the PyTorch loops otherwise
-(another device, ``LSTMABLATE_NATIVE=0``, no compiler or BLAS); :func:`kernel_name` says
-which.
+(another device, ``LSTMABLATE_NATIVE=0``, no compiler or BLAS); on CUDA, where Triton is
+installed, they run the Triton kernels (``triton_second_order.py``).
+:meth:`SecondOrderKernels.describe` names the path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor
 
-from .dispatch import autocast_on, refused
+from .dispatch import describe, triton_runs
+from .interface import Call, KernelFamily, NativeSource
 from .native import NativeLibrary, library_for
-from .sequences import mask_kind
-from .switches import reference_forced
 
-State = tuple[Tensor, ...]
 FAMILY = "second_order"
 
 
@@ -42,50 +39,20 @@ def native_library(x: Tensor) -> NativeLibrary | None:
     return library_for(FAMILY, x.device.type, x.dtype)
 
 
-def plan(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
-         mask: str = "none", h_mask: bool = False, autocast: bool = False,
-         reference: bool | None = None, **_call) -> str:
-    """``"recurrent"`` (the kernels) or ``"reference"`` (the step loop).  ``h_mask``
-    (recurrent dropout) is supported by every kernel."""
-    del h_mask
-    if refused(device_type=device_type, dtype=dtype, mask=mask, autocast=autocast,
-               reference=reference):
-        return "reference"
-    return "recurrent"
+class SecondOrderKernels(KernelFamily):
+    """What the second-order families share: one path, ``recurrent`` (the PyTorch loops, or
+    the native loops on CPU where they build), or on CUDA ``triton-recurrent`` where the
+    family has Triton kernels (``triton``); ``h_mask`` (recurrent dropout) is supported by
+    every kernel."""
 
+    native = NativeSource(FAMILY, "second_order.c")
+    triton = True
 
-def kernel_name(p: str, has_native_loops: bool, device_type: str, dtype: torch.dtype) -> str:
-    """``"reference"``, ``"recurrent (native)"`` or ``"recurrent (pytorch)"`` for a plan."""
-    if p == "reference":
-        return p
-    native = has_native_loops and library_for(FAMILY, device_type, dtype) is not None
-    return p + (" (native)" if native else " (pytorch)")
+    def choose(self, v, call: Call) -> str:
+        return "triton-recurrent" if self.triton and triton_runs(call) else "recurrent"
 
-
-def forward(cell, x: Tensor, state: State | None, mask: Tensor | None, h_mask: Tensor | None,
-            plan_fn: Callable[..., str], run: Callable[..., tuple[Tensor, State]]
-            ) -> tuple[Tensor, State] | None:
-    """A second-order cell's fast path (``run(cell, x, state, lengths, h_mask)`` once the
-    call is accepted by ``plan_fn``), or None: the caller runs the reference loop."""
-    if reference_forced() or x.dim() != 3:
-        return None
-    kind, lengths = mask_kind(mask)
-    path = plan_fn(cell, device_type=x.device.type, dtype=x.dtype, mask=kind,
-                   h_mask=h_mask is not None, autocast=autocast_on(x))
-    if path == "reference":
-        return None
-    T, B = x.shape[0], x.shape[1]
-    if state is None:
-        state = cell.initial_state(B, x)
-    state = tuple(state)
-    tensors = list(cell.parameters()) + list(state) + ([h_mask] if h_mask is not None else [])
-    if any(t.dtype != x.dtype or t.device != x.device for t in tensors):
-        return None  # let the reference loop raise (or promote) as it would
-    if T == 0:
-        return x.new_zeros(0, B, cell.output_size), state
-    if lengths is not None:
-        lengths = lengths.to(x.device)
-    return run(cell, x, state, lengths, h_mask)
+    def describe(self, path: str, v, call: Call) -> str:
+        return describe(path, call, self.native_loops(call))
 
 
 def state_buffers(x: Tensor, h0: Tensor, c0: Tensor | None, h_mask: Tensor | None

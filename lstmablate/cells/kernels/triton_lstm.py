@@ -343,36 +343,99 @@ def layout_flags(L: Layout) -> dict:
     return dict(NB=L.nb, NG=L.nG, FI=L.fi, OI=L.oi, MEMORY=L.memory, SRNN=L.srnn)
 
 
-class StepLoops(graphs.Loops):
-    """The recurrence's buffers and loops (the LSTM family; mRNN / mLSTM subclass it with
-    their factored product).
+class RecurrentLoops(graphs.Loops):
+    """What the loops of every recurrence share (the LSTM family, the GRU, the
+    second-order cells subclass it).
 
-    Forward: ``Z`` (T, B, nb*H) pre-activations, then activations; ``Hs`` (T+1, B, P) the
-    state h (Hs[0] = h_0, carried through padding); ``HM`` (T+1, B, P) h * mask (with
-    recurrent dropout); ``C`` (T+1, B, H); ``OUT`` (T, B, P) the outputs; with a
-    projection ``HH`` (T, B, H) o_t tanh(c_t) and ``PR`` (B, P) its product.
-    Backward: ``DZ`` (T, B, nb*H); ``G`` (B, P) the last product with W_hh; ``DCR`` (B, H)
-    the carried dc; with a projection ``DH`` (T, B, P) and ``DHH`` (B, H) = dh_t W_hr.
+    ``Z`` (T, B, width) the input products (+ bias), then what the step kernels write
+    back; ``Hs`` (T+1, B, P) the state h (Hs[0] = h_0, carried through padding); ``HM``
+    (T+1, B, P) h * mask (with recurrent dropout: what the products read); ``OUT``
+    (T, B, P) the outputs; ``C`` (T+1, B, H) the memory cell (cells that have one); ``G``
+    (B, P) the backward's last product (what h'_{t-1} receives).  Inputs bound per call:
+    the weights, ``mask``, ``lengths``, ``dout``, ``dhn``, ``dcn``.
+    """
+
+    def __init__(self, static: bool, T: int, B: int, H: int, P: int, width: int,
+                 like: torch.Tensor, mask: bool, lengths: bool, memory: bool):
+        super().__init__(static)
+        self.T, self.B, self.H, self.P = T, B, H, P
+        self.has_mask, self.has_len = mask, lengths
+        new = like.new_empty
+        self.Z = new(T, B, width)
+        self.Hs, self.OUT, self.G = new(T + 1, B, P), new(T, B, P), new(B, P)
+        self.HM = new(T + 1, B, P) if mask else None
+        self.C = new(T + 1, B, H) if memory else None
+        self.DCR = new(B, H)  # the carried dc (or the GRU's direct path)
+        self.dummy = self.DCR  # passed for pointers a kernel does not read
+        self.acc = acc(like.dtype)
+
+    def bind(self, x, h0, c0, w_ih, bias, h_mask, lengths, **weights) -> None:
+        input_products(x, w_ih, bias, out=self.Z)
+        self.Hs[0].copy_(h0)
+        if self.C is not None:
+            self.C[0].copy_(c0)
+        for name, w in weights.items():
+            self.put(name, w)
+        if self.has_mask:
+            self.put("mask", h_mask.expand(self.B, self.P))
+            torch.mul(self.Hs[0], self.mask, out=self.HM[0])
+        else:
+            self.mask = self.dummy  # not read (HAS_MASK is off)
+        if self.has_len:
+            self.put("lengths", lengths.to(torch.int32))
+        else:
+            self.lengths = self.dummy  # not read (HAS_LEN is off)
+
+    def bind_grads(self, dout, dhn, dcn=None) -> None:
+        self.put("dout", dout, like=self.OUT)
+        self.put("dhn", dhn, like=self.G)
+        self.put("dcn", dcn, like=self.DCR)
+
+    def hprev(self) -> torch.Tensor:
+        """h'_{t-1} of every step, (T+1, B, P): what the recurrent products read."""
+        return self.HM if self.has_mask else self.Hs
+
+    def flags(self) -> dict:
+        return dict(HAS_MASK=self.has_mask, HAS_LEN=self.has_len, ACC=self.acc)
+
+    def results(self):
+        """The outputs and final states (copies when the buffers are static)."""
+        own = (lambda t: t.clone()) if self.static else (lambda t: t)
+        cn = self.C[-1].clone() if self.C is not None else None
+        return own(self.OUT), self.Hs[-1].clone(), cn
+
+    def initial_grads(self, carry: torch.Tensor | None = None):
+        """dh_0 (and dc_0) after the backward loop: mask * G (+ ``carry``; the memory
+        cell's dc: the carried DCR), and for a length-0 row the final state's gradient."""
+        dh0 = self.G * self.mask if self.has_mask else self.G.clone()
+        if carry is not None:
+            dh0 += carry
+        dc0 = self.DCR.clone() if self.C is not None else None
+        if self.has_len:
+            empty = (self.lengths == 0).unsqueeze(-1)
+            dh0 = torch.where(empty, self.dhn, dh0)
+            if dc0 is not None:
+                dc0 = torch.where(empty, self.dcn, dc0)
+        return dh0, dc0
+
+
+class StepLoops(RecurrentLoops):
+    """The LSTM family's recurrence (mRNN / mLSTM subclass it with their factored
+    product).  ``Z`` (T, B, nb*H): pre-activations, then activations; with a projection
+    ``HH`` (T, B, H) o_t tanh(c_t) and ``PR`` (B, P) its product; backward ``DZ``
+    (T, B, nb*H), and with a projection ``DH`` (T, B, P) and ``DHH`` (B, H) = dh_t W_hr.
     """
 
     def __init__(self, static: bool, L: Layout, T: int, B: int, like: torch.Tensor,
                  mask: bool, lengths: bool):
-        super().__init__(static)
-        self.L, self.T, self.B = L, T, B
-        self.has_mask, self.has_len = mask, lengths
+        super().__init__(static, T, B, L.H, L.P, L.nb * L.H, like, mask, lengths, L.memory)
+        self.L = L
         self.proj = L.P != L.H and L.memory
-        H, P = L.H, L.P
         new = like.new_empty
-        self.Z, self.DZ = new(T, B, L.nb * H), new(T, B, L.nb * H)
-        self.Hs, self.OUT, self.G = new(T + 1, B, P), new(T, B, P), new(B, P)
-        self.HM = new(T + 1, B, P) if mask else None
-        self.C = new(T + 1, B, H) if L.memory else None
-        self.DCR = new(B, H)
-        self.HH = new(T, B, H) if self.proj else None
-        self.PR, self.DHH = (new(B, P), new(B, H)) if self.proj else (None, None)
-        self.DH = new(T, B, P) if self.proj else None
-        self.dummy = self.DCR
-        self.acc = acc(like.dtype)
+        self.DZ = new(T, B, L.nb * L.H)
+        self.HH = new(T, B, L.H) if self.proj else None
+        self.PR, self.DHH = (new(B, L.P), new(B, L.H)) if self.proj else (None, None)
+        self.DH = new(T, B, L.P) if self.proj else None
 
     # -- the recurrent product (the factored cells override both) -----------------------
     def product(self, t: int, hp: torch.Tensor) -> None:
@@ -385,86 +448,36 @@ class StepLoops(graphs.Loops):
         L = self.L
         torch.mm(self.DZ[t][:, L.r0 * L.H:L.r1 * L.H], self.w_hh, out=self.G)
 
-    # -- binding --------------------------------------------------------------------------
-    def bind(self, x, h0, c0, w_ih, bias, h_mask, lengths, **weights) -> None:
-        input_products(x, w_ih, bias, out=self.Z)
-        self.Hs[0].copy_(h0)
-        if self.C is not None:
-            self.C[0].copy_(c0)
-        for name, w in weights.items():
-            self.put(name, w)
-        if self.has_mask:
-            self.put("mask", h_mask.expand(self.B, self.L.P))
-            torch.mul(self.Hs[0], self.mask, out=self.HM[0])
-        if self.has_len:
-            self.put("lengths", lengths.to(torch.int32))
-        else:
-            self.lengths = self.dummy  # not read (HAS_LEN is off)
-
-    def bind_grads(self, dout, dhn, dcn) -> None:
-        self.put("dout", dout, like=self.OUT)
-        self.put("dhn", dhn, like=self.G)
-        self.put("dcn", dcn, like=self.DCR)
-
-    def _args(self):
-        return dict(HAS_MASK=self.has_mask, HAS_LEN=self.has_len, ACC=self.acc)
-
     # -- the loops ------------------------------------------------------------------------
     def forward_loop(self) -> None:
-        L, B = self.L, self.B
-        mask = self.mask if self.has_mask else self.dummy
-        hm = self.HM if self.has_mask else self.Hs
+        L, B, mask, hm = self.L, self.B, self.mask, self.hprev()
         C = self.C if self.C is not None else self.Hs
         for t in range(self.T):
             self.product(t, hm[t])
             out = self.HH[t] if self.proj else self.OUT[t]
             launch(lstm_step, B * L.H, self.Z[t], C[t], C[t + 1], self.Hs[t], self.Hs[t + 1],
                    hm[t + 1], out, out, mask, self.lengths, t, B * L.H, L.H,
-                   PROJ=self.proj, **layout_flags(L), **self._args())
+                   PROJ=self.proj, **layout_flags(L), **self.flags())
             if self.proj:
                 torch.mm(self.HH[t], self.w_hr.t(), out=self.PR)  # the projection
                 launch(emit_step, B * L.P, self.PR, self.Hs[t], self.Hs[t + 1], hm[t + 1],
-                       self.OUT[t], mask, self.lengths, t, B * L.P, L.P, **self._args())
+                       self.OUT[t], mask, self.lengths, t, B * L.P, L.P, **self.flags())
 
     def backward_loop(self) -> None:
-        L, B, T = self.L, self.B, self.T
-        mask = self.mask if self.has_mask else self.dummy
+        L, B, T, mask = self.L, self.B, self.T, self.mask
         C = self.C if self.C is not None else self.Hs
         self.G.zero_()
         self.DCR.zero_()
         for t in range(T - 1, -1, -1):
             if self.proj:
                 launch(grad_h_step, B * L.P, self.dout[t], self.dhn, self.G, mask, self.DH[t],
-                       self.lengths, t, T, B * L.P, L.P, **self._args())
+                       self.lengths, t, T, B * L.P, L.P, **self.flags())
                 torch.mm(self.DH[t], self.w_hr, out=self.DHH)
             launch(lstm_step_grad, B * L.H, self.Z[t], C[t], C[t + 1], self.dout[t], self.dhn,
                    self.dcn, self.G, mask, self.DHH if self.proj else self.dummy, self.DCR,
                    self.DZ[t], self.lengths, t, T, B * L.H, L.H, PROJ=self.proj,
-                   **layout_flags(L), **self._args())
+                   **layout_flags(L), **self.flags())
             self.product_grad(t)
-
-    # -- what the caller sees ------------------------------------------------------------
-    def results(self):
-        """The outputs and final states (copies when the buffers are static)."""
-        own = (lambda t: t.clone()) if self.static else (lambda t: t)
-        cn = self.C[-1].clone() if self.C is not None else None
-        return own(self.OUT), self.Hs[-1].clone(), cn
-
-    def initial_grads(self):
-        """dh_0 (and dc_0) after the backward loop: mask * G (+ the carry), and for a
-        length-0 row the final state's gradient itself."""
-        dh0 = self.G * self.mask if self.has_mask else self.G.clone()
-        dc0 = self.DCR.clone() if self.C is not None else None
-        if self.has_len:
-            empty = (self.lengths == 0).unsqueeze(-1)
-            dh0 = torch.where(empty, self.dhn, dh0)
-            if dc0 is not None:
-                dc0 = torch.where(empty, self.dcn, dc0)
-        return dh0, dc0
-
-    def saved_hprev(self):
-        """What the recurrent product read at each step: h'_{t-1}, (T, B, P)."""
-        return self.HM[:-1] if self.has_mask else self.Hs[:-1]
 
 
 def run_loops(key, make, x: torch.Tensor, ctx, bind) -> graphs.Slot:

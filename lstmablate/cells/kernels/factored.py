@@ -20,7 +20,7 @@ from torch.autograd.function import once_differentiable
 
 from . import native, second_order
 from .interface import register
-from .second_order import SecondOrderKernels, lstm_factors, state_buffers
+from .second_order import SecondOrderKernels, factored_weight_grads, lstm_factors, state_buffers
 from .sequences import add, outputs, state_grads_into_steps
 from .step_products import StepProduct
 
@@ -141,7 +141,7 @@ class FactoredRecurrence(torch.autograd.Function):
                             par_min=native.PAR_MIN, A=A, P=P, Z=Z, C=C, TC=TC, Hs=Hs, DH=DH,
                             DC=DC, dXP=dXP, DP=DP, dh0=dh0, dc0=dc0, w_mh=w_mh, w_hm=w_hm,
                             hmask=h_mask, tmp=tmp)
-            return FactoredRecurrence._weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP,
+            return factored_weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP,
                                                      add(dh0, dh0_direct), add(dc0, dc0_direct))
         dZ = dXP[:, :, F:]
         DM = A.new_empty(T, B, F)
@@ -187,26 +187,4 @@ class FactoredRecurrence(torch.autograd.Function):
             dh0.mul_(h_mask)
         dh0 = add(dh0, dh0_direct)
         torch.mul(DM, P, out=dXP[:, :, :F])  # dA = dM * P
-        return FactoredRecurrence._weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP, dh0, dc0)
-
-    @staticmethod
-    def _weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP, dh0, dc0):
-        """Input and weight gradients: one matrix product each over all steps."""
-        memory, F = ctx.memory, ctx.F
-        T, B, I = x.shape
-        H = Hs.shape[-1]
-        nH = w_hm.shape[0]
-        need = ctx.needs_input_grad
-        dXP2 = dXP.view(T * B, F + nH)
-        dx = torch.mm(dXP2, w_ih).view(T, B, I) if need[2] else None
-        dw_ih = torch.mm(dXP2.t(), x.reshape(T * B, I)) if need[5] else None
-        dw_mh = None
-        if need[6]:
-            Hprev = Hs[:-1] if HM is None else HM
-            dw_mh = torch.mm(DP.view(T * B, F).t(), Hprev.reshape(T * B, H))
-        dw_hm = torch.mm(dXP2[:, F:].t(), M.view(T * B, F)) if need[7] else None
-        db = dXP2[:, F:].sum(0) if need[8] else None
-        return (None, None, dx, dh0 if need[3] else None, dc0 if memory and need[4] else None,
-                dw_ih, dw_mh, dw_hm, db, None, None)
-
-
+        return factored_weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP, dh0, dc0)

@@ -32,7 +32,7 @@ from torch.autograd.function import once_differentiable
 
 from . import native, second_order
 from .interface import register
-from .second_order import SecondOrderKernels, lstm_factors, state_buffers
+from .second_order import SecondOrderKernels, lstm_factors, multi_weight_grads, state_buffers
 from .sequences import add, final, outputs, state_grads_into_steps
 from .step_products import StepProduct
 
@@ -234,7 +234,7 @@ class MultiMatrixRecurrence(torch.autograd.Function):
                             par_min=native.PAR_MIN, V=V, R=rs[0], XP=XP, C=C, TC=TC, Hs=Hs, DH=DH,
                             DV=DV, DC=DC, DPRE=DPRE, dR=dR, DL=DL, dh0=dh0, dv0=dv0, dc0=dc0,
                             w_hh=w_hh, bd=bd, hmask=h_mask, tmp=tmp)
-            return MultiMatrixRecurrence._weight_grads(
+            return multi_weight_grads(
                 ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR, DL, add(dh0, dh0_direct),
                 add(dv0, dv0_direct), add(dc0, dc0_direct))
         dhs, dvs, dpres = DH.unbind(0), DV.unbind(0), DPRE.unbind(0)
@@ -292,36 +292,5 @@ class MultiMatrixRecurrence(torch.autograd.Function):
         dh0 = add(dh0, dh0_direct)
         dv0 = add(torch.mm(dls[0], bd), dv0_direct)
         dc0 = add(dcs[0] * fs[0], dc0_direct) if memory else None
-        return MultiMatrixRecurrence._weight_grads(ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR,
+        return multi_weight_grads(ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR,
                                                     DL, dh0, dv0, dc0)
-
-    @staticmethod
-    def _weight_grads(ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR, DL, dh0, dv0, dc0):
-        """Input and weight gradients: one matrix product each over all steps."""
-        memory, Ks = ctx.memory, ctx.Ks
-        T, B, I = x.shape
-        H = Hs.shape[-1]
-        n, Kt = len(Ks), sum(Ks)
-        need = ctx.needs_input_grad
-        dR2 = dR.view(T * B, Kt + Kt * H)
-        dL2 = DL.view(T * B, Kt)  # d logits = gradient of the key projections' x-columns
-        DPRE2 = DPRE.view(T * B, n * H)
-        x2 = x.reshape(T * B, I)
-        dx = dw_ih = db = dw_hh = dbd = None
-        if need[2]:
-            dx = torch.mm(DPRE2, w_ih[Kt:])
-            dx.addmm_(dL2, w_ih[:Kt])
-            dx = dx.view(T, B, I)
-        if need[6]:
-            dw_ih = torch.cat([torch.mm(dL2.t(), x2), torch.mm(DPRE2.t(), x2)])
-        if need[7]:
-            Hprev = Hs[:-1] if HM is None else HM
-            dw_hh = torch.mm(dR2.t(), Hprev.reshape(T * B, H))
-        if need[8]:
-            dbd = torch.mm(dL2.t(), V[:-1].reshape(T * B, Kt))
-        if bias is not None and need[9]:
-            db = torch.cat([dL2.sum(0), DPRE2.sum(0)])
-        return (None, None, dx, dh0 if need[3] else None, dc0 if memory and need[4] else None,
-                dv0 if need[5] else None, dw_ih, dw_hh, dbd, db, None, None)
-
-

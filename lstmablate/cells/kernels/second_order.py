@@ -89,3 +89,54 @@ def lstm_factors(Z4: Tensor, C: Tensor, TC: Tensor) -> tuple[Tensor, Tensor]:
     Kc = 1 - TC * TC  # dh_t/dc_t = o tanh'(c_t)
     Kc.mul_(o)
     return K, Kc
+
+
+def factored_weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP, dh0, dc0):
+    """mRNN / mLSTM (``factored.py``): the input and weight gradients, one matrix
+    product each over all steps (also the Triton kernels', ``triton_second_order.py``)."""
+    memory, F = ctx.memory, ctx.F
+    T, B, I = x.shape
+    H = Hs.shape[-1]
+    nH = w_hm.shape[0]
+    need = ctx.needs_input_grad
+    dXP2 = dXP.view(T * B, F + nH)
+    dx = torch.mm(dXP2, w_ih).view(T, B, I) if need[2] else None
+    dw_ih = torch.mm(dXP2.t(), x.reshape(T * B, I)) if need[5] else None
+    dw_mh = None
+    if need[6]:
+        Hprev = Hs[:-1] if HM is None else HM
+        dw_mh = torch.mm(DP.view(T * B, F).t(), Hprev.reshape(T * B, H))
+    dw_hm = torch.mm(dXP2[:, F:].t(), M.view(T * B, F)) if need[7] else None
+    db = dXP2[:, F:].sum(0) if need[8] else None
+    return (None, None, dx, dh0 if need[3] else None, dc0 if memory and need[4] else None,
+            dw_ih, dw_mh, dw_hm, db, None, None)
+
+
+def multi_weight_grads(ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR, DL, dh0, dv0, dc0):
+    """mmRNN / mmLSTM (``multi_matrix.py``): the input and weight gradients, one
+    matrix product each over all steps (also the Triton kernels')."""
+    memory, Ks = ctx.memory, ctx.Ks
+    T, B, I = x.shape
+    H = Hs.shape[-1]
+    n, Kt = len(Ks), sum(Ks)
+    need = ctx.needs_input_grad
+    dR2 = dR.view(T * B, Kt + Kt * H)
+    dL2 = DL.view(T * B, Kt)  # d logits = gradient of the key projections' x-columns
+    DPRE2 = DPRE.view(T * B, n * H)
+    x2 = x.reshape(T * B, I)
+    dx = dw_ih = db = dw_hh = dbd = None
+    if need[2]:
+        dx = torch.mm(DPRE2, w_ih[Kt:])
+        dx.addmm_(dL2, w_ih[:Kt])
+        dx = dx.view(T, B, I)
+    if need[6]:
+        dw_ih = torch.cat([torch.mm(dL2.t(), x2), torch.mm(DPRE2.t(), x2)])
+    if need[7]:
+        Hprev = Hs[:-1] if HM is None else HM
+        dw_hh = torch.mm(dR2.t(), Hprev.reshape(T * B, H))
+    if need[8]:
+        dbd = torch.mm(dL2.t(), V[:-1].reshape(T * B, Kt))
+    if bias is not None and need[9]:
+        db = torch.cat([dL2.sum(0), DPRE2.sum(0)])
+    return (None, None, dx, dh0 if need[3] else None, dc0 if memory and need[4] else None,
+            dv0 if need[5] else None, dw_ih, dw_hh, dbd, db, None, None)

@@ -13,7 +13,7 @@ Per step the recurrent products stay cuBLAS's and the element-wise work is fused
   products.
 
 The weight gradients are one product each over all steps after the loop
-(``gru.RecurrentGRU._weight_grads``); padding and recurrent dropout as in
+(``gru_recurrent.RecurrentGRU._weight_grads``); padding and recurrent dropout as in
 ``triton_lstm.py``, whose helpers these kernels use.
 """
 
@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from .gru import RecurrentGRU
+from .gru_recurrent import RecurrentGRU
 from .triton_lstm import (RecurrentLoops, emit, grad_h, last_rows, launch, live_rows, run_grads,
                           run_loops, sigmoid, tanh)
 
@@ -148,7 +148,7 @@ class GRULoops(RecurrentLoops):
         self.DU = new(B, H)
 
     def forward_loop(self) -> None:
-        B, H, hm, n = self.B, self.H, self.hprev(), self.B * self.H
+        H, hm, n = self.H, self.hprev(), self.B * self.H
         for t in range(self.T):
             if self.reset_after:
                 torch.mm(hm[t], self.w_hh.t(), out=self.R)
@@ -163,7 +163,7 @@ class GRULoops(RecurrentLoops):
                        self.mask, self.lengths, t, n, H, **self.flags())
 
     def backward_loop(self) -> None:
-        B, H, T, hm, n = self.B, self.H, self.T, self.hprev(), self.B * self.H
+        H, T, hm, n = self.H, self.T, self.hprev(), self.B * self.H
         self.G.zero_()
         self.DCR.zero_()
         for t in range(T - 1, -1, -1):

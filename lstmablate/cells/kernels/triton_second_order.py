@@ -13,7 +13,7 @@ recurrence v_{t-1} BD^T), their softmaxes, the mixtures sum_j v_g[j] W_g[j] h', 
 activations and the memory cell.  Backward: one launch per row (the pre-activations'
 gradients, dv_t = R_t . d pre, dR_t = v_t (x) d pre, the softmaxes' backward, the keys'
 carry d logits BD), then one product [d logits, dR_t] W_hh.  The weight gradients are the
-PyTorch loops' (``multi_matrix.MultiMatrixRecurrence._weight_grads``).
+PyTorch loops' (``second_order.multi_weight_grads``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from .factored import FactoredRecurrence
 from .lstm_recurrent import Layout
-from .multi_matrix import MultiMatrixRecurrence
+from .second_order import factored_weight_grads, multi_weight_grads
 from .sequences import input_products
 from .triton_lstm import (RecurrentLoops, StepLoops, emit, grad_h, lstm_cell, lstm_cell_grad,
                           load_blocks, run_grads, run_loops, store_blocks, tanh)
@@ -95,7 +94,7 @@ class TritonFactored(torch.autograd.Function):
         dh0, dc0 = lp.initial_grads()
         dXP = torch.cat([lp.DM * lp.WH, lp.DZ], dim=-1)  # [d(W_mx x), dZ]
         hm = lp.HM[:-1] if lp.has_mask else None
-        grads = FactoredRecurrence._weight_grads(ctx, x, w_ih, w_hm, lp.M, lp.Hs, hm, dXP, lp.DP,
+        grads = factored_weight_grads(ctx, x, w_ih, w_hm, lp.M, lp.Hs, hm, dXP, lp.DP,
                                                  dh0, dc0)
         ctx.lease.release()
         return grads
@@ -352,7 +351,7 @@ class TritonMultiMatrix(torch.autograd.Function):
         lp = run_grads(ctx, lambda lp: lp.bind_grads(dout, dhn, dcn, dvn))
         dh0, dc0 = lp.initial_grads()
         hm = lp.HM[:-1] if lp.has_mask else None
-        grads = MultiMatrixRecurrence._weight_grads(ctx, x, w_ih, w_hh, bias, lp.V, lp.Hs, hm,
+        grads = multi_weight_grads(ctx, x, w_ih, w_hh, bias, lp.V, lp.Hs, hm,
                                                     lp.DPRE, lp.DR, lp.DL, dh0,
                                                     lp.initial_key_grad(), dc0)
         ctx.lease.release()

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from . import calibrate, triton_support
 from .interface import Call
+from .native import library_for
 from .switches import graphs_setting, torch_on_cpu, triton_setting
 
 
@@ -80,6 +81,12 @@ def torch_or_ours(kind: str | None, ours: str, call: Call, native: Callable[[], 
                                mask=call.mask):
             return f"torch-{kind}"
     return f"triton-{ours}" if triton else ours
+
+
+def native_loops(family, call: Call) -> bool:
+    """Do ``family``'s native (C) loops run this call (built here, CPU, float32/64)?"""
+    return family.native is not None and library_for(family.native.library, call.device_type,
+                                                      call.dtype) is not None
 
 
 def describe(path: str, call: Call, native_loops: bool, torch_could: bool = False) -> str:

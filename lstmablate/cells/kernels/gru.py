@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from . import calibrate, delegate
 from .delegate import CudnnStack
-from .dispatch import describe, torch_or_ours
+from .dispatch import describe, native_loops, torch_or_ours
 from .gru_recurrent import RecurrentGRU
 from .interface import Call, KernelFamily, NativeSource, register
 
@@ -41,7 +41,7 @@ class GRUKernels(CudnnStack, KernelFamily):
         kind = torch_kind(v, call)
         sc = None if call.batch is None else (lambda: calibrate.shape_class(
             "gru", self.native.library, v.input_size, v.hidden_size, call.batch, call.dtype, call.grad))
-        return torch_or_ours(kind, "recurrent", call, lambda: self.native_loops(call), sc,
+        return torch_or_ours(kind, "recurrent", call, lambda: native_loops(self, call), sc,
                              self._runners(v, call.batch))
 
     @staticmethod
@@ -55,7 +55,7 @@ class GRUKernels(CudnnStack, KernelFamily):
         return make
 
     def describe(self, path: str, v, call: Call) -> str:
-        return describe(path, call, self.native_loops(call), torch_kind(v, call) is not None)
+        return describe(path, call, native_loops(self, call), torch_kind(v, call) is not None)
 
     def run(self, path, v, x, state, lengths, h_mask):
         if path == "torch-gru":

@@ -149,14 +149,6 @@ class KernelFamily:
         return None
 
     # -- written once ----------------------------------------------------------------------
-    def native_loops(self, call: Call) -> bool:
-        """Do the family's native (C) loops run this call (built here, CPU, float32/64)?"""
-        if self.native is None:
-            return False
-        from .native import library_for
-
-        return library_for(self.native.library, call.device_type, call.dtype) is not None
-
     def view(self, cell) -> SimpleNamespace:
         """The cell as the family sees it: the attributes in ``reads``, nothing else."""
         return SimpleNamespace(**{a: getattr(cell, a) for a in self.reads})
@@ -243,16 +235,27 @@ def families(load: bool = True) -> dict[str, KernelFamily]:
     return dict(_FAMILIES)
 
 
-def native_sources() -> dict[str, str]:
-    """Native library name -> its C source, as the registered families declare them."""
+def native_sources(load: bool = True) -> dict[str, str]:
+    """Native library name -> its C source, as the registered families declare them
+    (``load``: as :func:`families`)."""
     out: dict[str, str] = {}
-    for fam in families().values():
+    for fam in families(load).values():
         if fam.native is not None:
             known = out.setdefault(fam.native.library, fam.native.source)
             if known != fam.native.source:
                 raise ValueError(f"native library {fam.native.library!r} is declared with two "
                                  f"sources ({known}, {fam.native.source})")
     return out
+
+
+def native_source(library: str) -> str:
+    """The C source of a native library (the families loaded so far, else all of them)."""
+    for load in (False, True):
+        sources = native_sources(load)
+        if library in sources:
+            return sources[library]
+    raise ValueError(f"unknown native kernel library {library!r}; the kernel families "
+                     f"declare {sorted(sources)}")
 
 
 def family_of(cell) -> KernelFamily | None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from . import calibrate, delegate
 from .delegate import CudnnStack
-from .dispatch import describe, torch_or_ours
+from .dispatch import describe, native_loops, torch_or_ours
 from .interface import Call, KernelFamily, NativeSource, register
 from .lstm_recurrent import layout, recurrent
 from .lstm_scan import scan
@@ -67,7 +67,7 @@ class LSTMFamilyKernels(CudnnStack, KernelFamily):
         sc = None if call.batch is None else (lambda: calibrate.shape_class(
             kind, self.native.library, v.input_size, v.hidden_size, call.batch, call.dtype,
             call.grad))
-        return torch_or_ours(kind, ours, call, lambda: self.native_loops(call), sc,
+        return torch_or_ours(kind, ours, call, lambda: native_loops(self, call), sc,
                              self._runners(v, kind, call.batch))
 
     @staticmethod
@@ -82,7 +82,7 @@ class LSTMFamilyKernels(CudnnStack, KernelFamily):
         return make
 
     def describe(self, path: str, v, call: Call) -> str:
-        return describe(path, call, self.native_loops(call), torch_kind(v, call) is not None)
+        return describe(path, call, native_loops(self, call), torch_kind(v, call) is not None)
 
     def run(self, path, v, x, state, lengths, h_mask):
         if path == "torch-lstm":

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .dispatch import describe, triton_runs
+from .dispatch import describe, native_loops, triton_runs
 from .interface import Call, KernelFamily, NativeSource
 from .native import NativeLibrary, library_for
 
@@ -52,7 +52,7 @@ class SecondOrderKernels(KernelFamily):
         return "triton-recurrent" if self.triton and triton_runs(call) else "recurrent"
 
     def describe(self, path: str, v, call: Call) -> str:
-        return describe(path, call, self.native_loops(call))
+        return describe(path, call, native_loops(self, call))
 
 
 def state_buffers(x: Tensor, h0: Tensor, c0: Tensor | None, h_mask: Tensor | None

@@ -35,8 +35,7 @@ the registry without pulling in any kernel code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -275,11 +274,3 @@ def kernel_name_of(cell, **call: Any) -> str:
     """The path a call of any cell takes, as ``lstmablate bench`` names it."""
     fam = family_of(cell)
     return "reference" if fam is None else fam.kernel_name(cell, **call)
-
-
-def with_call(call: Call, **changes: Any) -> Call:
-    """``call`` with some fields changed."""
-    return replace(call, **changes)
-
-
-Runner = Callable[[], Result]

@@ -32,7 +32,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -66,7 +65,8 @@ def run_tests(device: str, budget: float) -> dict:
         return dict(status="skipped", reason=f"not installed: {', '.join(missing)}")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["LSTMABLATE_GPU_DEVICE"] = device
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "gpu")]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           str(ROOT / "tests" / "gpu")]
     try:
         r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=budget)
     except subprocess.TimeoutExpired as err:
@@ -105,8 +105,9 @@ def paper_cells() -> list[str]:
 
 
 def _train_time(cell: str, steps: int, device: str, out: Path, data_dir: str) -> float:
-    cmd = [sys.executable, "-m", "lstmablate", "train", "--task", "ptb", "--recipe", "ptb-medium",
-           "--cell", cell, "--seed", "1", "--device", device, "--out", str(out), "--force",
+    cmd = [sys.executable, "-m", "lstmablate", "train", "--task", "ptb", "--recipe",
+           "ptb-medium", "--cell", cell, "--seed", "1", "--device", device, "--out", str(out),
+           "--force",
            "--experiment", f"gpu-check-{steps}", "--data-dir", data_dir,
            "--set", f"train.max_steps={steps}", "--set", "train.eval_test=false"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -128,7 +129,8 @@ def run_trainer(device: str, budget: float) -> tuple[dict, list[dict]]:
     data_dir = os.environ.get("LSTMABLATE_DATA", str(ROOT / "data"))
     if not (Path(data_dir) / "ptb" / "ptb.train.txt.gz").exists() and not \
             (Path(data_dir) / "ptb" / "ptb.train.txt").exists():
-        return dict(status="skipped", reason=f"no PTB data under {data_dir} (set LSTMABLATE_DATA)"), []
+        return dict(status="skipped",
+                    reason=f"no PTB data under {data_dir} (set LSTMABLATE_DATA)"), []
     rows, start = [], time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-runs-") as tmp:
         for cell in paper_cells():
@@ -193,25 +195,30 @@ def markdown(doc: dict) -> str:
              f"{doc['started']}, {doc['seconds']:.0f} s; PyTorch {env.get('torch')}, CUDA "
              f"{env.get('cuda')}, cuDNN {env.get('cudnn')}, Triton {env.get('triton')}", ""]
     for name, part in doc["parts"].items():
-        lines.append(f"* {name}: {part.get('status')} {part.get('summary') or part.get('reason') or ''}"
-                     f" ({part.get('seconds', 0):.0f} s)")
-    lines += ["", bench.to_markdown([r for r in doc["rows"] if r.get("kind") in ("cell", "model")])]
+        note = part.get("summary") or part.get("reason") or ""
+        lines.append(f"* {name}: {part.get('status')} {note} ({part.get('seconds', 0):.0f} s)")
+    measured = [r for r in doc["rows"] if r.get("kind") in ("cell", "model")]
+    lines += ["", bench.to_markdown(measured)]
     trainer = [r for r in doc["rows"] if r.get("kind") == "trainer"]
     if trainer:
-        lines += ["", "| PTB-medium through the trainer | steps | seconds | tokens/s |", "|---|---|---|---|"]
+        lines += ["", "| PTB-medium through the trainer | steps | seconds | tokens/s |",
+                  "|---|---|---|---|"]
         lines += [f"| {r['cell']} | {r['steps']} | {r['seconds']:.2f} | {r['tokens_per_s']:,.0f} |"
                   for r in trainer]
+    met = {True: "yes", False: "**no**", None: ""}
     lines += ["", "| target | measured | needed | met |", "|---|---|---|---|"]
-    lines += [f"| {t['target']} | {'' if t['measured'] is None else t['measured']} | {t['needed']} | "
-              f"{ {True: 'yes', False: '**no**', None: ''}[t['met']] } |" for t in doc["targets"]]
+    lines += [f"| {t['target']} | {'' if t['measured'] is None else t['measured']} | "
+              f"{t['needed']} | {met[t['met']]} |" for t in doc["targets"]]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--skip", action="append", default=[], choices=["tests", "cells", "models", "trainer"])
+    ap.add_argument("--skip", action="append", default=[],
+                    choices=["tests", "cells", "models", "trainer"])
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu-check: no CUDA device here (torch.cuda.is_available() is False); nothing to do",
@@ -220,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     from lstmablate import bench
 
     t_start = time.perf_counter()
-    doc = dict(started=time.strftime("%Y-%m-%d %H:%M:%S"), command=" ".join([sys.executable, *sys.argv]),
+    doc = dict(started=time.strftime("%Y-%m-%d %H:%M:%S"),
+               command=" ".join([os.path.basename(sys.executable), *sys.argv]),
                environment=bench.environment(1, args.device), parts={}, rows=[])
     budgets = dict(tests=150.0, trainer=200.0)
 
@@ -250,7 +258,6 @@ def main(argv: list[str] | None = None) -> int:
     part("trainer", lambda: run_trainer(args.device, budgets["trainer"]))
     doc["targets"] = targets(doc["rows"])
     doc["seconds"] = round(time.perf_counter() - t_start, 1)
-    doc["environment"]["machine_name"] = platform.node()
     gpu = re.sub(r"[^A-Za-z0-9]+", "-", doc["environment"].get("gpu", "gpu")).strip("-").lower()
     out = Path(args.out) / f"gpu-check-{gpu}-{time.strftime('%Y%m%d-%H%M')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

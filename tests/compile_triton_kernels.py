@@ -74,7 +74,7 @@ def signature(kernel, constexprs: dict, dtype: str) -> tuple[dict, dict]:
     consts = dict(constexprs)
     consts.setdefault("ACC", tl.float32)
     if "BLOCK" in names:
-        consts.setdefault("BLOCK", 1024)
+        consts.setdefault("BLOCK", 256)
     sig = {}
     for name in names:
         if name in consts:

@@ -125,8 +125,9 @@ def test_which_encoders_are_one_call():
         assert plan(triton=True) is None  # every call to the Triton kernels
     enc = build_encoder("lstm", 3, 4, num_layers=2)
     assert enc.layers[0][0]._kernels().stack_plan(enc, device_type="cpu") is None
-    assert get_cell("lstm").build(3, 4)._kernels().kernel_name(
-        get_cell("lstm").build(3, 4), device_type="cuda", stacked=True) == "torch-lstm (cuDNN, stacked)"
+    lstm = get_cell("lstm").build(3, 4)
+    assert lstm._kernels().kernel_name(lstm, device_type="cuda",
+                                       stacked=True) == "torch-lstm (cuDNN, stacked)"
 
 
 def test_a_cpu_encoder_is_never_one_call(torch_kernels, monkeypatch):

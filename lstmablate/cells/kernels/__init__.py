@@ -34,10 +34,12 @@ The families, one module each (``KERNELS``), with their CPU / PyTorch loops
 The GPU kernels (Triton, optional: imported only for CUDA calls, or for CPU tensors under
 Triton's interpreter)
     ``triton_support.py``  whether Triton runs here, dtypes, launch sizes
-    ``triton_lstm.py``     the LSTM family's step and scan kernels, and the jit helpers
-                           every Triton kernel shares
+    ``triton_common.py``   the jit helpers every Triton kernel shares (padding, h_t, dh_t),
+                           launching, the loops' common buffers
+    ``triton_lstm.py``     the LSTM family's step and scan kernels (and the LSTM cell's
+                           arithmetic, which mLSTM and mmLSTM share)
     ``triton_gru.py``, ``triton_second_order.py``  the GRU's, the second-order cells'
-    ``graphs.py``          the time loops' buffers, eager or captured in CUDA graphs
+    ``graphs.py``          running the time loops eagerly or captured in CUDA graphs
 
 The native (C) kernels
     ``csrc/``           the C sources (package data): ``la_blas.[ch]``, ``la_real.h``, and

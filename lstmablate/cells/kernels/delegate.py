@@ -53,7 +53,7 @@ def _swap_last_blocks(w: Tensor) -> Tensor:
 
 
 @dataclass(frozen=True)
-class Slot:
+class WeightSlot:
     """One weight of the fused kernel: made from parameter ``param`` (None: a constant
     zero) by ``to_fused``; its gradient goes back through ``to_param``."""
 
@@ -63,7 +63,7 @@ class Slot:
     to_param: Callable[[Tensor], Tensor] = lambda g: g
 
 
-def _lstm_slots(v, first: int) -> list[Slot]:
+def _lstm_slots(v, first: int) -> list[WeightSlot]:
     """``lstm`` (Levy et al. eqs 2-7, optionally projected): our weight_ih, weight_hh, bias
     (3H without a content bias), weight_hr -> w_ih, w_hh, b_ih, b_hh (zero), w_hr."""
     H = v.hidden_size
@@ -72,34 +72,37 @@ def _lstm_slots(v, first: int) -> list[Slot]:
     def bias(p: Tensor) -> Tensor:
         return _swap_last_blocks(p if nb == 4 * H else torch.cat([p, p.new_zeros(4 * H - nb)]))
 
-    slots = [Slot(tuple(v.weight_ih.shape), first, _swap_last_blocks, _swap_last_blocks),
-             Slot(tuple(v.weight_hh.shape), first + 1, _swap_last_blocks, _swap_last_blocks),
-             Slot((4 * H,), first + 2, bias, lambda g: _swap_last_blocks(g)[:nb]),
-             Slot((4 * H,), None)]
+    swap = _swap_last_blocks
+    slots = [WeightSlot(tuple(v.weight_ih.shape), first, swap, swap),
+             WeightSlot(tuple(v.weight_hh.shape), first + 1, swap, swap),
+             WeightSlot((4 * H,), first + 2, bias, lambda g: swap(g)[:nb]),
+             WeightSlot((4 * H,), None)]
     if v.weight_hr is not None:
-        slots.append(Slot(tuple(v.weight_hr.shape), first + 3))
+        slots.append(WeightSlot(tuple(v.weight_hr.shape), first + 3))
     return slots
 
 
-def _rnn_slots(v, first: int) -> list[Slot]:
+def _rnn_slots(v, first: int) -> list[WeightSlot]:
     """``lstm-gates`` (eq 1): torch.nn.RNN(tanh) with our bias as b_ih (and none without)."""
-    slots = [Slot(tuple(v.weight_ih.shape), first), Slot(tuple(v.weight_hh.shape), first + 1)]
+    slots = [WeightSlot(tuple(v.weight_ih.shape), first),
+             WeightSlot(tuple(v.weight_hh.shape), first + 1)]
     if v.bias is not None:
-        slots += [Slot(tuple(v.bias.shape), first + 2), Slot(tuple(v.bias.shape), None)]
+        slots += [WeightSlot(tuple(v.bias.shape), first + 2),
+                  WeightSlot(tuple(v.bias.shape), None)]
     return slots
 
 
-def _gru_slots(v, first: int) -> list[Slot]:
+def _gru_slots(v, first: int) -> list[WeightSlot]:
     """The GRU with ``reset_after``: the update gate's rows negated, b_hh = [0; 0; ours]."""
     H = v.hidden_size
 
     def neg_z(w: Tensor) -> Tensor:  # torch's update gate is 1 - ours: sigma(-a) = 1 - sigma(a)
         return torch.cat([w[:H], -w[H:2 * H], w[2 * H:]])
 
-    return [Slot(tuple(v.weight_ih.shape), first, neg_z, neg_z),
-            Slot(tuple(v.weight_hh.shape), first + 1, neg_z, neg_z),
-            Slot((3 * H,), first + 2, neg_z, neg_z),
-            Slot((3 * H,), first + 3, lambda p: torch.cat([p.new_zeros(2 * H), p]),
+    return [WeightSlot(tuple(v.weight_ih.shape), first, neg_z, neg_z),
+            WeightSlot(tuple(v.weight_hh.shape), first + 1, neg_z, neg_z),
+            WeightSlot((3 * H,), first + 2, neg_z, neg_z),
+            WeightSlot((3 * H,), first + 3, lambda p: torch.cat([p.new_zeros(2 * H), p]),
                  lambda g: g[2 * H:])]
 
 
@@ -118,7 +121,7 @@ class FusedWeights:
     """The weights of one fused call (one cell, or every cell of a stacked encoder) in
     PyTorch's layout, kept between calls and remade when a parameter changed."""
 
-    def __init__(self, slots: list[Slot], flatten: Callable[[list[Tensor]], None] | None):
+    def __init__(self, slots: list[WeightSlot], flatten: Callable[[list[Tensor]], None] | None):
         self.slots, self.flatten = slots, flatten
         self.weights: list[Tensor] | None = None
         self.stamp: tuple | None = None
@@ -199,7 +202,7 @@ def fused_weights(kind: str, views: list, owner, input_size: int, bidirectional:
     ``owner`` (the first cell's weight_ih, or the encoder), through :class:`ToFused`."""
     params_of, slots_of, _ = KINDS[kind]
     params: list[Tensor] = []
-    slots: list[Slot] = []
+    slots: list[WeightSlot] = []
     for v in views:
         slots += slots_of(v, len(params))
         params += params_of(v)

@@ -40,7 +40,8 @@ class GRUKernels(CudnnStack, KernelFamily):
     def choose(self, v, call: Call) -> str:
         kind = torch_kind(v, call)
         sc = None if call.batch is None else (lambda: calibrate.shape_class(
-            "gru", self.native.library, v.input_size, v.hidden_size, call.batch, call.dtype, call.grad))
+            "gru", self.native.library, v.input_size, v.hidden_size, call.batch, call.dtype,
+            call.grad))
         return torch_or_ours(kind, "recurrent", call, lambda: native_loops(self, call), sc,
                              self._runners(v, call.batch))
 

@@ -11,7 +11,8 @@ from torch.autograd.function import once_differentiable
 
 from . import native
 from .native import library_for
-from .sequences import add, final, input_products, input_side_grads, masked_outputs, state_grads_into_steps
+from .sequences import (add, final, input_products, input_side_grads, masked_outputs,
+                        state_grads_into_steps)
 
 FAMILY = "gru"
 

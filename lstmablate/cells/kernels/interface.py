@@ -9,8 +9,9 @@ sequences of the cells that declare it.  It says, as class attributes:
   and nothing else, so a cell keeps every other attribute to itself;
 * ``native``: its C source in ``csrc/`` as :class:`NativeSource` (library name, file),
   if it has native (CPU) loops; ``native_build.py`` builds what the families declare;
-* ``cases``: the (cell, options) the family must be tested and benchmarked on: every
-  flag set it runs and the options that change its arithmetic.
+* ``cases``: the (cell, options) the family must be tested on (the test suites
+  parametrize over them): every flag set it runs and the options that change its
+  arithmetic.
 
 and implements two methods:
 
@@ -89,7 +90,8 @@ class Call:
         known = {f.name for f in fields(cls)}
         unknown = set(call) - known
         if unknown:
-            raise TypeError(f"unknown call description(s) {sorted(unknown)}; known: {sorted(known)}")
+            raise TypeError(f"unknown call description(s) {sorted(unknown)}; "
+                            f"known: {sorted(known)}")
         return cls(**call)
 
 

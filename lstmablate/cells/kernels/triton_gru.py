@@ -14,7 +14,7 @@ Per step the recurrent products stay cuBLAS's and the element-wise work is fused
 
 The weight gradients are one product each over all steps after the loop
 (``gru_recurrent.RecurrentGRU._weight_grads``); padding and recurrent dropout as in
-``triton_lstm.py``, whose helpers these kernels use.
+``triton_common.py``, whose helpers these kernels use.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from .gru_recurrent import RecurrentGRU
-from .triton_lstm import (RecurrentLoops, emit, grad_h, last_rows, launch, live_rows, run_grads,
-                          run_loops, sigmoid, tanh)
+from .triton_common import (RecurrentLoops, emit, grad_h, last_rows, launch, live_rows,
+                            run_grads, run_loops, sigmoid, tanh)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t"])
 def gru_step(A, R, BHH, U, H0, H1, HM1, OUT, MASK, LEN, t, n, H, HAS_MASK: tl.constexpr,
              HAS_LEN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     """``reset_after``: a step's element-wise work; A: the input side (+ b), R: h' W_hh^T."""
@@ -39,7 +39,8 @@ def gru_step(A, R, BHH, U, H0, H1, HM1, OUT, MASK, LEN, t, n, H, HAS_MASK: tl.co
     j = offs - b * H
     a = A + b * (3 * H) + j
     rr = R + b * (3 * H) + j
-    r = sigmoid(tl.load(a, mask=m, other=0.0).to(ACC) + tl.load(rr, mask=m, other=0.0).to(ACC))  # eq 56
+    r = sigmoid(tl.load(a, mask=m, other=0.0).to(ACC)
+                + tl.load(rr, mask=m, other=0.0).to(ACC))  # eq 56
     z = sigmoid(tl.load(a + H, mask=m, other=0.0).to(ACC)
                 + tl.load(rr + H, mask=m, other=0.0).to(ACC))  # eq 57
     u = tl.load(rr + 2 * H, mask=m, other=0.0).to(ACC) + tl.load(BHH + j, mask=m, other=0.0).to(ACC)
@@ -68,7 +69,7 @@ def gru_gates(A, HP, U, n, H, ACC: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(U + offs, r * tl.load(HP + offs, mask=m, other=0.0).to(ACC), mask=m)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t"])
 def gru_out(A, H0, H1, HM1, OUT, MASK, LEN, t, n, H, HAS_MASK: tl.constexpr,
             HAS_LEN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     """Eq 58 as printed, second half (W_hh (r * h') added into A's candidate block): the
@@ -85,7 +86,7 @@ def gru_out(A, H0, H1, HM1, OUT, MASK, LEN, t, n, H, HAS_MASK: tl.constexpr,
          live_rows(LEN, b, m, t, HAS_LEN), HAS_MASK, HAS_LEN, ACC)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t"])
 def gru_step_grad(A, U, H0, DOUT, DHN, G, MASK, CARRY, GB, DZN, LEN, t, T, n, H,
                   RESET_AFTER: tl.constexpr, HAS_MASK: tl.constexpr, HAS_LEN: tl.constexpr,
                   ACC: tl.constexpr, BLOCK: tl.constexpr):

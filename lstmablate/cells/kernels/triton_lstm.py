@@ -1,7 +1,7 @@
 """The LSTM family's Triton kernels (``lstm-srnn``, ``lstm-srnn-out``, ``lstm-noforget``,
 ``lstm-gates``, ``lstm`` with recurrent dropout or a length-0 row, projections; and the
-scan of ``lstm-srnn-hidden``, ``lstm-srnn-hidden-out``), plus the jit helpers every Triton
-kernel here shares (the LSTM cell's arithmetic is also mLSTM's and mmLSTM's).
+scan of ``lstm-srnn-hidden``, ``lstm-srnn-hidden-out``); the LSTM cell's arithmetic here is
+also mLSTM's and mmLSTM's (``triton_second_order.py``).
 
 Equations: Levy et al. (ACL 2018) eqs 1-7, as in ``lstmablate/cells/lstm.py``.
 
@@ -21,14 +21,10 @@ all steps after the loop (``lstm_recurrent.RecurrentLSTM._weight_grads``).  A pr
 x only, so one launch runs the whole sequence: each program owns a slice of the batch x
 hidden units and loops over time (forward: the memory cell; backward: the reverse scan).
 
-**Padding** (prefix masks; the encoder reverses each sequence within its length for the
-backward direction, so both directions are prefix masks here): the kernels carry the state
-through a sequence's padding and write zero outputs there, so the final state needs no
-gather; backward, padded steps get no gradient and the final state's gradient enters at the
-last real step (a length-0 row passes it straight to the initial state).
-
-Buffers are allocated once per call shape (``graphs.Loops``); on CUDA the two loops are
-captured in CUDA graphs and replayed (``graphs.py``).
+Padding and recurrent dropout: in the kernels (``triton_common.py``).  Buffers are
+allocated once per call shape (``triton_common.RecurrentLoops``); on CUDA the two loops are
+captured in CUDA graphs and replayed (``graphs.py``).  The step index ``t`` is not
+specialized on (``do_not_specialize``), so one compiled kernel serves every step.
 """
 
 from __future__ import annotations
@@ -38,73 +34,14 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from . import graphs
 from .lstm_recurrent import Layout, RecurrentLSTM
 from .sequences import input_products, input_side_grads
-from .triton_support import block
+from .triton_common import (RecurrentLoops, acc, emit, grad_h, last_rows, launch, live_rows,
+                            run_grads, run_loops, sigmoid, tanh)
 
 # ---------------------------------------------------------------------------------------
-# shared jit helpers
+# the LSTM cell (also mLSTM's and mmLSTM's)
 # ---------------------------------------------------------------------------------------
-
-
-@triton.jit
-def sigmoid(x):
-    return 1.0 / (1.0 + tl.exp(-x))
-
-
-@triton.jit
-def tanh(x):
-    # 1 - 2 / (e^{2x} + 1): e^{2x} -> inf gives 1, -> 0 gives -1 (no overflow)
-    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
-
-
-@triton.jit
-def live_rows(LEN, b, m, t, HAS_LEN: tl.constexpr):
-    """Which elements' sequences are still real at step t (all, without lengths)."""
-    if HAS_LEN:
-        return m & (t < tl.load(LEN + b, mask=m, other=0))
-    return m
-
-
-@triton.jit
-def last_rows(LEN, b, m, t, T, HAS_LEN: tl.constexpr):
-    """Which elements' sequences end at step t (where the final state's gradient enters)."""
-    if HAS_LEN:
-        return m & (t == tl.load(LEN + b, mask=m, other=0) - 1)
-    return m & (t == T - 1)
-
-
-@triton.jit
-def emit(hh, H0, H1, HM1, OUT, MASK, offs, m, live, HAS_MASK: tl.constexpr,
-         HAS_LEN: tl.constexpr, ACC: tl.constexpr):
-    """Write h_t: the state (the previous one carried through padding), the output (zero at
-    padding) and, with recurrent dropout, h_t * mask (what the next product reads)."""
-    h = hh
-    if HAS_LEN:
-        h = tl.where(live, hh, tl.load(H0 + offs, mask=m, other=0.0).to(ACC))
-        tl.store(OUT + offs, tl.where(live, hh, 0.0), mask=m)
-    else:
-        tl.store(OUT + offs, hh, mask=m)
-    tl.store(H1 + offs, h, mask=m)
-    if HAS_MASK:
-        tl.store(HM1 + offs, h * tl.load(MASK + offs, mask=m, other=0.0).to(ACC), mask=m)
-
-
-@triton.jit
-def grad_h(DOUT, DHN, G, MASK, CARRY, offs, m, live, last, HAS_MASK: tl.constexpr,
-           HAS_CARRY: tl.constexpr, ACC: tl.constexpr):
-    """dh_t: the output's gradient (none at padding), the final state's (at the last real
-    step), mask * G (G: the previous backward step's product with W_hh) and a carried term
-    (the GRU's direct path dh_{t+1} (1 - z_{t+1}))."""
-    dh = tl.where(live, tl.load(DOUT + offs, mask=m, other=0.0).to(ACC), 0.0)
-    dh += tl.where(last, tl.load(DHN + offs, mask=m, other=0.0).to(ACC), 0.0)
-    g = tl.load(G + offs, mask=m, other=0.0).to(ACC)
-    if HAS_MASK:
-        g = g * tl.load(MASK + offs, mask=m, other=0.0).to(ACC)
-    if HAS_CARRY:
-        g += tl.load(CARRY + offs, mask=m, other=0.0).to(ACC)
-    return dh + g
 
 
 @triton.jit
@@ -179,12 +116,13 @@ def lstm_cell_grad(dhh, dc, i, f, o, g, c_prev, tc, HAS_F: tl.constexpr,
     return di, df, do, dg, dc_prev
 
 
+
 # ---------------------------------------------------------------------------------------
 # kernels
 # ---------------------------------------------------------------------------------------
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t"])
 def lstm_step(Z, C0, C1, H0, H1, HM1, OUT, HH, MASK, LEN, t, n, H,
               NB: tl.constexpr, NG: tl.constexpr, FI: tl.constexpr, OI: tl.constexpr,
               MEMORY: tl.constexpr, SRNN: tl.constexpr, PROJ: tl.constexpr,
@@ -211,7 +149,7 @@ def lstm_step(Z, C0, C1, H0, H1, HM1, OUT, HH, MASK, LEN, t, n, H,
         emit(hh, H0, H1, HM1, OUT, MASK, offs, m, live, HAS_MASK, HAS_LEN, ACC)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t"])
 def lstm_step_grad(A, C0, C1, DOUT, DHN, DCN, G, MASK, DHH, DCR, DZ, LEN, t, T, n, H,
                    NB: tl.constexpr, NG: tl.constexpr, FI: tl.constexpr, OI: tl.constexpr,
                    MEMORY: tl.constexpr, SRNN: tl.constexpr, PROJ: tl.constexpr,
@@ -244,7 +182,7 @@ def lstm_step_grad(A, C0, C1, DOUT, DHN, DCN, G, MASK, DHH, DCR, DZ, LEN, t, T, 
         tl.store(DZ + j, dhh * (1.0 - h * h), mask=m)  # eq 1: tanh' = 1 - h^2
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t"])
 def emit_step(HP, H0, H1, HM1, OUT, MASK, LEN, t, n, P, HAS_MASK: tl.constexpr,
               HAS_LEN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     """With a projection: h_t = the projection's output HP, written as ``emit`` does."""
@@ -255,7 +193,7 @@ def emit_step(HP, H0, H1, HM1, OUT, MASK, LEN, t, n, P, HAS_MASK: tl.constexpr,
     emit(hh, H0, H1, HM1, OUT, MASK, offs, m, live, HAS_MASK, HAS_LEN, ACC)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t"])
 def grad_h_step(DOUT, DHN, G, MASK, DH, LEN, t, T, n, P, HAS_MASK: tl.constexpr,
                 HAS_LEN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     """With a projection: dh_t (``grad_h``) into DH, before its product with W_hr."""
@@ -327,96 +265,9 @@ def lstm_scan_grad(A, C, DOUT, DHN, DCN, DZ, DC0, LEN, T, n, H, NB: tl.constexpr
 # launching
 # ---------------------------------------------------------------------------------------
 
-
-def acc(dtype: torch.dtype):
-    """The dtype the kernels compute in: float64 for float64, else float32."""
-    return tl.float64 if dtype == torch.float64 else tl.float32
-
-
-def launch(kernel, n: int, *args, **constexprs) -> None:
-    """``kernel`` over n elements (BLOCK elements per program)."""
-    size = block(n)
-    kernel[(triton.cdiv(n, size),)](*args, BLOCK=size, **constexprs)
-
-
 def layout_flags(L: Layout) -> dict:
     return dict(NB=L.nb, NG=L.nG, FI=L.fi, OI=L.oi, MEMORY=L.memory, SRNN=L.srnn)
 
-
-class RecurrentLoops(graphs.Loops):
-    """What the loops of every recurrence share (the LSTM family, the GRU, the
-    second-order cells subclass it).
-
-    ``Z`` (T, B, width) the input products (+ bias), then what the step kernels write
-    back; ``Hs`` (T+1, B, P) the state h (Hs[0] = h_0, carried through padding); ``HM``
-    (T+1, B, P) h * mask (with recurrent dropout: what the products read); ``OUT``
-    (T, B, P) the outputs; ``C`` (T+1, B, H) the memory cell (cells that have one); ``G``
-    (B, P) the backward's last product (what h'_{t-1} receives).  Inputs bound per call:
-    the weights, ``mask``, ``lengths``, ``dout``, ``dhn``, ``dcn``.
-    """
-
-    def __init__(self, static: bool, T: int, B: int, H: int, P: int, width: int,
-                 like: torch.Tensor, mask: bool, lengths: bool, memory: bool):
-        super().__init__(static)
-        self.T, self.B, self.H, self.P = T, B, H, P
-        self.has_mask, self.has_len = mask, lengths
-        new = like.new_empty
-        self.Z = new(T, B, width)
-        self.Hs, self.OUT, self.G = new(T + 1, B, P), new(T, B, P), new(B, P)
-        self.HM = new(T + 1, B, P) if mask else None
-        self.C = new(T + 1, B, H) if memory else None
-        self.DCR = new(B, H)  # the carried dc (or the GRU's direct path)
-        self.dummy = self.DCR  # passed for pointers a kernel does not read
-        self.acc = acc(like.dtype)
-
-    def bind(self, x, h0, c0, w_ih, bias, h_mask, lengths, **weights) -> None:
-        input_products(x, w_ih, bias, out=self.Z)
-        self.Hs[0].copy_(h0)
-        if self.C is not None:
-            self.C[0].copy_(c0)
-        for name, w in weights.items():
-            self.put(name, w)
-        if self.has_mask:
-            self.put("mask", h_mask.expand(self.B, self.P))
-            torch.mul(self.Hs[0], self.mask, out=self.HM[0])
-        else:
-            self.mask = self.dummy  # not read (HAS_MASK is off)
-        if self.has_len:
-            self.put("lengths", lengths.to(torch.int32))
-        else:
-            self.lengths = self.dummy  # not read (HAS_LEN is off)
-
-    def bind_grads(self, dout, dhn, dcn=None) -> None:
-        self.put("dout", dout, like=self.OUT)
-        self.put("dhn", dhn, like=self.G)
-        self.put("dcn", dcn, like=self.DCR)
-
-    def hprev(self) -> torch.Tensor:
-        """h'_{t-1} of every step, (T+1, B, P): what the recurrent products read."""
-        return self.HM if self.has_mask else self.Hs
-
-    def flags(self) -> dict:
-        return dict(HAS_MASK=self.has_mask, HAS_LEN=self.has_len, ACC=self.acc)
-
-    def results(self):
-        """The outputs and final states (copies when the buffers are static)."""
-        own = (lambda t: t.clone()) if self.static else (lambda t: t)
-        cn = self.C[-1].clone() if self.C is not None else None
-        return own(self.OUT), self.Hs[-1].clone(), cn
-
-    def initial_grads(self, carry: torch.Tensor | None = None):
-        """dh_0 (and dc_0) after the backward loop: mask * G (+ ``carry``; the memory
-        cell's dc: the carried DCR), and for a length-0 row the final state's gradient."""
-        dh0 = self.G * self.mask if self.has_mask else self.G.clone()
-        if carry is not None:
-            dh0 += carry
-        dc0 = self.DCR.clone() if self.C is not None else None
-        if self.has_len:
-            empty = (self.lengths == 0).unsqueeze(-1)
-            dh0 = torch.where(empty, self.dhn, dh0)
-            if dc0 is not None:
-                dc0 = torch.where(empty, self.dcn, dc0)
-        return dh0, dc0
 
 
 class StepLoops(RecurrentLoops):
@@ -479,27 +330,6 @@ class StepLoops(RecurrentLoops):
                    **layout_flags(L), **self.flags())
             self.product_grad(t)
 
-
-def run_loops(key, make, x: torch.Tensor, ctx, bind) -> graphs.Slot:
-    """Acquire the loops of ``key`` (eager or captured), bind this call's inputs, run the
-    forward loop; ``ctx`` keeps the slot until its backward (or until it is freed)."""
-    slot = graphs.CACHE.acquire(key, make, x.device)
-    lease = graphs.Lease(slot)
-    bind(slot.loops)
-    slot.run("forward")
-    ctx.lease = lease if any(ctx.needs_input_grad) else None
-    if ctx.lease is None:
-        lease.release()
-    return slot
-
-
-def run_grads(ctx, bind_grads):
-    """Run the backward loop of the slot ``ctx`` holds; returns its loops (the caller forms
-    the weight gradients, then calls ``ctx.lease.release()``)."""
-    slot = ctx.lease.slot
-    bind_grads(slot.loops)
-    slot.run("backward")
-    return slot.loops
 
 
 class TritonRecurrentLSTM(torch.autograd.Function):

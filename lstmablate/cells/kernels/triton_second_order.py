@@ -26,8 +26,8 @@ from torch.autograd.function import once_differentiable
 from .lstm_recurrent import Layout
 from .second_order import factored_weight_grads, multi_weight_grads
 from .sequences import input_products
-from .triton_lstm import (RecurrentLoops, StepLoops, emit, grad_h, lstm_cell, lstm_cell_grad,
-                          load_blocks, run_grads, run_loops, store_blocks, tanh)
+from .triton_common import RecurrentLoops, emit, grad_h, run_grads, run_loops, tanh
+from .triton_lstm import StepLoops, load_blocks, lstm_cell, lstm_cell_grad, store_blocks
 from .triton_support import pow2
 
 # ---------------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ def key_grad(V1, DVC0, DVC1, DVN, DL, DRROW, BD, b, KT, dv, last, KOFF: tl.const
     tl.store(DVC0 + k, tl.sum(bd * dl[:, None], axis=0), mask=km)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t"])
 def mm_step(XK, R, V0, V1, XP, BD, C0, C1, H0, H1, HM1, OUT, MASK, LEN, t, H, KT,
             K0: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr, K3: tl.constexpr,
             MEMORY: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr,
@@ -208,7 +208,7 @@ def mm_step(XK, R, V0, V1, XP, BD, C0, C1, H0, H1, HM1, OUT, MASK, LEN, t, H, KT
         emit(hh, H0, H1, HM1, OUT, MASK, offs, hm, hm & live, HAS_MASK, HAS_LEN, ACC)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["t"])
 def mm_step_grad(XP, R, V1, C0, C1, DOUT, DHN, DCN, G, MASK, DCR, DPRE, DR, DL, DVC0, DVC1,
                  DVN, BD, LEN, t, T, H, KT, K0: tl.constexpr, K1: tl.constexpr,
                  K2: tl.constexpr, K3: tl.constexpr, MEMORY: tl.constexpr,

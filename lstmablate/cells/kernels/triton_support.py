@@ -68,9 +68,10 @@ def dtypes(device_type: str) -> tuple[torch.dtype, ...]:
     return CUDA_DTYPES if device_type == "cuda" else CPU_DTYPES if device_type == "cpu" else ()
 
 
-def block(n: int, cap: int = 1024) -> int:
+def block(n: int, cap: int = 256) -> int:
     """Elements per program for ``n`` element-wise items: a power of two, at least 16,
-    at most ``cap``."""
+    at most ``cap`` (small: at batch 20 a step has only 20 x H elements, and more programs
+    keep more of the GPU's multiprocessors busy; to be tuned on a GPU)."""
     return max(16, min(cap, 1 << max(0, n - 1).bit_length()))
 
 

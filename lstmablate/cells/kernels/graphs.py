@@ -75,17 +75,16 @@ class Loops:
 
 
 class CudaGraphs:
-    """Records a loop in a CUDA graph (the recording does not run it)."""
+    """Records a loop in a CUDA graph (the recording does not run it).  Each graph has a
+    memory pool of its own: the loops allocate nothing while recorded (every buffer is the
+    ``Loops``'), so the pools hold only what the libraries take for themselves (cuBLAS's
+    workspace), and graphs replayed in any order never share it."""
 
-    def __init__(self) -> None:
-        self.pool = None
-
-    def record(self, fn: Callable[[], None]):
+    @staticmethod
+    def record(fn: Callable[[], None]):
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self.pool, capture_error_mode="thread_local"):
+        with torch.cuda.graph(g, capture_error_mode="thread_local"):
             fn()
-        if self.pool is None:
-            self.pool = g.pool()
         return g
 
     @staticmethod

@@ -24,7 +24,7 @@ THREADS ?= 2
 PYTEST_ARGS ?= -q
 SWEEP_ARGS ?=   # e.g. SWEEP_ARGS="--device cuda"
 
-.PHONY: install install-torch demo test readme-check bench report reproduce-dyck reproduce-table1 \
+.PHONY: install install-torch demo test readme-check bench gpu-check report reproduce-dyck reproduce-table1 \
 	reproduce-table2 reproduce-table2-standin reproduce-table3 reproduce-table3-cpu \
 	reproduce-table4 reproduce-table4-cpu reproduce-secondorder clean-demo
 
@@ -64,6 +64,15 @@ report:
 
 bench:
 	$(PY) -m lstmablate bench --threads $(THREADS)
+
+# On a GPU machine: tests/gpu/, the cell and PTB training-step benchmarks against cuDNN, 200
+# PTB-medium training steps per paper cell through the trainer (PTB data: LSTMABLATE_DATA);
+# writes benchmarks/results/gpu-check-<gpu>-<date>.json and .md (docs/performance.md).
+# Needs only PyTorch with CUDA (and Triton) and this checkout installed: it uses the
+# virtual environment's python if there is one, else $(PYTHON) (no `make install`).
+GPU_CHECK_PY = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+gpu-check:
+	$(GPU_CHECK_PY) benchmarks/gpu_check.py --out benchmarks/results
 
 # The paper tables: run the runs that are missing, resume interrupted ones, print the table.
 # `make -n reproduce-table1` shows the commands; `lstmablate sweep table1 --list` lists every run.

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from lstmablate.cells import available_cells, build_encoder, get_cell, reference_mode
 from lstmablate.cells.kernels import calibrate, native
-from lstmablate.cells.kernels.dispatch import kernel_name_of
+from lstmablate.cells.kernels.interface import family_of, native_sources
 from lstmablate.errors import ConfigError
 
 # ---------------------------------------------------------------------------------
@@ -84,6 +84,23 @@ TARGETS: dict[str, tuple[str, float]] = {
 }
 OTHER_TARGET = 2.0
 TARGET_SHAPES = ("ptb-200", "ptb-650")
+
+#: the GPU targets (ratios of tokens/s against cuDNN in the same process): cell -> (baseline,
+#: {shape: minimum}).  gru, mlstm and mmlstm: twice the ratios measured on an NVIDIA H100
+#: with the code before the GPU kernels (0.25/0.29/0.25, 0.26/0.26/0.24, 0.16/0.17/0.15 at
+#: ptb-200/ptb-650/parser-400).  The targets across rows (parser-400 against ptb-650,
+#: memory, the training step, the trainer): ``benchmarks/gpu_check.py``.
+_EVERY = dict.fromkeys(DEFAULT_SHAPES, 0.97)
+GPU_TARGETS: dict[str, tuple[str, dict[str, float]]] = {
+    "lstm": ("nn.LSTM", _EVERY),
+    "lstm-gates": ("nn.RNN", _EVERY),
+    "lstm-srnn": ("nn.LSTM", {"ptb-200": 1.0, "ptb-650": 1.0}),
+    "lstm-srnn-out": ("nn.LSTM", {"ptb-200": 1.2, "ptb-650": 1.2}),
+    "lstm-srnn-hidden": ("nn.LSTM", {"ptb-200": 1.5, "ptb-650": 1.5}),
+    "gru": ("nn.LSTM", {"ptb-200": 0.50, "ptb-650": 0.58, "parser-400": 0.50}),
+    "mlstm": ("nn.LSTM", {"ptb-200": 0.52, "ptb-650": 0.52, "parser-400": 0.48}),
+    "mmlstm": ("nn.LSTM", {"ptb-200": 0.32, "ptb-650": 0.34, "parser-400": 0.30}),
+}
 
 
 def parse_shape(spec: str) -> Shape:
@@ -233,14 +250,21 @@ def _build_cell_encoder(cell: str, shape: Shape) -> nn.Module | None:
 
 def _path(enc: nn.Module, device: torch.device, dtype: torch.dtype, masked: bool,
           batch: int | None = None) -> str:
-    """The kernel the encoder's cells take, as the cells' kernel modules name it (e.g.
+    """The kernel the encoder's cells take, as their kernel family names it (e.g.
     ``recurrent (native)``, ``torch-lstm (calibrated)``: the path the calibrated dispatch
-    chose on this machine for this batch size)."""
+    chose on this machine for this batch size; on CUDA ``torch-lstm (cuDNN, stacked)``
+    where the whole encoder is one cuDNN call, ``triton-recurrent (CUDA graphs)``)."""
     cell = enc.layers[0][0]
-    kind = "prefix" if masked else "none"
+    call = dict(device_type=device.type, dtype=dtype, mask="prefix" if masked else "none",
+                batch=batch)
     try:
-        return kernel_name_of(cell, device_type=device.type, dtype=dtype, mask=kind, batch=batch)
-    except Exception:  # noqa: BLE001  (a plugin cell's kernel module: just say so)
+        family = family_of(cell)
+        if family is None:
+            return "reference"
+        if family.stack_plan(enc, **call) is not None:
+            call["stacked"] = True
+        return family.kernel_name(cell, **call)
+    except Exception:  # noqa: BLE001  (a plugin cell's kernel family: just say so)
         return "?"
 
 
@@ -352,8 +376,16 @@ def _bench_shape(cells, shape: Shape, dev, threads, repeats, warmup, reference, 
 
 
 def _target(cell: str, shape: Shape, row: dict) -> dict:
-    """The issue's target for this row (CPU, PTB shapes), and whether it is met."""
+    """This row's target (:data:`TARGETS` on CPU at the PTB shapes, :data:`GPU_TARGETS` on
+    CUDA), and whether it is met."""
     out: dict[str, Any] = dict(target=None, target_baseline=None, target_ratio=None, target_met=None)
+    if row.get("device") == "cuda":
+        base, needs = GPU_TARGETS.get(cell, (None, {}))
+        if shape.name in needs:
+            got = row["ratio_lstm"] if base == "nn.LSTM" else row["ratio_rnn"]
+            out.update(target=needs[shape.name], target_baseline=base, target_ratio=got,
+                       target_met=got >= needs[shape.name])
+        return out
     if cell.startswith("nn.") or shape.name not in TARGET_SHAPES:
         return out
     if cell in TARGETS:
@@ -515,8 +547,14 @@ def environment(threads: int = 2, device: str = "cpu") -> dict:
     """What the numbers were measured on."""
     info = dict(torch=torch.__version__, python=platform.python_version(),
                 machine=platform.machine(), processor=_cpu_name(), threads=threads, device=device,
-                native_kernels={f: native.library(f) is not None for f in
-                                ("lstm_family", "gru", "second_order")} if device == "cpu" else {})
+                native_kernels={f: native.library(f) is not None for f in native_sources()}
+                if device == "cpu" else {})
+    if device.startswith("cuda") and torch.cuda.is_available():
+        dev = torch.device(device)
+        info.update(gpu=torch.cuda.get_device_name(dev), cuda=torch.version.cuda,
+                    cudnn=torch.backends.cudnn.version(), triton=_triton_version(),
+                    gpu_memory_gib=round(torch.cuda.get_device_properties(dev).total_memory
+                                         / 2**30, 1))
     # the calibrated choices between our native kernels and PyTorch's made so far (per
     # shape class: the timed ms of each, and which was taken)
     info["dispatch"] = {k: dict(choice=d.choice, native_ms=round(d.native_ms, 3),
@@ -530,6 +568,14 @@ def environment(threads: int = 2, device: str = "cpu") -> dict:
     except (AttributeError, OSError):
         pass
     return info
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+    except Exception:  # noqa: BLE001  (not installed, or broken: the PyTorch loops run)
+        return None
+    return triton.__version__
 
 
 def _cpu_name() -> str:

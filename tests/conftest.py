@@ -10,6 +10,11 @@ import torch
 
 torch.set_num_threads(1)
 
+# Without a GPU the Triton kernels run on CPU tensors under Triton's interpreter, which Triton
+# reads when it is imported (tests/test_kernels_triton.py; tests/gpu/ runs them compiled).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 

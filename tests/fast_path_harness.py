@@ -48,10 +48,10 @@ def count_steps(cells) -> list[int]:
     return calls
 
 
-def _loss_weights(shape, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
-    """Random loss weights, drawn in float32 whatever the dtype (so a float64 copy of a
-    float32 run gets the same weights, widened)."""
-    return torch.randn(shape, generator=gen).to(dtype)
+def _loss_weights(shape, gen: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+    """Random loss weights, drawn in float32 on the CPU whatever the dtype and device (so a
+    float64 copy of a float32 run gets the same weights, widened)."""
+    return torch.randn(shape, generator=gen).to(dtype=like.dtype, device=like.device)
 
 
 def run_forward_backward(enc, x, lengths, state, reference, seed=5, masks=None):
@@ -70,9 +70,9 @@ def run_forward_backward(enc, x, lengths, state, reference, seed=5, masks=None):
     with reference_mode(reference):
         out, fin = enc(xi, lengths=lengths, state=st, masks=masks)
     g = torch.Generator().manual_seed(99)
-    loss = (out * _loss_weights(out.shape, g, x.dtype)).sum()
+    loss = (out * _loss_weights(out.shape, g, out)).sum()
     for s in fin:
-        loss = loss + (s * _loss_weights(s.shape, g, x.dtype)).sum()
+        loss = loss + (s * _loss_weights(s.shape, g, s)).sum()
     loss.backward()
     res = {"out": out, **{f"final{k}": s for k, s in enumerate(fin)}, "dx": xi.grad}
     res.update({f"dstate{k}": s.grad for k, s in enumerate(st)})

@@ -23,9 +23,7 @@ import pytest
 import torch
 
 from lstmablate.cells import available_cells, build_encoder, get_cell, reference_mode, set_reference_mode
-from lstmablate.cells.kernels import gru as gru_kernels
-from lstmablate.cells.kernels import native, native_build
-from lstmablate.cells.kernels.lstm_family import plan
+from lstmablate.cells.kernels import gru, lstm_family, native, native_build
 from lstmablate.cells.kernels.sequences import mask_kind
 
 from fast_path_harness import (
@@ -34,18 +32,12 @@ from fast_path_harness import (
 )
 
 F64 = torch.float64
+plan = lstm_family.KERNELS.plan
+gru_plan = gru.KERNELS.plan
 
-# (cell, options): every LSTM-family flag set of the registry plus the options
-# that change the kernel (projection, content bias, gates without h, ...)
-CASES = [
-    ("lstm", {}), ("lstm-srnn", {}), ("lstm-srnn-out", {}), ("lstm-srnn-hidden", {}),
-    ("lstm-srnn-hidden-out", {}), ("lstm-gates", {}), ("lstm-noforget", {}),
-    ("lstm", {"proj_size": 3}), ("lstm", {"content_bias": False}),
-    ("lstm", {"gates_see_hidden": False}), ("lstm-srnn", {"content_bias": True}),
-    ("lstm-srnn-hidden", {"proj_size": 2}), ("lstm-noforget", {"gates_see_hidden": False}),
-    ("lstm-srnn-hidden-out", {"forget_gate": False}), ("lstm-srnn-out", {"proj_size": 2}),
-    ("gru", {}), ("gru", {"reset_after": True}),
-]
+# (cell, options): every LSTM-family flag set of the registry plus the options that change
+# the kernel (projection, content bias, gates without h, ...), as the families declare them
+CASES = list(lstm_family.KERNELS.cases) + list(gru.KERNELS.cases)
 IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in CASES]
 
 
@@ -188,17 +180,24 @@ def test_plan_cpu():
 
 def test_plan_cuda():
     """On CUDA, lstm (with or without a projection) and the S-RNN go to cuDNN, whatever
-    the native kernel (a CPU kernel) would say."""
+    the native kernel (a CPU kernel) would say; the other cells to the Triton kernels where
+    Triton imports, else to the PyTorch loops."""
     for native in (True, False, None):
         assert plan(_cell("lstm"), device_type="cuda", native=native) == "torch-lstm"
-    assert plan(_cell("lstm"), device_type="cuda") == "torch-lstm"
-    assert plan(_cell("lstm", proj_size=2), device_type="cuda") == "torch-lstm"
-    assert plan(_cell("lstm-gates"), device_type="cuda") == "torch-rnn"
-    assert plan(_cell("lstm-srnn"), device_type="cuda", dtype=torch.float16) == "recurrent"
-    assert plan(_cell("lstm-srnn-hidden"), device_type="cuda") == "scan"
-    assert gru_kernels.plan(_cell("gru", reset_after=True), device_type="cuda") == "torch-gru"
-    assert gru_kernels.plan(_cell("gru", reset_after=True), device_type="cuda", h_mask=True) == "recurrent"
-    assert gru_kernels.plan(_cell("gru"), device_type="cuda") == "recurrent"
+    for triton in (True, False):
+        cuda = dict(device_type="cuda", triton=triton)
+        assert plan(_cell("lstm"), **cuda) == "torch-lstm"
+        assert plan(_cell("lstm", proj_size=2), **cuda) == "torch-lstm"
+        assert plan(_cell("lstm-gates"), **cuda) == "torch-rnn"
+        ours = "triton-" if triton else ""
+        assert plan(_cell("lstm-srnn"), dtype=torch.float16, **cuda) == ours + "recurrent"
+        assert plan(_cell("lstm"), h_mask=True, **cuda) == ours + "recurrent"
+        assert plan(_cell("lstm-srnn-hidden"), **cuda) == ours + "scan"
+        assert gru_plan(_cell("gru", reset_after=True), **cuda) == "torch-gru"
+        assert gru_plan(_cell("gru", reset_after=True), h_mask=True, **cuda) == ours + "recurrent"
+        assert gru_plan(_cell("gru"), **cuda) == ours + "recurrent"
+    # float64 on CUDA: the PyTorch loops (the Triton kernels compute in float32 there)
+    assert plan(_cell("lstm-srnn"), device_type="cuda", dtype=F64, triton=True) == "recurrent"
 
 
 def test_reference_switches(monkeypatch):
@@ -253,7 +252,7 @@ def test_no_grad_and_empty_sequences(name):
 
 
 def test_gradients_reach_our_parameters_through_torch_lstm(monkeypatch):
-    """The delegated lstm: the permuted copies are intermediates, our parameters get the grads."""
+    """The delegated lstm: PyTorch's layout is an intermediate, our parameters get the grads."""
     monkeypatch.setenv("LSTMABLATE_TORCH_ON_CPU", "1")
     enc = build_encoder("lstm", 3, 4, num_layers=1)
     out, _ = enc(torch.randn(2, 5, 3))
@@ -263,7 +262,7 @@ def test_gradients_reach_our_parameters_through_torch_lstm(monkeypatch):
         if fn is not None and type(fn).__name__ not in names:
             names.add(type(fn).__name__)
             todo.extend(f for f, _ in fn.next_functions)
-    assert "PermuteBlocksBackward" in names
+    assert "ToFusedBackward" in names  # our parameters -> PyTorch's layout
     out.sum().backward()
     for n, p in enc.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, n
@@ -274,7 +273,7 @@ def test_gru_cudnn_mapping_on_cpu(monkeypatch, bidirectional):
     """The CUDA path of gru (reset_after -> torch._VF.gru, i.e. cuDNN there) run on the CPU:
     the update gate's sign flip and the bias split must give the reference's numbers."""
     monkeypatch.setenv("LSTMABLATE_TORCH_ON_CPU", "1")
-    assert gru_kernels.plan(_cell("gru", reset_after=True), batch=4) == "torch-gru"
+    assert gru_plan(_cell("gru", reset_after=True), batch=4) == "torch-gru"
     _compare("gru", {"reset_after": True}, F64, bidirectional, [7, 3, 2, 5], 0.0, 1e-10)
 
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from lstmablate.cells import available_cells, build_encoder, get_cell, reference_mode
-from lstmablate.cells.kernels import native, second_order, step_products
-from lstmablate.cells.kernels.dispatch import kernel_name_of, plan_of
+from lstmablate.cells.kernels import factored, multi_matrix, native, second_order, step_products
+from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
 from lstmablate.cells.multiplicative import MRNNCell
 
 from fast_path_harness import assert_fast_matches_reference, assert_mask_with_holes_runs_the_reference
@@ -28,14 +28,9 @@ from fast_path_harness import assert_fast_matches_reference, assert_mask_with_ho
 F64 = torch.float64
 
 # (cell, options): defaults plus the options that change the kernel (factor size,
-# biases, the number of choice matrices, unequal K per block: eq 14 as printed)
-CASES = [
-    ("mrnn", {}), ("mrnn", {"factor_size": 3}), ("mlstm", {}),
-    ("mlstm", {"factor_size": 6, "forget_bias": 1.0}),
-    ("mmrnn", {}), ("mmrnn", {"num_matrices": 3, "bias": True}),
-    ("mmlstm", {}), ("mmlstm", {"forget_matrices": 2, "bias": True}),
-    ("mmlstm", {"num_matrices": 2, "content_matrices": 3, "output_matrices": 1}),
-]
+# biases, the number of choice matrices, unequal K per block: eq 14 as printed), as the
+# families declare them
+CASES = list(factored.KERNELS.cases) + list(multi_matrix.KERNELS.cases)
 IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in CASES]
 # dyck-rnn: 1-d inputs with hidden m, or the 2-d variant with hidden 2m; one layer, one direction
 DYCK = [(1, 4), (2, 6)]
@@ -265,8 +260,10 @@ def test_plan(name):
     assert plan_of(cell, mask="prefix0") == "recurrent"
     assert plan_of(cell, h_mask=True) == "recurrent"
     assert plan_of(cell, dtype=torch.float64) == "recurrent"
-    assert plan_of(cell, device_type="cuda") == "recurrent"
-    assert plan_of(cell, device_type="cuda", dtype=torch.float16) == "recurrent"
+    assert plan_of(cell, device_type="cuda", triton=False) == "recurrent"
+    assert plan_of(cell, device_type="cuda", dtype=torch.float16, triton=False) == "recurrent"
+    ours = "recurrent" if name == "dyck-rnn" else "triton-recurrent"  # no Triton loops for dyck
+    assert plan_of(cell, device_type="cuda", triton=True) == ours
     assert plan_of(cell, mask="other") == "reference"  # holes in the mask
     assert plan_of(cell, autocast=True) == "reference"
     assert plan_of(cell, dtype=torch.bfloat16) == "reference"
@@ -287,8 +284,10 @@ def test_kernel_name_and_native_selection(monkeypatch):
         cell = _cell(name)
         assert kernel_name_of(cell) == loops
         assert kernel_name_of(cell, dtype=F64, mask="prefix0", h_mask=True) == loops
-        assert kernel_name_of(cell, device_type="cuda") == "recurrent (pytorch)"
-        assert kernel_name_of(cell, device_type="cuda", dtype=torch.float16) == "recurrent (pytorch)"
+        assert kernel_name_of(cell, device_type="cuda", triton=False) == "recurrent (pytorch)"
+        assert kernel_name_of(cell, device_type="cuda", dtype=torch.float16,
+                              triton=False) == "recurrent (pytorch)"
+        assert kernel_name_of(cell, device_type="cuda", triton=True).startswith("triton-recurrent")
         assert kernel_name_of(cell, mask="other") == "reference"
         assert kernel_name_of(cell, reference=True) == "reference"
     assert kernel_name_of(_cell("dyck-rnn")) == "recurrent (pytorch)"  # no native loops

@@ -17,7 +17,7 @@ import torch
 from lstmablate.cells import build_encoder, get_cell
 from lstmablate.cells.kernels import calibrate, delegate, native
 from lstmablate.cells.kernels import gru as gru_kernels
-from lstmablate.cells.kernels.dispatch import kernel_name_of, plan_of
+from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
 
 
 @pytest.fixture
@@ -139,8 +139,8 @@ def test_the_switch_and_the_calls_pytorch_cannot_run_skip_the_timing(fresh, monk
     assert plan_of(lstm) == "recurrent"
     # on CUDA, cuDNN without any timing
     assert plan_of(lstm, device_type="cuda", batch=8) == "torch-lstm"
-    assert gru_kernels.plan(get_cell("gru").build(3, 4, reset_after=True), device_type="cuda",
-                            batch=8) == "torch-gru"
+    assert gru_kernels.KERNELS.plan(get_cell("gru").build(3, 4, reset_after=True),
+                                    device_type="cuda", batch=8) == "torch-gru"
 
 
 def test_the_real_timing_picks_the_faster_and_leaves_no_gradients(fresh, monkeypatch):

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from lstmablate.cells.kernels import native, native_build
+from lstmablate.cells.kernels import interface, native, native_build
 
 
 def _library(family: str) -> native.NativeLibrary:
@@ -264,5 +264,5 @@ def test_second_order_kernels_are_loaded_only_when_used(tmp_path):
 def test_no_warning_when_the_kernels_build():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for family in native_build.FAMILY_SOURCES:
+        for family in interface.native_sources():
             native.library(family)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib
 import math
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import ClassVar
 
 import torch
@@ -37,15 +36,14 @@ State = tuple[Tensor, ...]
 
 @dataclass(frozen=True)
 class FastKernels:
-    """A cell class's declaration of its fast sequence kernel.
+    """A cell class's declaration of its fast sequence kernels: a kernel family.
 
-    ``module`` names the kernel module (e.g. ``"lstmablate.cells.kernels.lstm_family"``);
-    it is imported when such a cell first runs, not before, so importing the cells pulls in
-    no kernel code.  It provides ``forward(cell, x, state, mask, h_mask)`` (the outputs and
-    final state, or None when this call has no fast path: the reference loop then runs),
-    ``available(cell)`` (would a plain float32 CPU call take one?), ``plan(cell, **call)``
-    and ``kernel_name(cell, **call)`` (the path a call takes; see
-    ``lstmablate/cells/kernels/``).
+    ``target`` names the family object as ``"package.module:NAME"`` (``":KERNELS"`` may be
+    left out), e.g. ``"lstmablate.cells.kernels.lstm_family"``; the module is imported
+    when such a cell first runs, not before, so importing the cells pulls in no kernel
+    code.  The family (a ``lstmablate.cells.kernels.interface.KernelFamily``) declares what
+    it reads from the cell and runs whole sequences (see
+    ``lstmablate/cells/kernels/interface.py``).
 
     ``math`` names the methods whose arithmetic the kernel reproduces.  The declaration
     applies to the class that makes it and to subclasses that keep those methods; a
@@ -53,16 +51,21 @@ class FastKernels:
     loop (:meth:`applies_to`).
     """
 
-    module: str
+    target: str
     math: tuple[str, ...] = ("step", "project_inputs")
     owner: type | None = field(default=None, compare=False, repr=False)
 
     def __set_name__(self, owner: type, name: str) -> None:
         object.__setattr__(self, "owner", owner)
 
-    def load(self) -> ModuleType:
-        """The kernel module (imported on first use)."""
-        return importlib.import_module(self.module)
+    @property
+    def module(self) -> str:
+        return self.target.partition(":")[0]
+
+    def load(self):
+        """The kernel family (its module imported on first use)."""
+        attr = self.target.partition(":")[2] or "KERNELS"
+        return getattr(importlib.import_module(self.module), attr)
 
     def applies_to(self, cell: "Cell") -> bool:
         """Does ``cell`` compute what the declaring class computes (see the class doc)?"""
@@ -133,8 +136,8 @@ class Cell(nn.Module):
             nn.init.uniform_(p, -a, a)
 
     # -- shared machinery ---------------------------------------------------
-    def _kernels(self) -> ModuleType | None:
-        """The kernel module that runs this cell, or None (no fast path declared, or a
+    def _kernels(self):
+        """The kernel family that runs this cell, or None (no fast path declared, or a
         subclass that changed the arithmetic)."""
         k = self.fast_kernels
         return k.load() if k is not None and k.applies_to(self) else None

@@ -311,6 +311,10 @@ class Encoder(nn.Module):
         """
         x, lengths, mask = self._prepare(x, lengths)
         B = x.shape[1]
+        stacked = self._stacked(x, lengths, state, masks)
+        if stacked is not None:  # the whole stack in one fused call
+            out, final_state = stacked
+            return (out.transpose(0, 1) if self.batch_first else out), final_state
         init = self._split_state(state, B)
         finals: list[State] = []
         inp = x
@@ -342,6 +346,22 @@ class Encoder(nn.Module):
         if self.batch_first:
             inp = inp.transpose(0, 1)
         return inp, final_state
+
+    def _stacked(self, x: Tensor, lengths: Tensor | None, state: State | None,
+                 masks: StepMasks | None) -> tuple[Tensor, State] | None:
+        """The cells' kernel family may run the whole encoder in one call (cuDNN, where
+        the options add nothing between the layers: ``KernelFamily.stack``); None: it
+        runs layer by layer."""
+        from .kernels.interface import family_of
+
+        family = family_of(self.layers[0][0])
+        if family is None:
+            return None
+        if isinstance(state, Tensor):
+            state = (state,)
+        if state is not None:
+            self._split_state(state, x.shape[1])  # the same checks as the layer-by-layer path
+        return family.stack(self, x, lengths, state, masks)
 
     # -- the weighted-sum view (equation 8) -------------------------------------
     @torch.no_grad()

@@ -1,53 +1,44 @@
-"""Which kernel a call takes: the rules every kernel family shares.
+"""Which kernel a call takes: the choices the families share beyond ``interface.refused``.
 
-A cell declares its kernel module (``Cell.fast_kernels``, ``base.py``); that module's
-``plan`` names the path of one call (a pure function of the cell and the call's device,
-dtype, mask kind, recurrent dropout, autocast and batch, so the CUDA choice is tested
-without a GPU), and its ``forward`` runs it.  What every plan starts with is here:
-
-* :func:`refused`: the reference loop runs when it is forced (``switches``), under
-  autocast, for a mask with holes, for non-float dtypes, and on CPU for dtypes other than
-  float32 / float64 (what the CPU kernels are written for);
-* :func:`prefer_torch_on_cpu`: for the cells PyTorch has a kernel of its own for, whether
-  a CPU call takes PyTorch's (``LSTMABLATE_TORCH_ON_CPU``, no native kernel, or the
-  calibrated choice of ``calibrate.py``) or ours.  A CPU call with variable lengths keeps
-  ours: PyTorch runs it as a packed sequence, whose CPU backward is an ATen loop that
-  zero-fills and adds a buffer of all the batch's tokens at every time step (measured on
-  BiDAF's whole training step took twice as long; docs/performance.md).
+* :func:`triton_runs`: whether the Triton kernels may run a call: on CUDA wherever Triton
+  imports (``LSTMABLATE_TRITON`` not ``0``); on CPU tensors only with
+  ``LSTMABLATE_TRITON=1`` and Triton's interpreter on (``TRITON_INTERPRET=1``: how the
+  test suite checks their arithmetic without a GPU);
+* :func:`torch_or_ours`: for the cells PyTorch has a fused kernel of its own for
+  (``lstm``, ``lstm-gates``, ``gru`` with ``reset_after``): on CUDA PyTorch's (cuDNN,
+  ``delegate.py``) unless ``LSTMABLATE_TRITON=1``; on CPU PyTorch's (oneDNN / ATen) or
+  ours by :func:`prefer_torch_on_cpu`;
+* :func:`prefer_torch_on_cpu`: ``LSTMABLATE_TORCH_ON_CPU``, no native kernel, or the
+  calibrated choice of ``calibrate.py``.  A CPU call with variable lengths keeps ours:
+  PyTorch runs it as a packed sequence, whose CPU backward is an ATen loop that zero-fills
+  and adds a buffer of all the batch's tokens at every time step (measured on BiDAF's
+  whole training step took twice as long; docs/performance.md);
+* :func:`describe`: a path as ``lstmablate bench`` names it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
-from torch import Tensor
-
-from . import calibrate
-from .switches import reference_forced, torch_on_cpu
-
-#: the dtypes the CPU kernels (native and PyTorch loops) are written for
-CPU_DTYPES = (torch.float32, torch.float64)
+from . import calibrate, triton_support
+from .interface import Call
+from .native import library_for
+from .switches import graphs_setting, torch_on_cpu, triton_setting
 
 
-def autocast_on(x: Tensor) -> bool:
-    """Is autocast active for x's device (any PyTorch 2.x)?"""
-    try:
-        return bool(torch.is_autocast_enabled(x.device.type))
-    except TypeError:  # PyTorch < 2.4: no device argument
-        if x.device.type == "cpu":
-            return bool(torch.is_autocast_cpu_enabled())
-        return bool(torch.is_autocast_enabled())
-
-
-def refused(*, device_type: str, dtype: torch.dtype, mask: str, autocast: bool,
-            reference: bool | None) -> bool:
-    """True when no fast path may run the call (the reference loop runs it)."""
-    if reference is None:
-        reference = reference_forced()
-    if reference or autocast or mask == "other" or not dtype.is_floating_point:
-        return True
-    return device_type == "cpu" and dtype not in CPU_DTYPES
+def triton_runs(call: Call) -> bool:
+    """May the Triton kernels run this call (see the module docstring)?  ``call.triton``
+    stands for "Triton imports here" (tests); ``LSTMABLATE_TRITON=0`` always wins."""
+    setting = triton_setting()
+    if setting == "0" or call.dtype not in triton_support.dtypes(call.device_type):
+        return False
+    if call.device_type == "cpu" and setting != "1":
+        return False
+    if call.triton is not None:
+        return call.triton
+    if call.device_type == "cpu":
+        return triton_support.interpreting()
+    return triton_support.importable() and not triton_support.interpreting()
 
 
 def prefer_torch_on_cpu(sc: Callable[[], calibrate.ShapeClass] | None, *, native: bool,
@@ -59,10 +50,9 @@ def prefer_torch_on_cpu(sc: Callable[[], calibrate.ShapeClass] | None, *, native
     ``LSTMABLATE_TORCH_ON_CPU=1``, or no native kernel (``native=False``): yes;
     ``LSTMABLATE_TORCH_ON_CPU=0``, or variable lengths (``mask`` "prefix": PyTorch would
     pack the sequence, and its packed CPU backward is far slower than ours): no; otherwise
-    ``faster`` ("torch" / "native", given by
-    tests to force an outcome) or, when the call's shape class is known (``sc``), the
-    calibrated choice (timed with ``runners(shape class)`` on first use); without a shape
-    class, our kernel.
+    ``faster`` ("torch" / "native", given by tests to force an outcome) or, when the
+    call's shape class is known (``sc``), the calibrated choice (timed with
+    ``runners(shape class)`` on first use); without a shape class, our kernel.
     """
     setting = torch_on_cpu()
     if setting == "1" or not native:
@@ -77,16 +67,43 @@ def prefer_torch_on_cpu(sc: Callable[[], calibrate.ShapeClass] | None, *, native
     return calibrate.choose(shape, lambda: runners(shape)).choice == "torch"
 
 
-def plan_of(cell, **call) -> str:
-    """The path a call of ``cell`` takes (``"reference"`` for a cell without a fast path, or
-    a subclass that changed the arithmetic); ``call``: the keyword arguments of its kernel
-    module's ``plan`` (device_type, dtype, mask, h_mask, autocast, reference, batch, ...)."""
-    kernels = cell._kernels()
-    return "reference" if kernels is None else kernels.plan(cell, **call)
+def torch_or_ours(kind: str | None, ours: str, call: Call, native: Callable[[], bool],
+                  sc: Callable[[], calibrate.ShapeClass] | None,
+                  runners: Callable[[calibrate.ShapeClass], dict]) -> str:
+    """``torch-<kind>`` (PyTorch's fused kernel), ``triton-<ours>`` or ``ours`` for a call
+    that PyTorch's kernel ``kind`` could run (None: it cannot)."""
+    triton = triton_runs(call)
+    if kind is not None and not (triton and triton_setting() == "1"):
+        if call.device_type != "cpu":
+            return f"torch-{kind}"
+        has_native = native() if call.native is None else call.native
+        if prefer_torch_on_cpu(sc, native=has_native, faster=call.faster, runners=runners,
+                               mask=call.mask):
+            return f"torch-{kind}"
+    return f"triton-{ours}" if triton else ours
 
 
-def kernel_name_of(cell, **call) -> str:
-    """The path a call of ``cell`` takes as ``lstmablate bench`` names it, e.g.
-    ``"recurrent (native)"``, ``"torch-lstm (calibrated)"`` or ``"reference"``."""
-    kernels = cell._kernels()
-    return "reference" if kernels is None else kernels.kernel_name(cell, **call)
+def native_loops(family, call: Call) -> bool:
+    """Do ``family``'s native (C) loops run this call (built here, CPU, float32/64)?"""
+    return family.native is not None and library_for(family.native.library, call.device_type,
+                                                      call.dtype) is not None
+
+
+def describe(path: str, call: Call, native_loops: bool, torch_could: bool = False) -> str:
+    """A path as ``lstmablate bench`` shows it: ``torch-lstm (cuDNN)`` /
+    ``torch-lstm (calibrated)``, ``triton-recurrent (CUDA graphs)``, ``recurrent (native)``,
+    ``recurrent (native, calibrated)``, ``scan (pytorch)``, ...; ``native_loops``: the
+    native (C) loops run this call; ``torch_could``: PyTorch's kernel could run it (so on
+    CPU the calibrated timing chose between the two)."""
+    if path.startswith("triton-"):
+        graphed = call.device_type == "cuda" and graphs_setting() != "0"
+        where = "interpreter" if call.device_type == "cpu" else "CUDA graphs" if graphed else ""
+        return path + (f" ({where})" if where else "")
+    if path.startswith("torch-") and call.device_type == "cuda":
+        return path + (" (cuDNN, stacked)" if call.stacked else " (cuDNN)")
+    calibrated = (call.device_type == "cpu" and call.batch is not None and native_loops
+                  and torch_on_cpu() == "auto" and call.mask == "none" and torch_could)
+    if path.startswith("torch-"):
+        return path + (" (calibrated)" if calibrated else "")
+    loops = "native" if native_loops else "pytorch"
+    return f"{path} ({loops}{', calibrated' if calibrated else ''})"

@@ -13,43 +13,35 @@ runs the reference loop.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from . import second_order
+from .interface import Call, register
+from .second_order import SecondOrderKernels
 from .sequences import add, final, masked_outputs, state_grads_into_steps
 
-State = tuple[Tensor, ...]
+
+class DyckKernels(SecondOrderKernels):
+    """``recurrent`` (PyTorch loops only: no native, no Triton loops) or ``reference``
+    (also for trained shift matrices: not what this kernel computes)."""
+
+    name = "dyck"
+    reads = ("shift_push", "shift_pop", "project_inputs")
+    native = None
+    triton = False
+
+    def choose(self, v, call: Call) -> str:
+        if v.shift_push.requires_grad or v.shift_pop.requires_grad:
+            return "reference"
+        return super().choose(v, call)
+
+    def run(self, path, v, x, state, lengths, h_mask):
+        xp = v.project_inputs(x)  # [g_t, g_t W^hx x_t] for all steps (ordinary autograd)
+        shifts = torch.cat([v.shift_push, v.shift_pop])  # [W_1; W_2] (2H, H), fixed
+        out, hn = DyckRecurrence.apply(xp[..., :1], xp[..., 1:], state[0], shifts, h_mask, lengths)
+        return out, (hn,)
 
 
-def plan(cell, **call) -> str:
-    """``"recurrent"`` or ``"reference"`` (see ``second_order.plan``; and trained shifts)."""
-    if cell.shift_push.requires_grad or cell.shift_pop.requires_grad:
-        return "reference"
-    return second_order.plan(cell, **call)
-
-
-def available(cell) -> bool:
-    return plan(cell, reference=False) != "reference"
-
-
-def kernel_name(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
-                **call) -> str:
-    """``"recurrent (pytorch)"`` (no native loops) or ``"reference"``."""
-    return second_order.kernel_name(plan(cell, device_type=device_type, dtype=dtype, **call), False,
-                                    device_type, dtype)
-
-
-def forward(cell, x: Tensor, state: State | None, mask: Tensor | None,
-            h_mask: Tensor | None) -> tuple[Tensor, State] | None:
-    return second_order.forward(cell, x, state, mask, h_mask, plan, _run)
-
-
-def _run(cell, x, state, lengths, h_mask):
-    xp = cell.project_inputs(x)  # [g_t, g_t W^hx x_t] for all steps (ordinary autograd)
-    shifts = torch.cat([cell.shift_push, cell.shift_pop])  # [W_1; W_2] (2H, H), fixed
-    out, hn = DyckRecurrence.apply(xp[..., :1], xp[..., 1:], state[0], shifts, h_mask, lengths)
-    return out, (hn,)
+KERNELS = register(DyckKernels())
 
 
 class DyckRecurrence(torch.autograd.Function):

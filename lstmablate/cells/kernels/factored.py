@@ -16,46 +16,38 @@ the weight gradients stay here.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from . import native, second_order
-from .second_order import lstm_factors, state_buffers
+from .interface import register
+from .second_order import SecondOrderKernels, factored_weight_grads, lstm_factors, state_buffers
 from .sequences import add, outputs, state_grads_into_steps
 from .step_products import StepProduct
 
-State = tuple[Tensor, ...]
+
+class FactoredKernels(SecondOrderKernels):
+    name = "factored"
+    reads = ("hidden_size", "factor_size", "has_memory_cell", "weight_ih", "weight_mh",
+             "weight_hm", "bias")
+    cases = (("mrnn", {}), ("mrnn", {"factor_size": 3}), ("mlstm", {}),
+             ("mlstm", {"factor_size": 6, "forget_bias": 1.0}))
+
+    def run(self, path, v, x, state, lengths, h_mask):
+        memory = v.has_memory_cell
+        h0 = state[0]
+        c0 = state[1] if memory else None
+        args = (memory, v.factor_size, x, h0, c0, v.weight_ih, v.weight_mh, v.weight_hm, v.bias,
+                h_mask, lengths)
+        if path == "triton-recurrent":
+            from .triton_second_order import TritonFactored
+
+            out, hn, cn = TritonFactored.apply(*args)
+        else:
+            out, hn, cn = FactoredRecurrence.apply(*args)
+        return out, ((hn, cn) if memory else (hn,))
 
 
-def plan(cell, **call) -> str:
-    """``"recurrent"`` or ``"reference"`` (see ``second_order.plan``)."""
-    return second_order.plan(cell, **call)
-
-
-def available(cell) -> bool:
-    return plan(cell, reference=False) != "reference"
-
-
-def kernel_name(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
-                **call) -> str:
-    """``"recurrent (native)"`` on CPU where the native loops build, else ``"... (pytorch)"``."""
-    return second_order.kernel_name(plan(cell, device_type=device_type, dtype=dtype, **call), True,
-                                    device_type, dtype)
-
-
-def forward(cell, x: Tensor, state: State | None, mask: Tensor | None,
-            h_mask: Tensor | None) -> tuple[Tensor, State] | None:
-    return second_order.forward(cell, x, state, mask, h_mask, plan, _run)
-
-
-def _run(cell, x, state, lengths, h_mask):
-    memory = cell.n_blocks == 4
-    h0 = state[0]
-    c0 = state[1] if memory else None
-    out, hn, cn = FactoredRecurrence.apply(memory, cell.factor_size, x, h0, c0, cell.weight_ih,
-                                            cell.weight_mh, cell.weight_hm, cell.bias, h_mask,
-                                            lengths)
-    return out, ((hn, cn) if memory else (hn,))
+KERNELS = register(FactoredKernels())
 
 
 class FactoredRecurrence(torch.autograd.Function):
@@ -149,7 +141,7 @@ class FactoredRecurrence(torch.autograd.Function):
                             par_min=native.PAR_MIN, A=A, P=P, Z=Z, C=C, TC=TC, Hs=Hs, DH=DH,
                             DC=DC, dXP=dXP, DP=DP, dh0=dh0, dc0=dc0, w_mh=w_mh, w_hm=w_hm,
                             hmask=h_mask, tmp=tmp)
-            return FactoredRecurrence._weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP,
+            return factored_weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP,
                                                      add(dh0, dh0_direct), add(dc0, dc0_direct))
         dZ = dXP[:, :, F:]
         DM = A.new_empty(T, B, F)
@@ -195,26 +187,4 @@ class FactoredRecurrence(torch.autograd.Function):
             dh0.mul_(h_mask)
         dh0 = add(dh0, dh0_direct)
         torch.mul(DM, P, out=dXP[:, :, :F])  # dA = dM * P
-        return FactoredRecurrence._weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP, dh0, dc0)
-
-    @staticmethod
-    def _weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP, dh0, dc0):
-        """Input and weight gradients: one matrix product each over all steps."""
-        memory, F = ctx.memory, ctx.F
-        T, B, I = x.shape
-        H = Hs.shape[-1]
-        nH = w_hm.shape[0]
-        need = ctx.needs_input_grad
-        dXP2 = dXP.view(T * B, F + nH)
-        dx = torch.mm(dXP2, w_ih).view(T, B, I) if need[2] else None
-        dw_ih = torch.mm(dXP2.t(), x.reshape(T * B, I)) if need[5] else None
-        dw_mh = None
-        if need[6]:
-            Hprev = Hs[:-1] if HM is None else HM
-            dw_mh = torch.mm(DP.view(T * B, F).t(), Hprev.reshape(T * B, H))
-        dw_hm = torch.mm(dXP2[:, F:].t(), M.view(T * B, F)) if need[7] else None
-        db = dXP2[:, F:].sum(0) if need[8] else None
-        return (None, None, dx, dh0 if need[3] else None, dc0 if memory and need[4] else None,
-                dw_ih, dw_mh, dw_hm, db, None, None)
-
-
+        return factored_weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP, dh0, dc0)

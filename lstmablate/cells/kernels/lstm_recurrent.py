@@ -22,7 +22,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import native
-from .sequences import add, input_products, outputs, state_grads_into_steps
+from .sequences import add, input_products, input_side_grads, outputs, state_grads_into_steps
 
 
 @dataclass(frozen=True)
@@ -306,12 +306,10 @@ class RecurrentLSTM(torch.autograd.Function):
         need = ctx.needs_input_grad
         Hprev = Hs[:-1] if HM is None else HM  # what the recurrent product read
         dZ2 = dZ.view(T * B, nb * H)
-        dx = torch.mm(dZ2, w_ih).view(x.shape) if need[1] else None
-        dw_ih = torch.mm(dZ2.t(), x.reshape(T * B, -1)) if need[4] else None
+        dx, dw_ih, db = input_side_grads(dZ, x, w_ih, bias, need[1], need[4], need[6])
         dw_hh = None
         if w_hh is not None and need[5]:
             dw_hh = torch.mm(dZ2[:, rs].t(), Hprev.reshape(T * B, P))
-        db = dZ2[:, :bias.shape[0]].sum(0) if bias is not None and need[6] else None
         dw_hr = None
         if w_hr is not None and need[7]:
             dw_hr = torch.mm(DH.reshape(T * B, P).t(), HH.reshape(T * B, H))

@@ -16,7 +16,8 @@ from torch.autograd.function import once_differentiable
 
 from . import native
 from .lstm_recurrent import Layout, layout, recurrent
-from .sequences import add, final, input_products, masked_outputs, state_grads_into_steps
+from .sequences import (add, final, input_products, input_side_grads, masked_outputs,
+                        state_grads_into_steps)
 
 
 def scan(cell, x, state, lengths):
@@ -106,10 +107,7 @@ class ScanLSTM(torch.autograd.Function):
         dZ[:, :, :L.nG].mul_(G * (1 - G))  # sigmoid'
         if L.srnn:
             dZ[:, :, L.nG].mul_(1 - g * g)
-        dZ2 = dZ.view(T * B, nb * H)
-        dx = torch.mm(dZ2, w_ih).view(x.shape) if need[1] else None
-        dw_ih = torch.mm(dZ2.t(), x.reshape(T * B, -1)) if need[4] else None
-        db = dZ2[:, :bias.shape[0]].sum(0) if bias is not None and need[5] else None
+        dx, dw_ih, db = input_side_grads(dZ, x, w_ih, bias, need[1], need[4], need[5])
         if need[2] and dh0 is None and lengths is not None:  # h_0 is read only as a carried state
             dh0 = dc0.new_zeros(B, L.P)
         return (None, dx, dh0 if need[2] else None, dc0 if need[3] else None, dw_ih, db, dw_hr,

@@ -31,32 +31,41 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from . import native, second_order
-from .second_order import lstm_factors, state_buffers
+from .interface import register
+from .second_order import SecondOrderKernels, lstm_factors, multi_weight_grads, state_buffers
 from .sequences import add, final, outputs, state_grads_into_steps
 from .step_products import StepProduct
 
-State = tuple[Tensor, ...]
+
+class MultiMatrixKernels(SecondOrderKernels):
+    name = "multi_matrix"
+    reads = ("hidden_size", "blocks", "num_matrices", "has_memory_cell", "key_weights",
+             "weight_ih", "weight_hh", "bias")
+    cases = (("mmrnn", {}), ("mmrnn", {"num_matrices": 3, "bias": True}), ("mmlstm", {}),
+             ("mmlstm", {"forget_matrices": 2, "bias": True}),
+             ("mmlstm", {"num_matrices": 2, "content_matrices": 3, "output_matrices": 1}))
+
+    def run(self, path, v, x, state, lengths, h_mask):
+        memory = v.has_memory_cell
+        np_ = 2 if memory else 1  # state: h (, c), then one key per block
+        h0 = state[0]
+        c0 = state[1] if memory else None
+        keys = state[np_:]
+        Ks = tuple(v.num_matrices[g] for g in v.blocks)
+        v0 = torch.cat(keys, dim=-1) if len(keys) > 1 else keys[0]
+        bd = torch.block_diag(*v.key_weights) if len(Ks) > 1 else v.key_weights[0]
+        args = (memory, Ks, x, h0, c0, v0, v.weight_ih, v.weight_hh, bd, v.bias, h_mask, lengths)
+        if path == "triton-recurrent":
+            from .triton_second_order import TritonMultiMatrix
+
+            out, hn, cn, vn = TritonMultiMatrix.apply(*args)
+        else:
+            out, hn, cn, vn = MultiMatrixRecurrence.apply(*args)
+        new_keys = tuple(vn.split(list(Ks), dim=-1)) if len(Ks) > 1 else (vn,)
+        return out, ((hn, cn) if memory else (hn,)) + new_keys
 
 
-def plan(cell, **call) -> str:
-    """``"recurrent"`` or ``"reference"`` (see ``second_order.plan``)."""
-    return second_order.plan(cell, **call)
-
-
-def available(cell) -> bool:
-    return plan(cell, reference=False) != "reference"
-
-
-def kernel_name(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
-                **call) -> str:
-    """``"recurrent (native)"`` on CPU where the native loops build, else ``"... (pytorch)"``."""
-    return second_order.kernel_name(plan(cell, device_type=device_type, dtype=dtype, **call), True,
-                                    device_type, dtype)
-
-
-def forward(cell, x: Tensor, state: State | None, mask: Tensor | None,
-            h_mask: Tensor | None) -> tuple[Tensor, State] | None:
-    return second_order.forward(cell, x, state, mask, h_mask, plan, _run)
+KERNELS = register(MultiMatrixKernels())
 
 
 def _groups(Ks: tuple[int, ...]) -> tuple[tuple[int, int, int, int], ...]:
@@ -99,21 +108,6 @@ def _per_step(buf: Tensor, cols: slice, *shape: int) -> tuple[Tensor, ...]:
     this is always a view.)"""
     part = buf[:, :, cols]
     return part.view(part.shape[0], *shape).unbind(0)
-
-
-def _run(cell, x, state, lengths, h_mask):
-    memory = cell._n_plain == 2
-    np_ = cell._n_plain
-    h0 = state[0]
-    c0 = state[1] if memory else None
-    keys = state[np_:]
-    Ks = tuple(cell.num_matrices[g] for g in cell.blocks)
-    v0 = torch.cat(keys, dim=-1) if len(keys) > 1 else keys[0]
-    bd = torch.block_diag(*cell.key_weights) if len(Ks) > 1 else cell.key_weights[0]
-    out, hn, cn, vn = MultiMatrixRecurrence.apply(memory, Ks, x, h0, c0, v0, cell.weight_ih,
-                                                   cell.weight_hh, bd, cell.bias, h_mask, lengths)
-    new_keys = tuple(vn.split(list(Ks), dim=-1)) if len(Ks) > 1 else (vn,)
-    return out, ((hn, cn) if memory else (hn,)) + new_keys
 
 
 class MultiMatrixRecurrence(torch.autograd.Function):
@@ -240,7 +234,7 @@ class MultiMatrixRecurrence(torch.autograd.Function):
                             par_min=native.PAR_MIN, V=V, R=rs[0], XP=XP, C=C, TC=TC, Hs=Hs, DH=DH,
                             DV=DV, DC=DC, DPRE=DPRE, dR=dR, DL=DL, dh0=dh0, dv0=dv0, dc0=dc0,
                             w_hh=w_hh, bd=bd, hmask=h_mask, tmp=tmp)
-            return MultiMatrixRecurrence._weight_grads(
+            return multi_weight_grads(
                 ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR, DL, add(dh0, dh0_direct),
                 add(dv0, dv0_direct), add(dc0, dc0_direct))
         dhs, dvs, dpres = DH.unbind(0), DV.unbind(0), DPRE.unbind(0)
@@ -298,36 +292,5 @@ class MultiMatrixRecurrence(torch.autograd.Function):
         dh0 = add(dh0, dh0_direct)
         dv0 = add(torch.mm(dls[0], bd), dv0_direct)
         dc0 = add(dcs[0] * fs[0], dc0_direct) if memory else None
-        return MultiMatrixRecurrence._weight_grads(ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR,
+        return multi_weight_grads(ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR,
                                                     DL, dh0, dv0, dc0)
-
-    @staticmethod
-    def _weight_grads(ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR, DL, dh0, dv0, dc0):
-        """Input and weight gradients: one matrix product each over all steps."""
-        memory, Ks = ctx.memory, ctx.Ks
-        T, B, I = x.shape
-        H = Hs.shape[-1]
-        n, Kt = len(Ks), sum(Ks)
-        need = ctx.needs_input_grad
-        dR2 = dR.view(T * B, Kt + Kt * H)
-        dL2 = DL.view(T * B, Kt)  # d logits = gradient of the key projections' x-columns
-        DPRE2 = DPRE.view(T * B, n * H)
-        x2 = x.reshape(T * B, I)
-        dx = dw_ih = db = dw_hh = dbd = None
-        if need[2]:
-            dx = torch.mm(DPRE2, w_ih[Kt:])
-            dx.addmm_(dL2, w_ih[:Kt])
-            dx = dx.view(T, B, I)
-        if need[6]:
-            dw_ih = torch.cat([torch.mm(dL2.t(), x2), torch.mm(DPRE2.t(), x2)])
-        if need[7]:
-            Hprev = Hs[:-1] if HM is None else HM
-            dw_hh = torch.mm(dR2.t(), Hprev.reshape(T * B, H))
-        if need[8]:
-            dbd = torch.mm(dL2.t(), V[:-1].reshape(T * B, Kt))
-        if bias is not None and need[9]:
-            db = torch.cat([dL2.sum(0), DPRE2.sum(0)])
-        return (None, None, dx, dh0 if need[3] else None, dc0 if memory and need[4] else None,
-                dv0 if need[5] else None, dw_ih, dw_hh, dbd, db, None, None)
-
-

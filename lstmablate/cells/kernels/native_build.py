@@ -1,8 +1,9 @@
 """Compiling the native kernels: one shared library per kernel family, built on first use.
 
 The C sources are package data (``csrc/``): ``la_blas.c`` (the BLAS pointers),
-``la_gemm.c`` (our packed GEMM for the per-step products) and one source per family
-(``lstm_family.c``, ``gru.c``, ``second_order.c``), which is compiled twice, float32
+``la_gemm.c`` (our packed GEMM for the per-step products) and one source per library, as
+the kernel families declare it (``KernelFamily.native``: ``lstm_family.c``, ``gru.c``,
+``second_order.c``; ``interface.native_source``), which is compiled twice, float32
 (``-DLA_DOUBLE=0``) and float64 (``-DLA_DOUBLE=1``), and linked with the other two into
 ``<family>-<key>.so``.  Plain C99 (with GCC/Clang vector extensions in ``la_gemm.c``) and
 the system compiler, no PyTorch headers: a family builds in a few seconds, once per
@@ -47,13 +48,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from .interface import native_source
+
 CSRC = Path(__file__).resolve().parent / "csrc"
 #: the sources every family library is built from, besides its own
 COMMON_SOURCES = ("la_blas.h", "la_blas.c", "la_gemm.c", "la_real.h")
 #: flags for one source only: our GEMM needs a * b + c fused (FMA)
 SOURCE_FLAGS = {"la_gemm.c": ["-ffp-contract=fast"]}
-#: kernel family -> its C source
-FAMILY_SOURCES = {"lstm_family": "lstm_family.c", "gru": "gru.c", "second_order": "second_order.c"}
 
 
 class BuildError(RuntimeError):
@@ -167,7 +168,7 @@ def cpu_key(cpuinfo: str | None = None, machine: str | None = None) -> str:
 @lru_cache(maxsize=None)
 def source_text(family: str) -> str:
     """Every source a family's library is built from, concatenated (for the key)."""
-    names = [*COMMON_SOURCES, FAMILY_SOURCES[family]]
+    names = [*COMMON_SOURCES, native_source(family)]
     try:
         return "\n".join(f"// {n}\n" + (CSRC / n).read_text() for n in names)
     except OSError as err:
@@ -301,7 +302,7 @@ def _compile(family: str, tc: Toolchain, flags: list[str], workdir: Path, out: P
     steps = [[*common, *SOURCE_FLAGS.get(src, []), "-c", str(CSRC / src),
               "-o", str(workdir / (src[:-2] + ".o"))] for src in ("la_blas.c", "la_gemm.c")]
     for double in (0, 1):
-        steps.append([*common, f"-DLA_DOUBLE={double}", "-c", str(CSRC / FAMILY_SOURCES[family]),
+        steps.append([*common, f"-DLA_DOUBLE={double}", "-c", str(CSRC / native_source(family)),
                       "-o", str(workdir / f"{family}_{double}.o")])
     steps.append([*tc.compiler, *flags, "-shared", *tc.cflags, str(workdir / "la_blas.o"),
                   str(workdir / "la_gemm.o"), str(workdir / f"{family}_0.o"),
@@ -319,8 +320,7 @@ def _compile(family: str, tc: Toolchain, flags: list[str], workdir: Path, out: P
 def build_library(family: str) -> Path:
     """The path of ``family``'s library, compiling it if it is not cached; raises
     :class:`BuildError` (a remembered failure included) when it cannot be built here."""
-    if family not in FAMILY_SOURCES:
-        raise ValueError(f"unknown kernel family {family!r}; expected one of {sorted(FAMILY_SOURCES)}")
+    native_source(family)  # an unknown library: ValueError
     directory = cache_dir()
     try:
         tc = toolchain()

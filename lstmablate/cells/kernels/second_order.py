@@ -17,23 +17,20 @@ the way the LSTM family's PyTorch loops are:
 ``mrnn``, ``mlstm``, ``mmrnn`` and ``mmlstm`` also have both loops in C
 (``csrc/second_order.c``, the ``second_order`` library, built on first use of such a
 cell): taken on CPU in float32 / float64 wherever it builds, the PyTorch loops otherwise
-(another device, ``LSTMABLATE_NATIVE=0``, no compiler or BLAS); :func:`kernel_name` says
-which.
+(another device, ``LSTMABLATE_NATIVE=0``, no compiler or BLAS); on CUDA, where Triton is
+installed, they run the Triton kernels (``triton_second_order.py``).
+:meth:`SecondOrderKernels.describe` names the path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor
 
-from .dispatch import autocast_on, refused
+from .dispatch import describe, native_loops, triton_runs
+from .interface import Call, KernelFamily, NativeSource
 from .native import NativeLibrary, library_for
-from .sequences import mask_kind
-from .switches import reference_forced
 
-State = tuple[Tensor, ...]
 FAMILY = "second_order"
 
 
@@ -42,50 +39,20 @@ def native_library(x: Tensor) -> NativeLibrary | None:
     return library_for(FAMILY, x.device.type, x.dtype)
 
 
-def plan(cell, *, device_type: str = "cpu", dtype: torch.dtype = torch.float32,
-         mask: str = "none", h_mask: bool = False, autocast: bool = False,
-         reference: bool | None = None, **_call) -> str:
-    """``"recurrent"`` (the kernels) or ``"reference"`` (the step loop).  ``h_mask``
-    (recurrent dropout) is supported by every kernel."""
-    del h_mask
-    if refused(device_type=device_type, dtype=dtype, mask=mask, autocast=autocast,
-               reference=reference):
-        return "reference"
-    return "recurrent"
+class SecondOrderKernels(KernelFamily):
+    """What the second-order families share: one path, ``recurrent`` (the PyTorch loops, or
+    the native loops on CPU where they build), or on CUDA ``triton-recurrent`` where the
+    family has Triton kernels (``triton``); ``h_mask`` (recurrent dropout) is supported by
+    every kernel."""
 
+    native = NativeSource(FAMILY, "second_order.c")
+    triton = True
 
-def kernel_name(p: str, has_native_loops: bool, device_type: str, dtype: torch.dtype) -> str:
-    """``"reference"``, ``"recurrent (native)"`` or ``"recurrent (pytorch)"`` for a plan."""
-    if p == "reference":
-        return p
-    native = has_native_loops and library_for(FAMILY, device_type, dtype) is not None
-    return p + (" (native)" if native else " (pytorch)")
+    def choose(self, v, call: Call) -> str:
+        return "triton-recurrent" if self.triton and triton_runs(call) else "recurrent"
 
-
-def forward(cell, x: Tensor, state: State | None, mask: Tensor | None, h_mask: Tensor | None,
-            plan_fn: Callable[..., str], run: Callable[..., tuple[Tensor, State]]
-            ) -> tuple[Tensor, State] | None:
-    """A second-order cell's fast path (``run(cell, x, state, lengths, h_mask)`` once the
-    call is accepted by ``plan_fn``), or None: the caller runs the reference loop."""
-    if reference_forced() or x.dim() != 3:
-        return None
-    kind, lengths = mask_kind(mask)
-    path = plan_fn(cell, device_type=x.device.type, dtype=x.dtype, mask=kind,
-                   h_mask=h_mask is not None, autocast=autocast_on(x))
-    if path == "reference":
-        return None
-    T, B = x.shape[0], x.shape[1]
-    if state is None:
-        state = cell.initial_state(B, x)
-    state = tuple(state)
-    tensors = list(cell.parameters()) + list(state) + ([h_mask] if h_mask is not None else [])
-    if any(t.dtype != x.dtype or t.device != x.device for t in tensors):
-        return None  # let the reference loop raise (or promote) as it would
-    if T == 0:
-        return x.new_zeros(0, B, cell.output_size), state
-    if lengths is not None:
-        lengths = lengths.to(x.device)
-    return run(cell, x, state, lengths, h_mask)
+    def describe(self, path: str, v, call: Call) -> str:
+        return describe(path, call, native_loops(self, call))
 
 
 def state_buffers(x: Tensor, h0: Tensor, c0: Tensor | None, h_mask: Tensor | None
@@ -122,3 +89,54 @@ def lstm_factors(Z4: Tensor, C: Tensor, TC: Tensor) -> tuple[Tensor, Tensor]:
     Kc = 1 - TC * TC  # dh_t/dc_t = o tanh'(c_t)
     Kc.mul_(o)
     return K, Kc
+
+
+def factored_weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP, dh0, dc0):
+    """mRNN / mLSTM (``factored.py``): the input and weight gradients, one matrix
+    product each over all steps (also the Triton kernels', ``triton_second_order.py``)."""
+    memory, F = ctx.memory, ctx.F
+    T, B, I = x.shape
+    H = Hs.shape[-1]
+    nH = w_hm.shape[0]
+    need = ctx.needs_input_grad
+    dXP2 = dXP.view(T * B, F + nH)
+    dx = torch.mm(dXP2, w_ih).view(T, B, I) if need[2] else None
+    dw_ih = torch.mm(dXP2.t(), x.reshape(T * B, I)) if need[5] else None
+    dw_mh = None
+    if need[6]:
+        Hprev = Hs[:-1] if HM is None else HM
+        dw_mh = torch.mm(DP.view(T * B, F).t(), Hprev.reshape(T * B, H))
+    dw_hm = torch.mm(dXP2[:, F:].t(), M.view(T * B, F)) if need[7] else None
+    db = dXP2[:, F:].sum(0) if need[8] else None
+    return (None, None, dx, dh0 if need[3] else None, dc0 if memory and need[4] else None,
+            dw_ih, dw_mh, dw_hm, db, None, None)
+
+
+def multi_weight_grads(ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR, DL, dh0, dv0, dc0):
+    """mmRNN / mmLSTM (``multi_matrix.py``): the input and weight gradients, one
+    matrix product each over all steps (also the Triton kernels')."""
+    memory, Ks = ctx.memory, ctx.Ks
+    T, B, I = x.shape
+    H = Hs.shape[-1]
+    n, Kt = len(Ks), sum(Ks)
+    need = ctx.needs_input_grad
+    dR2 = dR.view(T * B, Kt + Kt * H)
+    dL2 = DL.view(T * B, Kt)  # d logits = gradient of the key projections' x-columns
+    DPRE2 = DPRE.view(T * B, n * H)
+    x2 = x.reshape(T * B, I)
+    dx = dw_ih = db = dw_hh = dbd = None
+    if need[2]:
+        dx = torch.mm(DPRE2, w_ih[Kt:])
+        dx.addmm_(dL2, w_ih[:Kt])
+        dx = dx.view(T, B, I)
+    if need[6]:
+        dw_ih = torch.cat([torch.mm(dL2.t(), x2), torch.mm(DPRE2.t(), x2)])
+    if need[7]:
+        Hprev = Hs[:-1] if HM is None else HM
+        dw_hh = torch.mm(dR2.t(), Hprev.reshape(T * B, H))
+    if need[8]:
+        dbd = torch.mm(dL2.t(), V[:-1].reshape(T * B, Kt))
+    if bias is not None and need[9]:
+        db = torch.cat([dL2.sum(0), DPRE2.sum(0)])
+    return (None, None, dx, dh0 if need[3] else None, dc0 if memory and need[4] else None,
+            dv0 if need[5] else None, dw_ih, dw_hh, dbd, db, None, None)

@@ -37,17 +37,33 @@ def mask_kind(mask: Tensor | None) -> tuple[str, Tensor | None]:
     return "prefix", lengths
 
 
-def input_products(x: Tensor, w_ih: Tensor, bias: Tensor | None) -> Tensor:
-    """x_t W_ih^T (+ bias on the first bias.numel() columns) for all steps: (T, B, n*H)."""
+def input_products(x: Tensor, w_ih: Tensor, bias: Tensor | None,
+                   out: Tensor | None = None) -> Tensor:
+    """x_t W_ih^T (+ bias on the first bias.numel() columns) for all steps: (T, B, n*H)
+    (into ``out``, a contiguous (T, B, n*H) buffer, when given)."""
     T, B, _ = x.shape
     x2 = x.reshape(T * B, -1)
+    z = None if out is None else out.view(T * B, -1)
     if bias is not None and bias.shape[0] == w_ih.shape[0]:
-        z = torch.addmm(bias, x2, w_ih.t())
+        z = torch.addmm(bias, x2, w_ih.t(), out=z)
     else:
-        z = torch.mm(x2, w_ih.t())
+        z = torch.mm(x2, w_ih.t(), out=z)
         if bias is not None:
             z[:, :bias.shape[0]] += bias
     return z.view(T, B, -1)
+
+
+def input_side_grads(dZ: Tensor, x: Tensor, w_ih: Tensor, bias: Tensor | None, need_x: bool,
+                     need_w: bool, need_b: bool) -> tuple[Tensor | None, ...]:
+    """The gradients of the input products' inputs from dZ (T, B, n*H), the gradient of
+    :func:`input_products`'s result: dx = dZ W_ih, dW_ih = dZ^T X, db (one product each
+    over all steps)."""
+    T, B, _ = x.shape
+    dZ2 = dZ.reshape(T * B, -1)
+    dx = torch.mm(dZ2, w_ih).view(x.shape) if need_x else None
+    dw_ih = torch.mm(dZ2.t(), x.reshape(T * B, -1)) if need_w else None
+    db = dZ2[:, :bias.shape[0]].sum(0) if bias is not None and need_b else None
+    return dx, dw_ih, db
 
 
 def final(buf: Tensor, lengths: Tensor | None) -> Tensor:

@@ -18,7 +18,14 @@ Environment variables read at every call (so a test or a user may change them at
 * ``LSTMABLATE_TORCH_ON_CPU``: on CPU, for the cells PyTorch has a kernel of its own for
   (``lstm``, ``lstm-gates``, ``gru`` with ``reset_after``): ``1`` always PyTorch's
   (oneDNN / ATen), ``0`` always ours, ``auto`` (default) whichever a short timing on first
-  use found faster for the call's shape class on this machine (``calibrate.py``).
+  use found faster for the call's shape class on this machine (``calibrate.py``);
+* ``LSTMABLATE_TRITON``: ``auto`` (default) the Triton kernels on CUDA for the cells
+  without a cuDNN kernel; ``1`` the Triton kernels for every call they can run (on CUDA
+  the cuDNN cells too; CPU tensors as well when Triton's interpreter is on,
+  ``TRITON_INTERPRET=1``: how the test suite checks them); ``0`` never (the PyTorch loops);
+* ``LSTMABLATE_CUDA_GRAPHS``: ``auto`` (default) the Triton kernels' time loops are
+  captured in CUDA graphs for a call shape seen twice (``graphs.py``); ``0`` never
+  (eager launches).
 """
 
 from __future__ import annotations
@@ -90,3 +97,22 @@ def torch_on_cpu() -> str:
     if value in ("0", "false", "no", "off", "native"):
         return "0"
     return "auto"
+
+
+def _choice(name: str) -> str:
+    value = os.environ.get(name, "auto").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return "1"
+    if value in ("0", "false", "no", "off"):
+        return "0"
+    return "auto"
+
+
+def triton_setting() -> str:
+    """``"1"``, ``"0"`` or ``"auto"``, from ``LSTMABLATE_TRITON`` (see the module doc)."""
+    return _choice("LSTMABLATE_TRITON")
+
+
+def graphs_setting() -> str:
+    """``"0"`` or ``"auto"`` (``"1"`` reads as ``"auto"``), from ``LSTMABLATE_CUDA_GRAPHS``."""
+    return "0" if _choice("LSTMABLATE_CUDA_GRAPHS") == "0" else "auto"

@@ -1,0 +1,193 @@
+"""What every Triton kernel here shares: the jit helpers (activations, padding, the
+writing of h_t, the assembling of dh_t), launching, and the loops' common buffers and
+binding (``RecurrentLoops``), used by ``triton_lstm.py``, ``triton_gru.py`` and
+``triton_second_order.py``.
+
+Padding (prefix masks: the encoder reverses each sequence within its length for the
+backward direction, so both directions are prefix masks here): the forward kernels carry
+a row's state unchanged through its padding and write zero outputs there, so the final
+state needs no gather; backward, padded steps get no gradient and the final state's
+gradient enters at the row's last real step (a length-0 row passes it straight to the
+initial state).  Recurrent dropout: the mask multiplies h_t once, as it is written, for the
+next step's product.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import graphs
+from .sequences import input_products
+from .triton_support import block
+
+
+@triton.jit
+def sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def tanh(x):
+    # 1 - 2 / (e^{2x} + 1): e^{2x} -> inf gives 1, -> 0 gives -1 (no overflow)
+    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+
+
+@triton.jit
+def live_rows(LEN, b, m, t, HAS_LEN: tl.constexpr):
+    """Which elements' sequences are still real at step t (all, without lengths)."""
+    if HAS_LEN:
+        return m & (t < tl.load(LEN + b, mask=m, other=0))
+    return m
+
+
+@triton.jit
+def last_rows(LEN, b, m, t, T, HAS_LEN: tl.constexpr):
+    """Which elements' sequences end at step t (where the final state's gradient enters)."""
+    if HAS_LEN:
+        return m & (t == tl.load(LEN + b, mask=m, other=0) - 1)
+    return m & (t == T - 1)
+
+
+@triton.jit
+def emit(hh, H0, H1, HM1, OUT, MASK, offs, m, live, HAS_MASK: tl.constexpr,
+         HAS_LEN: tl.constexpr, ACC: tl.constexpr):
+    """Write h_t: the state (the previous one carried through padding), the output (zero at
+    padding) and, with recurrent dropout, h_t * mask (what the next product reads)."""
+    h = hh
+    if HAS_LEN:
+        h = tl.where(live, hh, tl.load(H0 + offs, mask=m, other=0.0).to(ACC))
+        tl.store(OUT + offs, tl.where(live, hh, 0.0), mask=m)
+    else:
+        tl.store(OUT + offs, hh, mask=m)
+    tl.store(H1 + offs, h, mask=m)
+    if HAS_MASK:
+        tl.store(HM1 + offs, h * tl.load(MASK + offs, mask=m, other=0.0).to(ACC), mask=m)
+
+
+@triton.jit
+def grad_h(DOUT, DHN, G, MASK, CARRY, offs, m, live, last, HAS_MASK: tl.constexpr,
+           HAS_CARRY: tl.constexpr, ACC: tl.constexpr):
+    """dh_t: the output's gradient (none at padding), the final state's (at the last real
+    step), mask * G (G: the previous backward step's product with W_hh) and a carried term
+    (the GRU's direct path dh_{t+1} (1 - z_{t+1}))."""
+    dh = tl.where(live, tl.load(DOUT + offs, mask=m, other=0.0).to(ACC), 0.0)
+    dh += tl.where(last, tl.load(DHN + offs, mask=m, other=0.0).to(ACC), 0.0)
+    g = tl.load(G + offs, mask=m, other=0.0).to(ACC)
+    if HAS_MASK:
+        g = g * tl.load(MASK + offs, mask=m, other=0.0).to(ACC)
+    if HAS_CARRY:
+        g += tl.load(CARRY + offs, mask=m, other=0.0).to(ACC)
+    return dh + g
+
+
+
+def acc(dtype: torch.dtype):
+    """The dtype the kernels compute in: float64 for float64, else float32."""
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def launch(kernel, n: int, *args, **constexprs) -> None:
+    """``kernel`` over n elements (BLOCK elements per program)."""
+    size = block(n)
+    kernel[(triton.cdiv(n, size),)](*args, BLOCK=size, **constexprs)
+
+
+class RecurrentLoops(graphs.Loops):
+    """What the loops of every recurrence share (the LSTM family, the GRU, the
+    second-order cells subclass it).
+
+    ``Z`` (T, B, width) the input products (+ bias), then what the step kernels write
+    back; ``Hs`` (T+1, B, P) the state h (Hs[0] = h_0, carried through padding); ``HM``
+    (T+1, B, P) h * mask (with recurrent dropout: what the products read); ``OUT``
+    (T, B, P) the outputs; ``C`` (T+1, B, H) the memory cell (cells that have one); ``G``
+    (B, P) the backward's last product (what h'_{t-1} receives).  Inputs bound per call:
+    the weights, ``mask``, ``lengths``, ``dout``, ``dhn``, ``dcn``.
+    """
+
+    def __init__(self, static: bool, T: int, B: int, H: int, P: int, width: int,
+                 like: torch.Tensor, mask: bool, lengths: bool, memory: bool):
+        super().__init__(static)
+        self.T, self.B, self.H, self.P = T, B, H, P
+        self.has_mask, self.has_len = mask, lengths
+        new = like.new_empty
+        self.Z = new(T, B, width)
+        self.Hs, self.OUT, self.G = new(T + 1, B, P), new(T, B, P), new(B, P)
+        self.HM = new(T + 1, B, P) if mask else None
+        self.C = new(T + 1, B, H) if memory else None
+        self.DCR = new(B, H)  # the carried dc (or the GRU's direct path)
+        self.dummy = self.DCR  # passed for pointers a kernel does not read
+        self.acc = acc(like.dtype)
+
+    def bind(self, x, h0, c0, w_ih, bias, h_mask, lengths, **weights) -> None:
+        input_products(x, w_ih, bias, out=self.Z)
+        self.Hs[0].copy_(h0)
+        if self.C is not None:
+            self.C[0].copy_(c0)
+        for name, w in weights.items():
+            self.put(name, w)
+        if self.has_mask:
+            self.put("mask", h_mask.expand(self.B, self.P))
+            torch.mul(self.Hs[0], self.mask, out=self.HM[0])
+        else:
+            self.mask = self.dummy  # not read (HAS_MASK is off)
+        if self.has_len:
+            self.put("lengths", lengths.to(torch.int32))
+        else:
+            self.lengths = self.dummy  # not read (HAS_LEN is off)
+
+    def bind_grads(self, dout, dhn, dcn=None) -> None:
+        self.put("dout", dout, like=self.OUT)
+        self.put("dhn", dhn, like=self.G)
+        self.put("dcn", dcn, like=self.DCR)
+
+    def hprev(self) -> torch.Tensor:
+        """h'_{t-1} of every step, (T+1, B, P): what the recurrent products read."""
+        return self.HM if self.has_mask else self.Hs
+
+    def flags(self) -> dict:
+        return dict(HAS_MASK=self.has_mask, HAS_LEN=self.has_len, ACC=self.acc)
+
+    def results(self):
+        """The outputs and final states (copies when the buffers are static)."""
+        own = (lambda t: t.clone()) if self.static else (lambda t: t)
+        cn = self.C[-1].clone() if self.C is not None else None
+        return own(self.OUT), self.Hs[-1].clone(), cn
+
+    def initial_grads(self, carry: torch.Tensor | None = None):
+        """dh_0 (and dc_0) after the backward loop: mask * G (+ ``carry``; the memory
+        cell's dc: the carried DCR), and for a length-0 row the final state's gradient."""
+        dh0 = self.G * self.mask if self.has_mask else self.G.clone()
+        if carry is not None:
+            dh0 += carry
+        dc0 = self.DCR.clone() if self.C is not None else None
+        if self.has_len:
+            empty = (self.lengths == 0).unsqueeze(-1)
+            dh0 = torch.where(empty, self.dhn, dh0)
+            if dc0 is not None:
+                dc0 = torch.where(empty, self.dcn, dc0)
+        return dh0, dc0
+
+
+def run_loops(key, make, x: torch.Tensor, ctx, bind) -> graphs.Slot:
+    """Acquire the loops of ``key`` (eager or captured), bind this call's inputs, run the
+    forward loop; ``ctx`` keeps the slot until its backward (or until it is freed)."""
+    slot = graphs.CACHE.acquire(key, make, x.device)
+    lease = graphs.Lease(slot)
+    bind(slot.loops)
+    slot.run("forward")
+    ctx.lease = lease if any(ctx.needs_input_grad) else None
+    if ctx.lease is None:
+        lease.release()
+    return slot
+
+
+def run_grads(ctx, bind_grads):
+    """Run the backward loop of the slot ``ctx`` holds; returns its loops (the caller forms
+    the weight gradients, then calls ``ctx.lease.release()``)."""
+    slot = ctx.lease.slot
+    bind_grads(slot.loops)
+    slot.run("backward")
+    return slot.loops
+

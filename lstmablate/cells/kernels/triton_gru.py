@@ -1,0 +1,220 @@
+"""The GRU's Triton kernels (Neubig eqs 56-59, Cho et al. 2014; ``lstmablate/cells/gru.py``).
+
+Per step the recurrent products stay cuBLAS's and the element-wise work is fused:
+
+* ``reset_after`` (cuDNN's form; on CUDA it runs here with recurrent dropout or a length-0
+  row, else cuDNN): one product R = h' W_hh^T, then ONE launch: r, z, the candidate
+  tanh(a_n + r (R_n + b_hh)), h_t, the output, the carried state, h_t * mask.
+  Backward: one launch (dh_t assembled, the gradients of a_r, a_z, a_n and of
+  W_hh h' + b_hh, the direct path dh_t (1 - z_t) carried to t-1), one product.
+* eq 58 as printed (the reset gate before W_hh): the candidate's product reads r_t * h',
+  so a step is a product (r, z blocks), a launch (r, z, and r * h'), the candidate's
+  product, a launch (the candidate, h_t, ...); backward likewise two launches and two
+  products.
+
+The weight gradients are one product each over all steps after the loop
+(``gru_recurrent.RecurrentGRU._weight_grads``); padding and recurrent dropout as in
+``triton_common.py``, whose helpers these kernels use.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch.autograd.function import once_differentiable
+
+from .gru_recurrent import RecurrentGRU
+from .triton_common import (RecurrentLoops, emit, grad_h, last_rows, launch, live_rows,
+                            run_grads, run_loops, sigmoid, tanh)
+
+
+@triton.jit(do_not_specialize=["t"])
+def gru_step(A, R, BHH, U, H0, H1, HM1, OUT, MASK, LEN, t, n, H, HAS_MASK: tl.constexpr,
+             HAS_LEN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """``reset_after``: a step's element-wise work; A: the input side (+ b), R: h' W_hh^T."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    b = offs // H
+    j = offs - b * H
+    a = A + b * (3 * H) + j
+    rr = R + b * (3 * H) + j
+    r = sigmoid(tl.load(a, mask=m, other=0.0).to(ACC)
+                + tl.load(rr, mask=m, other=0.0).to(ACC))  # eq 56
+    z = sigmoid(tl.load(a + H, mask=m, other=0.0).to(ACC)
+                + tl.load(rr + H, mask=m, other=0.0).to(ACC))  # eq 57
+    u = tl.load(rr + 2 * H, mask=m, other=0.0).to(ACC) + tl.load(BHH + j, mask=m, other=0.0).to(ACC)
+    cand = tanh(tl.load(a + 2 * H, mask=m, other=0.0).to(ACC) + r * u)  # eq 58, reset after W_hh
+    hp = tl.load(H0 + offs, mask=m, other=0.0).to(ACC)
+    hh = (1.0 - z) * hp + z * cand  # eq 59
+    tl.store(a, r, mask=m)
+    tl.store(a + H, z, mask=m)
+    tl.store(a + 2 * H, cand, mask=m)
+    tl.store(U + offs, u, mask=m)
+    emit(hh, H0, H1, HM1, OUT, MASK, offs, m, live_rows(LEN, b, m, t, HAS_LEN), HAS_MASK, HAS_LEN,
+         ACC)
+
+
+@triton.jit
+def gru_gates(A, HP, U, n, H, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """Eq 58 as printed, first half: r, z (their products added into A) and U = r * h'."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    b = offs // H
+    a = A + b * (3 * H) + (offs - b * H)
+    r = sigmoid(tl.load(a, mask=m, other=0.0).to(ACC))  # eq 56
+    z = sigmoid(tl.load(a + H, mask=m, other=0.0).to(ACC))  # eq 57
+    tl.store(a, r, mask=m)
+    tl.store(a + H, z, mask=m)
+    tl.store(U + offs, r * tl.load(HP + offs, mask=m, other=0.0).to(ACC), mask=m)
+
+
+@triton.jit(do_not_specialize=["t"])
+def gru_out(A, H0, H1, HM1, OUT, MASK, LEN, t, n, H, HAS_MASK: tl.constexpr,
+            HAS_LEN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """Eq 58 as printed, second half (W_hh (r * h') added into A's candidate block): the
+    candidate, h_t, and what ``emit`` writes."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    b = offs // H
+    a = A + b * (3 * H) + (offs - b * H)
+    z = tl.load(a + H, mask=m, other=0.0).to(ACC)
+    cand = tanh(tl.load(a + 2 * H, mask=m, other=0.0).to(ACC))  # eq 58
+    tl.store(a + 2 * H, cand, mask=m)
+    hp = tl.load(H0 + offs, mask=m, other=0.0).to(ACC)
+    emit((1.0 - z) * hp + z * cand, H0, H1, HM1, OUT, MASK, offs, m,  # eq 59
+         live_rows(LEN, b, m, t, HAS_LEN), HAS_MASK, HAS_LEN, ACC)
+
+
+@triton.jit(do_not_specialize=["t"])
+def gru_step_grad(A, U, H0, DOUT, DHN, G, MASK, CARRY, GB, DZN, LEN, t, T, n, H,
+                  RESET_AFTER: tl.constexpr, HAS_MASK: tl.constexpr, HAS_LEN: tl.constexpr,
+                  ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """A backward step from dh_t: the gradients of a_z and a_n (``reset_after``: also of
+    a_r and of W_hh,n h' + b_hh), and the direct path dh_t (1 - z_t) into CARRY."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    b = offs // H
+    j = offs - b * H
+    live = live_rows(LEN, b, m, t, HAS_LEN)
+    last = last_rows(LEN, b, m, t, T, HAS_LEN)
+    dh = grad_h(DOUT, DHN, G, MASK, CARRY, offs, m, live, last, HAS_MASK, True, ACC)
+    a = A + b * (3 * H) + j
+    gb = GB + b * (3 * H) + j
+    r = tl.load(a, mask=m, other=0.0).to(ACC)
+    z = tl.load(a + H, mask=m, other=0.0).to(ACC)
+    cand = tl.load(a + 2 * H, mask=m, other=0.0).to(ACC)
+    hp = tl.load(H0 + offs, mask=m, other=0.0).to(ACC)
+    da_z = dh * (cand - hp) * z * (1.0 - z)  # eqs 59, 57
+    da_n = dh * z * (1.0 - cand * cand)  # eqs 59, 58
+    tl.store(CARRY + offs, dh * (1.0 - z), mask=m)  # eq 59: h_{t-1}'s direct share
+    tl.store(gb + H, da_z, mask=m)
+    if RESET_AFTER:
+        u = tl.load(U + offs, mask=m, other=0.0).to(ACC)
+        tl.store(gb, da_n * u * r * (1.0 - r), mask=m)  # eqs 58, 56
+        tl.store(gb + 2 * H, da_n * r, mask=m)  # d(W_hh,n h' + b_hh)
+        tl.store(DZN + offs, da_n, mask=m)
+    else:
+        tl.store(gb + 2 * H, da_n, mask=m)
+
+
+@triton.jit
+def gru_reset_grad(A, HP, DU, GB, G, n, H, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """Eq 58 as printed, backward through r * h' (DU: the gradient of r * h'): a_r's
+    gradient, and h''s share through it into G (the W_rz product is added after)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    b = offs // H
+    r = tl.load(A + b * (3 * H) + (offs - b * H), mask=m, other=0.0).to(ACC)
+    du = tl.load(DU + offs, mask=m, other=0.0).to(ACC)
+    hp = tl.load(HP + offs, mask=m, other=0.0).to(ACC)
+    tl.store(GB + b * (3 * H) + (offs - b * H), du * hp * r * (1.0 - r), mask=m)  # eqs 58, 56
+    tl.store(G + offs, du * r, mask=m)
+
+
+class GRULoops(RecurrentLoops):
+    """The GRU's buffers and loops: ``Z`` (T, B, 3H) the input side, then r, z and the
+    candidate; ``U`` (T, B, H): W_hh,n h' + b_hh (``reset_after``) or r * h'; ``R`` (B, 3H)
+    the step's product; backward ``GB`` (T, B, 3H) the gradients of the products' outputs
+    (eq 58 as printed: = of the pre-activations), ``DZN`` (T, B, H) a_n's (``reset_after``),
+    ``DU`` (B, H); ``DCR`` carries the direct path dh_t (1 - z_t)."""
+
+    def __init__(self, static: bool, reset_after: bool, T: int, B: int, H: int,
+                 like: torch.Tensor, mask: bool, lengths: bool):
+        super().__init__(static, T, B, H, H, 3 * H, like, mask, lengths, memory=False)
+        self.reset_after = reset_after
+        new = like.new_empty
+        self.U, self.R, self.GB = new(T, B, H), new(B, 3 * H), new(T, B, 3 * H)
+        self.DZN = new(T, B, H) if reset_after else None
+        self.DU = new(B, H)
+
+    def forward_loop(self) -> None:
+        H, hm, n = self.H, self.hprev(), self.B * self.H
+        for t in range(self.T):
+            if self.reset_after:
+                torch.mm(hm[t], self.w_hh.t(), out=self.R)
+                launch(gru_step, n, self.Z[t], self.R, self.b_hh, self.U[t], self.Hs[t],
+                       self.Hs[t + 1], hm[t + 1], self.OUT[t], self.mask, self.lengths, t, n, H,
+                       **self.flags())
+            else:
+                self.Z[t][:, :2 * H].addmm_(hm[t], self.w_hh[:2 * H].t())
+                launch(gru_gates, n, self.Z[t], hm[t], self.U[t], n, H, ACC=self.acc)
+                self.Z[t][:, 2 * H:].addmm_(self.U[t], self.w_hh[2 * H:].t())
+                launch(gru_out, n, self.Z[t], self.Hs[t], self.Hs[t + 1], hm[t + 1], self.OUT[t],
+                       self.mask, self.lengths, t, n, H, **self.flags())
+
+    def backward_loop(self) -> None:
+        H, T, hm, n = self.H, self.T, self.hprev(), self.B * self.H
+        self.G.zero_()
+        self.DCR.zero_()
+        for t in range(T - 1, -1, -1):
+            launch(gru_step_grad, n, self.Z[t], self.U[t], self.Hs[t], self.dout[t], self.dhn,
+                   self.G, self.mask, self.DCR, self.GB[t],
+                   self.DZN[t] if self.reset_after else self.dummy, self.lengths, t, T, n, H,
+                   RESET_AFTER=self.reset_after, **self.flags())
+            if self.reset_after:
+                torch.mm(self.GB[t], self.w_hh, out=self.G)
+            else:
+                torch.mm(self.GB[t][:, 2 * H:], self.w_hh[2 * H:], out=self.DU)
+                launch(gru_reset_grad, n, self.Z[t], hm[t], self.DU, self.GB[t], self.G, n, H,
+                       ACC=self.acc)
+                self.G.addmm_(self.GB[t][:, :2 * H], self.w_hh[:2 * H])
+
+
+class TritonGRU(torch.autograd.Function):
+    """The GRU recurrence on the Triton kernels; the inputs and gradients of
+    ``gru.RecurrentGRU`` (whose weight-gradient products it shares)."""
+
+    @staticmethod
+    def forward(ctx, reset_after, x, h0, w_ih, w_hh, bias, bias_hh, h_mask, lengths):
+        T, B, _ = x.shape
+        H = h0.shape[-1]
+        key = ("gru", reset_after, T, B, H, x.dtype, x.device, h_mask is not None,
+               lengths is not None)
+        ws = dict(w_hh=w_hh, b_hh=bias_hh) if reset_after else dict(w_hh=w_hh)
+        slot = run_loops(key, lambda static: GRULoops(static, reset_after, T, B, H, x,
+                                                      h_mask is not None, lengths is not None),
+                         x, ctx, lambda lp: lp.bind(x, h0, None, w_ih, bias, h_mask, lengths, **ws))
+        out, hn, _ = slot.loops.results()
+        ctx.reset_after = reset_after
+        ctx.save_for_backward(x, w_ih, w_hh, bias, bias_hh)
+        return out, hn
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout, dhn):
+        x, w_ih, w_hh, bias, bias_hh = ctx.saved_tensors
+        lp = run_grads(ctx, lambda lp: lp.bind_grads(dout, dhn))
+        dh0, _ = lp.initial_grads(carry=lp.DCR)
+        H = lp.H
+        dzn = lp.DZN if ctx.reset_after else lp.GB[:, :, 2 * H:]
+        grads = RecurrentGRU._weight_grads(ctx, x, w_ih, w_hh, bias, bias_hh, lp.hprev()[:-1], lp.U,
+                                           lp.GB, dzn, dh0)
+        ctx.lease.release()
+        return grads
+
+
+def recurrent(v, x, h0, lengths, h_mask):
+    out, hn = TritonGRU.apply(v.reset_after, x, h0, v.weight_ih, v.weight_hh, v.bias, v.bias_hh,
+                              h_mask, lengths)
+    return out, (hn,)

@@ -1,0 +1,115 @@
+"""Compile every Triton kernel of ``lstmablate.cells.kernels`` for NVIDIA GPUs, ahead of
+time, without a GPU: Triton's compiler runs on the CPU all the way to the GPU binary
+(``cubin``), so a kernel that the interpreter runs but the GPU compiler would reject (a
+type that does not unify across a loop, a constexpr branch that leaves a name undefined,
+an unsupported operation) fails here, in the CPU test suite.
+
+Run by ``tests/test_kernels_triton.py`` in a subprocess without ``TRITON_INTERPRET`` (in
+the test process the kernels are interpreted functions, which do not compile):
+
+    python tests/compile_triton_kernels.py 90 80     # the SM architectures to compile for
+    python tests/compile_triton_kernels.py --all 90  # every combination of the switches
+
+By default every kernel is compiled for each of its layouts with all its switches on (and
+with a projection), in float32, and once more in bfloat16 (the kernels compute in float32
+registers; the loads and stores convert); ``--all`` adds every combination of recurrent
+dropout and lengths on and off, in both dtypes (about a minute).  Prints one line per
+compiled variant and ``compiled N kernels`` at the end.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import sys
+
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from lstmablate.cells.kernels import triton_gru, triton_lstm, triton_second_order
+
+#: the scalar (int32) arguments of the kernels; every other non-constexpr argument is a pointer
+SCALARS = {"t", "n", "H", "P", "T", "KT"}
+#: pointers to int32 (the lengths); the rest point at the buffers' dtype
+INT_POINTERS = {"LEN"}
+
+LSTM_LAYOUTS = [dict(NB=4, NG=3, FI=1, OI=2, MEMORY=True, SRNN=True),  # lstm
+                dict(NB=3, NG=2, FI=1, OI=-1, MEMORY=True, SRNN=False),  # lstm-srnn-out
+                dict(NB=3, NG=2, FI=-1, OI=1, MEMORY=True, SRNN=True),  # lstm-noforget
+                dict(NB=1, NG=0, FI=-1, OI=-1, MEMORY=False, SRNN=True)]  # lstm-gates, mrnn
+ALL_FLAGS = [dict(HAS_MASK=m, HAS_LEN=n) for m, n in itertools.product((False, True), repeat=2)]
+FLAGS = ALL_FLAGS[-1:]
+MM = [dict(K0=4, K1=0, K2=0, K3=0, MEMORY=False, BLOCK_K=4),
+      dict(K0=4, K1=2, K2=4, K3=3, MEMORY=True, BLOCK_K=4)]
+
+
+def variants():
+    """(kernel, constexprs) for every kernel, across its switches."""
+    for layout, flags in itertools.product(LSTM_LAYOUTS, FLAGS):
+        for proj in (False, True):
+            yield triton_lstm.lstm_step, dict(layout, PROJ=proj, **flags)
+            yield triton_lstm.lstm_step_grad, dict(layout, PROJ=proj, **flags)
+        scan = {k: v for k, v in layout.items() if k != "MEMORY"}
+        if layout["MEMORY"]:
+            yield triton_lstm.lstm_scan, dict(scan, HAS_LEN=flags["HAS_LEN"])
+            yield triton_lstm.lstm_scan_grad, dict(scan, HAS_LEN=flags["HAS_LEN"])
+    for flags in FLAGS:
+        yield triton_lstm.emit_step, flags
+        yield triton_lstm.grad_h_step, flags
+        yield triton_gru.gru_step, flags
+        yield triton_gru.gru_out, flags
+        for reset_after in (False, True):
+            yield triton_gru.gru_step_grad, dict(flags, RESET_AFTER=reset_after)
+        for mm in MM:
+            yield triton_second_order.mm_step, dict(mm, BLOCK_H=256, **flags)
+            yield triton_second_order.mm_step_grad, dict(mm, BLOCK_H=256, **flags)
+    yield triton_gru.gru_gates, {}
+    yield triton_gru.gru_reset_grad, {}
+
+
+def signature(kernel, constexprs: dict, dtype: str) -> tuple[dict, dict]:
+    names = list(inspect.signature(kernel.fn).parameters)
+    consts = dict(constexprs)
+    consts.setdefault("ACC", tl.float32)
+    if "BLOCK" in names:
+        consts.setdefault("BLOCK", 256)
+    sig = {}
+    for name in names:
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name in SCALARS:
+            sig[name] = "i32"
+        else:
+            sig[name] = "*i32" if name in INT_POINTERS else f"*{dtype}"
+    return sig, consts
+
+
+def main(archs: list[int], every: bool = False) -> int:
+    global FLAGS
+    if every:
+        FLAGS = ALL_FLAGS
+    count = 0
+    for arch in archs:
+        target = GPUTarget("cuda", arch, 32)
+        for dtype in ("fp32", "bf16"):
+            seen = set()
+            for kernel, constexprs in variants():
+                if dtype == "bf16" and not every:  # one variant per kernel
+                    if kernel in seen:
+                        continue
+                    seen.add(kernel)
+                sig, consts = signature(kernel, constexprs, dtype)
+                compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts),
+                                          target=target)
+                assert compiled.asm.get("cubin"), f"{kernel.fn.__name__}: no cubin"
+                print(f"sm_{arch} {dtype} {kernel.fn.__name__} {constexprs}")
+                count += 1
+    print(f"compiled {count} kernels")
+    return 0
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    raise SystemExit(main([int(a) for a in args if a != "--all"] or [90], "--all" in args))

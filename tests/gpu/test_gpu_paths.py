@@ -1,0 +1,155 @@
+"""The GPU paths on a GPU (every test here is skipped without CUDA; ``make gpu-check`` runs
+them, and ``pytest tests/gpu`` on any machine with one).
+
+* the Triton kernels, compiled for this GPU, against the reference loop (every case of
+  every family; float32 against a float64 reference with dtype-derived tolerances, the
+  harness of the CPU tests; padded bidirectional batches, recurrent dropout);
+* the CUDA-graph capture of their loops: captured, replayed with new inputs and updated
+  parameters, the same numbers as eager launches;
+* cuDNN with our parameters kept in its flat layout (no per-call compaction) and a whole
+  stacked bidirectional encoder in one call, against the layer-by-layer reference;
+* ``lstmablate bench --device cuda`` names the path of every row.
+
+The CPU side of all of this (the kernels' arithmetic under Triton's interpreter, the graph
+cache's logic, the kept weights, the plans): ``tests/test_kernels_*.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from contextlib import nullcontext
+
+import pytest
+import torch
+
+from lstmablate.cells import build_encoder, reference_mode
+from lstmablate.cells.kernels import (delegate, factored, graphs, gru, lstm_family, multi_matrix,
+                                      triton_support)
+from lstmablate.cells.kernels.interface import kernel_name_of
+
+from fast_path_harness import assert_fast_matches_reference
+
+DEVICE = os.environ.get("LSTMABLATE_GPU_DEVICE", "cuda")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+needs_triton = pytest.mark.skipif(not triton_support.importable() or triton_support.interpreting(),
+                                  reason="needs Triton (compiled, TRITON_INTERPRET unset)")
+CASES = [*lstm_family.KERNELS.cases, *gru.KERNELS.cases, *factored.KERNELS.cases,
+         *multi_matrix.KERNELS.cases]
+
+
+def _ids(cases):
+    return [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in cases]
+
+
+def _inputs(enc, B, T, I, dtype, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(B, T, I, generator=gen) * 2).to(DEVICE, dtype)
+    cell = enc.layers[0][0]
+    n = enc.num_layers * enc.num_directions
+    state = []
+    for name, size in zip(cell.state_names, cell.state_sizes):
+        s = torch.randn(n, B, size, generator=gen)
+        state.append((torch.softmax(s, -1) if name.startswith("key") else s).to(DEVICE, dtype))
+    return x, tuple(state)
+
+
+@needs_triton
+@pytest.mark.parametrize("name,opts", CASES, ids=_ids(CASES))
+def test_triton_kernels_match_the_reference(name, opts, monkeypatch):
+    monkeypatch.setenv("LSTMABLATE_TRITON", "1")
+    torch.manual_seed(0)
+    enc = build_encoder(name, 24, 40, num_layers=2, bidirectional=True, recurrent_dropout=0.2,
+                        **opts).to(DEVICE).train()
+    path = kernel_name_of(enc.layers[0][0], device_type="cuda", mask="prefix0", h_mask=True)
+    assert path.startswith("triton-"), path
+    x, state = _inputs(enc, 6, 9, 24, torch.float32)
+    assert_fast_matches_reference(enc, x, torch.tensor([9, 3, 0, 5, 9, 1]), state, None,
+                                  none_is_zero=True)
+
+
+@needs_triton
+@pytest.mark.parametrize("name", ["lstm-srnn", "lstm-srnn-hidden", "gru", "mlstm", "mmlstm"])
+def test_captured_loops_replay_the_eager_numbers(name, monkeypatch):
+    """Three training steps of the same shapes, captured from the second on: outputs and
+    gradients equal those of eager launches (LSTMABLATE_CUDA_GRAPHS=0)."""
+    monkeypatch.setattr(graphs, "CACHE", graphs.GraphCache())
+    runs = {}
+    for setting in ("0", "auto"):
+        monkeypatch.setenv("LSTMABLATE_CUDA_GRAPHS", setting)
+        torch.manual_seed(0)
+        enc = build_encoder(name, 16, 32, num_layers=2).to(DEVICE).train()
+        opt = torch.optim.SGD(enc.parameters(), lr=0.1)
+        got = []
+        for step in range(3):
+            x, _ = _inputs(enc, 5, 7, 16, torch.float32, seed=step)
+            out, fin = enc(x, torch.tensor([7, 3, 5, 7, 2]))
+            (out.square().sum() + sum(f.square().sum() for f in fin)).backward()
+            got.append([out.detach(), *(p.grad.clone() for p in enc.parameters())])
+            opt.step()
+            opt.zero_grad()
+        runs[setting] = got
+    if name != "lstm-srnn-hidden":  # the scan is one launch: nothing to capture
+        assert any(slot.graphed for _, slot in graphs.CACHE.slots.values())
+    for a, b in zip(runs["0"], runs["auto"]):
+        for u, v in zip(a, b):
+            torch.testing.assert_close(u, v, rtol=1e-5, atol=1e-6)
+
+
+def test_cudnn_reads_the_kept_weights_in_place(monkeypatch):
+    """The kept weights are one flat buffer in cuDNN's layout: no "not part of a single
+    contiguous chunk" compaction warning, kept across calls, remade after an update."""
+    monkeypatch.setattr(delegate, "_quiet", lambda x: nullcontext())
+    enc = build_encoder("lstm", 32, 48, num_layers=2, bidirectional=True).to(DEVICE)
+    x = torch.randn(4, 6, 32, device=DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        enc(x)[0].sum().backward()
+        kept = delegate.kept_for(enc)
+        assert kept is not None  # the whole stack was one call
+        storages = {w.untyped_storage().data_ptr() for w in kept.weights}
+        assert len(storages) == 1
+        enc(x)
+        assert kept.remade == 1
+        torch.optim.SGD(enc.parameters(), lr=0.1).step()
+        enc(x)
+        assert kept.remade == 2
+
+
+@pytest.mark.parametrize("name,opts", [("lstm", {}), ("lstm", {"proj_size": 16}),
+                                       ("lstm-gates", {}), ("gru", {"reset_after": True})],
+                         ids=["lstm", "lstm-proj", "lstm-gates", "gru-reset_after"])
+def test_one_cudnn_call_for_a_stacked_encoder(name, opts):
+    torch.manual_seed(0)
+    enc = build_encoder(name, 24, 32, num_layers=3, bidirectional=True, **opts).to(DEVICE).double()
+    assert kernel_name_of(enc.layers[0][0], device_type="cuda", dtype=torch.float64,
+                          stacked=enc.layers[0][0]._kernels().stack_plan(
+                              enc, device_type="cuda", dtype=torch.float64) is not None
+                          ).endswith("(cuDNN, stacked)")
+    x, state = _inputs(enc, 5, 8, 24, torch.float64)
+    lengths = torch.tensor([8, 2, 5, 8, 1])
+    res = []
+    for ref in (False, True):
+        xi = x.clone().requires_grad_(True)
+        enc.zero_grad()
+        with reference_mode(ref):
+            out, fin = enc(xi, lengths, state)
+        (out.square().sum() + sum(f.square().sum() for f in fin)).backward()
+        res.append([out, *fin, xi.grad, *(p.grad for p in enc.parameters())])
+    for a, b in zip(*res):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_the_benchmark_names_each_path():
+    from lstmablate import bench
+
+    rows = bench.bench_cells(["lstm", "lstm-srnn", "gru", "mmrnn"], ["4x6x16x2xbi"], threads=1,
+                             device=DEVICE, repeats=1, warmup=1, reference=False)
+    kernel = {r["cell"]: r["kernel"] for r in rows}
+    assert kernel["nn.LSTM"] == "cuDNN"
+    assert kernel["lstm"] == "torch-lstm (cuDNN, stacked)"
+    triton = triton_support.importable() and not triton_support.interpreting()
+    for cell in ("lstm-srnn", "gru", "mmrnn"):
+        assert kernel[cell] == ("triton-recurrent (CUDA graphs)" if triton else
+                                "recurrent (pytorch)"), kernel
+    assert all(r["memory_kind"] == "peak" and r["memory_mb"] >= 0 for r in rows)

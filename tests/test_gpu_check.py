@@ -1,0 +1,78 @@
+"""``make gpu-check`` (``benchmarks/gpu_check.py``), the parts that need no GPU: the targets
+computed from its rows, the Markdown it writes, the trainer command it runs, and that it
+refuses to run without a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lstmablate import bench
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+gpu_check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_check)
+
+
+def _cell_row(shape, cell, ratio_lstm, ratio_rnn=1.0, memory=10.0):
+    row = dict(kind="cell", shape=shape, cell=cell, kernel="k", device="cuda", threads=1,
+               ratio_lstm=ratio_lstm, ratio_rnn=ratio_rnn, memory_mb=memory, ms=1.0, ms_min=1.0,
+               tokens_per_s=1000.0 * ratio_lstm, gflops=1.0, speedup_vs_reference=None)
+    row.update(bench._target(cell, bench.SHAPES[shape], row))
+    return row
+
+
+def test_the_targets_of_a_run():
+    rows = [_cell_row(s, "nn.LSTM", 1.0) for s in bench.DEFAULT_SHAPES]
+    rows += [_cell_row("ptb-200", "lstm-srnn", 1.1, memory=8.0),
+             _cell_row("ptb-650", "lstm-srnn", 1.0, memory=12.0),
+             _cell_row("parser-400", "lstm-srnn", 0.85),
+             _cell_row("ptb-650", "lstm", 0.9), _cell_row("ptb-200", "gru", 0.6)]
+    rows += [dict(kind="model", shape="ptb-medium-model", cell="lstm-srnn", kernel="k", ms=1.0,
+                  ratio_lstm=1.05, tokens_per_s=5000.0),
+             dict(kind="trainer", shape="ptb-medium-trainer", cell="lstm-srnn", tokens_per_s=4000.0,
+                  steps=200, seconds=1.0)]
+    got = {t["target"].split(" (")[0]: t for t in gpu_check.targets(rows)}
+    assert got["lstm-srnn >= 1.00x nn.LSTM at ptb-650"]["met"] is True
+    assert got["lstm >= 0.97x nn.LSTM at ptb-650"]["met"] is False
+    assert got["gru >= 0.50x nn.LSTM at ptb-200"]["met"] is True
+    parser = got["lstm-srnn at parser-400 within 10% of its ptb-650 ratio"]
+    assert parser["measured"] == 0.85 and parser["met"] is False
+    assert got["lstm-srnn peak memory <= nn.LSTM's at ptb-200"]["met"] is True
+    assert got["lstm-srnn peak memory <= nn.LSTM's at ptb-650"]["met"] is False
+    assert got["lstm-srnn PTB-medium training step >= 1.0x the nn.LSTM model"]["met"] is True
+    trainer = got["lstm-srnn trainer tokens/s within 10% of the benchmarked step"]
+    assert trainer["measured"] == 0.8 and trainer["met"] is False
+    doc = dict(started="now", seconds=1.0, environment=dict(gpu="Some GPU"), parts={
+        "tests": dict(status="passed", summary="3 passed", seconds=1.0)},
+        rows=rows, targets=gpu_check.targets(rows))
+    md = gpu_check.markdown(json.loads(json.dumps(doc)))
+    assert md.startswith("# gpu-check: Some GPU") and "| lstm-srnn | 200 | 1.00 | 4,000 |" in md
+    assert "| lstm >= 0.97x nn.LSTM at ptb-650 | 0.9 | 0.97 | **no** |" in md
+
+
+def test_a_cpu_row_keeps_the_cpu_targets():
+    row = dict(device="cpu", ratio_lstm=1.1, ratio_rnn=0.5, speedup_vs_reference=None)
+    assert bench._target("lstm-srnn", bench.SHAPES["ptb-650"], row)["target"] == 1.05
+    row["device"] = "cuda"
+    assert bench._target("lstm-srnn", bench.SHAPES["ptb-650"], row)["target"] == 1.0
+    assert bench._target("lstm-srnn", bench.SHAPES["parser-400"], row)["target"] is None
+
+
+def test_the_paper_cells_come_from_the_recipe():
+    assert gpu_check.paper_cells()[:2] == ["lstm", "lstm-srnn"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
+def test_without_a_gpu_it_says_so_and_stops(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out",
+                        str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "no CUDA device" in r.stderr
+    assert not list(tmp_path.iterdir())

@@ -81,13 +81,9 @@ def eval_(
     """Recompute a run's final metrics from its checkpoint (and write its predictions)."""
     from .runner import evaluate_run
 
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
     metrics = evaluate_run(run_dir, split=split, checkpoint=checkpoint, data_dir=data_dir,
                            device=device, eval_overrides=set_ or [],
-                           write_predictions=write_predictions)
+                           write_predictions=write_predictions, threads=threads)
     if write_predictions is not None:
         err.print(f"wrote {write_predictions}", highlight=False)
     if as_json:

@@ -39,13 +39,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan
-from lstmablate.config import check_range
+from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import read_lines
 from lstmablate.errors import ConfigError, DataError, UserError
 from lstmablate.task import Metric, StepOutput, Task
@@ -74,6 +74,9 @@ class NMTData:
     batch_size: int = 64  # sentences (-batch_type sents)
     verify: bool = True  # compare the files' checksums with the catalogue
 
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {"batch_size": MAX_BATCH}
+
     def validate(self) -> None:
         for name in ("src_lang", "tgt_lang"):
             if getattr(self, name) not in m30k.LANGS:
@@ -96,6 +99,10 @@ class NMTModelConfig:
     dropout: float = 0.3
     init_scale: float = 0.1  # -param_init: every parameter uniform(±0.1)
     cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "word_vec_size": MAX_WIDTH, "hidden_size": MAX_WIDTH, "layers": MAX_LAYERS}
 
     def validate(self) -> None:
         if self.encoder_type not in ENCODER_TYPES:
@@ -124,6 +131,10 @@ class NMTEval:
     # stop the beam once the best hypothesis is settled (exact; false: always max_length steps)
     stop_early: bool = True
     replace_unk: bool = True  # -replace_unk: <unk> -> the most attended source word
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "beam_size": 256, "max_length": 10_000, "batch_size": MAX_BATCH}
 
     def validate(self) -> None:
         for name in ("beam_size", "max_length", "batch_size"):

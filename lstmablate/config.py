@@ -80,13 +80,13 @@ class TrainConfig:
 
     def validate(self) -> None:
         if self.optimizer not in OPTIMIZERS:
-            raise UnknownNameError("optimizer", self.optimizer, OPTIMIZERS)
+            raise UnknownNameError("train.optimizer", self.optimizer, OPTIMIZERS)
         if self.schedule not in SCHEDULES:
-            raise UnknownNameError("schedule", self.schedule, SCHEDULES)
+            raise UnknownNameError("train.schedule", self.schedule, SCHEDULES)
         if self.test_checkpoint not in ("best", "last"):
-            raise UnknownNameError("test checkpoint", self.test_checkpoint, ("best", "last"))
+            raise UnknownNameError("train.test_checkpoint", self.test_checkpoint, ("best", "last"))
         if self.nonfinite not in ("stop", "skip"):
-            raise UnknownNameError("nonfinite policy", self.nonfinite, ("stop", "skip"))
+            raise UnknownNameError("train.nonfinite", self.nonfinite, ("stop", "skip"))
         check_range("train", self, "lr", low=0, low_open=True,
                     why="a learning rate of 0 trains nothing")
         check_range("train", self, "eps", low=0, low_open=True)
@@ -261,7 +261,24 @@ def convert(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+#: deepest nesting of brackets a ``--set`` value may have (a config value needs two levels)
+MAX_NESTING = 32
+
+
+def _nesting(text: str) -> int:
+    depth = deepest = 0
+    for c in text:
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
 def _parse_scalar(s: str) -> Any:
+    if _nesting(s) > MAX_NESTING:
+        return s  # not a scalar: the caller says what was expected
     try:
         return yaml.safe_load(s)
     except (yaml.YAMLError, RecursionError):
@@ -271,14 +288,18 @@ def _parse_scalar(s: str) -> Any:
 def _parse_yaml(text: str, where: str, expected: str) -> Any:
     """A ``--set`` value written as YAML (``[0.9, 0.99]``, ``{forget_bias: 1}``); plain YAML only:
     a tag such as ``!!python/object`` is refused, never constructed."""
+    example = "[0.9, 0.99]" if expected == "a list" else "{forget_bias: 1.0}"
+    if _nesting(text) > MAX_NESTING:
+        raise ConfigError(f"{where}: expected {expected} such as {example}, but {text[:20]!r}... "
+                          f"nests brackets more than {MAX_NESTING} deep.")
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{where}: expected {expected} written in YAML (e.g. [1, 2] or "
-                          f"{{key: value}}), but {text!r} is not valid YAML ({problem}).") from None
+        raise ConfigError(f"{where}: expected {expected} written in YAML, such as {example}, but "
+                          f"{text!r} is not valid YAML ({problem}).") from None
     except RecursionError:
-        raise ConfigError(f"{where}: {text[:40]!r}... is nested too deeply.") from None
+        raise ConfigError(f"{where}: {text[:20]!r}... is nested too deeply.") from None
 
 
 def update_dataclass(obj: Any, values: dict[str, Any], section: str, source: str) -> Any:
@@ -385,7 +406,9 @@ def grid_points(recipe_name: str, recipe: dict[str, Any]) -> list[tuple[str, lis
     """
     import itertools
 
-    base = recipe.get("experiment") or recipe_name
+    base = recipe_name
+    if recipe.get("experiment") is not None:
+        base = check_experiment(recipe["experiment"], f"{recipe.get('_path')}: experiment")
     grid = recipe.get("grid") or {}
     if not grid:
         return [(base, [], {})]
@@ -436,9 +459,9 @@ def parse_overrides(items: list[str], sections: tuple[str, ...] = SECTIONS) -> d
 
 def _validate(sections: dict[str, Any]) -> None:
     for section, cfg in sections.items():
+        check_upper_bounds(section, cfg)
         if hasattr(cfg, "validate"):
             cfg.validate()
-        check_upper_bounds(section, cfg)
 
 
 #: the largest run seed: Python's, numpy's (2**32 - 1) and torch's generators all take it

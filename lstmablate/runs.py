@@ -213,17 +213,11 @@ def inspect_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: boo
         return RunStart(resume=False, replace=False)
     if force or not has_started(files):
         return RunStart(resume=False, replace=True)
-    import yaml
-
-    try:
-        old = yaml.safe_load(files.config.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError):
+    diff = saved_config_differences(files, cfg)
+    if diff is None:
         raise ConfigError(f"{files.config} is not valid YAML; it may be damaged. "
-                          "Use --force to start this run again.") from None
-    new = cfg.identity()
-    old = _identity_of_saved(old, cfg)
-    if old != new:
-        diff = _differences(old or {}, new)
+                          "Use --force to start this run again.")
+    if diff:
         raise RunDirError(
             f"{files.root} already holds a different run (config differs in: {', '.join(diff)}). "
             "Nothing was changed. Use another --out directory, or --force to replace it.")
@@ -247,6 +241,21 @@ def clear_run_dir(files: RunFiles) -> None:
         for p in files.artefacts.glob("*.json"):
             p.unlink()  # (the manifest included)
     shutil.rmtree(files.root / "tensorboard", ignore_errors=True)  # events of the replaced run
+
+
+def saved_config_differences(files: RunFiles, cfg: RunConfig) -> list[str] | None:
+    """How the run saved in ``files`` differs from ``cfg`` in what makes a run's identity
+    (task, cell, seed, data, model, train): ``section.key (saved -> new)`` items, empty if it is
+    the same run; None if its config.yaml cannot be read."""
+    import yaml
+
+    try:
+        old = yaml.safe_load(files.config.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
+        return None
+    new = cfg.identity()
+    old = _identity_of_saved(old, cfg)
+    return [] if old == new else _differences(old if isinstance(old, dict) else {}, new)
 
 
 def _identity_of_saved(old: Any, cfg: RunConfig) -> Any:

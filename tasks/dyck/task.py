@@ -78,6 +78,7 @@ class DyckData:
         if not self.files:
             if bool(self.train_tokens) == bool(self.train_sequences):
                 raise ConfigError("give exactly one of data.train_tokens and data.train_sequences")
+        check_range("data", self, "data_seed", low=0)
         for name in ("train_tokens", "train_sequences", "dev_tokens", "dev_sequences",
                      "test_tokens", "test_sequences", "train_max_length", "test_min_length",
                      "test_max_length"):

@@ -364,6 +364,8 @@ def plot(
     from .plot import plot_runs
 
     res = plot_runs(runs, out_file, metrics=metric or None, x=x, log_y=log_y)
+    for why in res["skipped"]:
+        err.print(f"[yellow]warning:[/] skipped {why}", highlight=False, soft_wrap=True)
     out.print(f"wrote {res['png']}, {res['pdf']} and {res['csv']}", highlight=False)
 
 

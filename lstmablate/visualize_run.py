@@ -8,12 +8,21 @@ import torch
 
 from .errors import UserError
 from .runner import load_run_model
+from .runs import check_not_run_file
+from .train.atomic import check_can_write
 from .viz import visualize
 
 
 def visualize_run(run_dir: Path, text: str, *, layer: int = 0, out: Path = Path("weights.png"),
                   checkpoint: str | None = None, data_dir: str | None = None) -> tuple[Path, Path]:
     """Heatmap of ||w_j^t|| (PNG) and its values (CSV beside it) for ``text``."""
+    out = Path(out)
+    if out.suffix.lower() != ".png":
+        raise UserError(f"--out {out}: give a file name ending in .png (the CSV of the values is "
+                        "written beside it, with .csv). Nothing was written.")
+    for path in (out, out.with_suffix(".csv")):  # checked before the model is loaded
+        check_not_run_file(path)
+        check_can_write(path)
     cfg, task, model = load_run_model(run_dir, checkpoint, data_dir)
     try:
         encoder, emb, tokens = task.visualization_inputs(model, text)
@@ -21,7 +30,6 @@ def visualize_run(run_dir: Path, text: str, *, layer: int = 0, out: Path = Path(
         raise UserError(str(e)) from None
     if not 0 <= layer < encoder.num_layers:
         raise UserError(f"--layer must be in 0..{encoder.num_layers - 1} for this run, got {layer}")
-    out = Path(out)
     csv_path = out.with_suffix(".csv")
     with torch.no_grad():
         visualize(encoder, emb.detach(), tokens, out, layer=layer, csv_path=csv_path)

@@ -258,7 +258,12 @@ class BillionWordTask(Task):
                                   f"{d.batch_size} x num_steps={d.num_steps}; decrease them.")
         for split, index in (("dev", d.dev_shard), ("test", d.test_shard)):
             if split in splits:
-                self.paths[split] = corpus.heldout_path(self.data_dir, d.root, index)
+                path = self.paths[split] = corpus.heldout_path(self.data_dir, d.root, index)
+                # read through once (UTF-8 checked) before training, not after it: an empty or
+                # damaged held-out shard would otherwise end a finished run without a result
+                if sum(1 for _ in corpus.read_lines(path)) == 0:
+                    raise DataError(f"{path} (the {split} split, data.{split}_shard={index}) is "
+                                    "empty; a held-out shard holds one sentence per line.")
 
     def train_plan(self, epoch: int, generator: torch.Generator) -> Sequence[Any]:
         """The epoch's windows: shards in a random order, each shard's sentences shuffled."""

@@ -250,9 +250,19 @@ class NMTTask(Task):
             self.splits[split] = SplitData(
                 split, src_raw, tgt_raw, src, tgt, [self.src_vocab.encode(s) for s in src],
                 [self.tgt_vocab.encode(t) for t in tgt], ppl)
-        if "train" in splits and not self.splits["train"].ppl_index:
-            raise DataError("no training pair survives the length filter "
-                            f"(1..{self.data_cfg.max_length} tokens per side).")
+        d = self.data_cfg
+        for split, sd in self.splits.items():  # every split scores something (before training)
+            files = f"{m30k.relpath(split, d.src_lang)} / {m30k.relpath(split, d.tgt_lang)}"
+            if not sd.src_raw:
+                dropped = (" after its last line is dropped (data.drop_last_line, the recipe's "
+                           "sed -i \"$ d\")" if d.drop_last_line and split != "test" else "")
+                raise DataError(f"the {split} split ({files} under {self.data_dir}) has no "
+                                f"sentence pair{dropped}; every split needs at least one.")
+            if not sd.ppl_index:
+                raise DataError(f"no sentence pair of the {split} split ({files} under "
+                                f"{self.data_dir}) survives the length filter (1..{d.max_length} "
+                                "tokens per side on train and val; a non-empty source and "
+                                "target on test).")
         if "train" in splits:
             self._tokenised.pop("train", None)  # encoded now; the strings are not needed
 
@@ -381,16 +391,18 @@ class NMTTask(Task):
         """``path``: detokenised translations, one per line (what sacreBLEU reads);
         ``path.atok``: the model's tokens, one sentence per line (what multi-bleu.perl read);
         ``path.bleu``: both scores, multi-bleu's line format, sacreBLEU's signature."""
-        from lstmablate.train.atomic import atomic_write_text
+        from lstmablate.train.atomic import atomic_write_text, check_can_write
 
         path = Path(path)
-        words = self.translate(model, split)
         tok_path = path.with_name(path.name + ".atok")
+        bleu_path = path.with_name(path.name + ".bleu")
+        check_can_write(path, tok_path, bleu_path)  # all three, before writing the first
+        words = self.translate(model, split)
         atomic_write_text(path, "".join(detokenise(w, self.data_cfg.tgt_lang) + "\n"
                                         for w in words))
         atomic_write_text(tok_path, "".join(" ".join(w) + "\n" for w in words))
         metrics, tok, detok = self.score_files(split, path, tok_path)
-        atomic_write_text(path.with_name(path.name + ".bleu"),
+        atomic_write_text(bleu_path,
                           f"multi-bleu.perl (tokenised {tok_path.name}): {tok.line()}\n"
                           f"sacreBLEU (detokenised {path.name}): {detok.score:.2f} "
                           f"{detok.signature}\n")

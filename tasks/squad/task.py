@@ -186,6 +186,9 @@ class SquadTask(Task):
                 if not self.train_indices:
                     raise DataError("no training question has an answer on token boundaries; "
                                     "the training file is empty or not SQuAD.")
+            elif not ex.questions:  # checked before training, not at its first evaluation
+                raise DataError(f"the {split} split has no question to evaluate; its file holds "
+                                "paragraphs without questions.")
 
     def split_summary(self, split: str) -> str:
         ex = self.examples[split]

@@ -100,14 +100,10 @@ def other_checkpoint_hint(path: Path) -> str:
 
 
 def _refused_global(message: str) -> str | None:
-    """The global the safe loader refused, from its message (None if it was not a refusal)."""
-    if "Weights only load failed" not in message:
-        return None
+    """The Python global the safe loader refused to load, from its message (None: the file was
+    not refused for naming one, e.g. it is not a pickle at all)."""
     m = re.search(r"Unsupported global: GLOBAL (\S+)", message)
-    if m:
-        return m.group(1)
-    m = re.search(r"WeightsUnpickler error: ([^\n]+)", message)
-    return m.group(1).strip() if m else "a Python object"
+    return m.group(1) if m else None
 
 
 def load_checkpoint(path: Path, expect: dict[str, Any] | None = None,

@@ -143,9 +143,9 @@ def validate_lines(path: Path, text: str) -> list[_Block]:
             if line:
                 raise _bad(path, lineno, "a line of only white space; sentence separators "
                            "must be empty lines")
-            if not cur.lines:
-                raise _bad(path, lineno, "an empty line that ends no sentence (sentences are "
-                           "separated by exactly one empty line; none comes before the first)")
+            if not cur.lines and blocks:
+                raise _bad(path, lineno, "a second empty line after a sentence (sentences are "
+                           "separated by exactly one empty line)")
             finish(lineno)
             continue
         if not cur.lines:

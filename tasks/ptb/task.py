@@ -364,7 +364,12 @@ class PTBTask(Task):
     def use_artefacts(self, artefacts: dict[str, Any]) -> None:
         super().use_artefacts(artefacts)
         d = self.data_cfg
-        self.vocab: list[str] = list(artefacts["vocab"])
+        vocab = artefacts["vocab"]
+        if not isinstance(vocab, list) or not all(isinstance(w, str) for w in vocab):
+            raise DataError("the run's artefact artefacts/vocab.json is not a list of words; the "
+                            "run folder is damaged (copy it again, or train the run again with "
+                            "--force).")
+        self.vocab: list[str] = list(vocab)
         if d.vocab_size and len(self.vocab) != d.vocab_size:
             expected = PTB_VOCAB_SIZES.get(d.level)
             hint = (f"; PTB at {d.level} level has {expected}, set data.vocab_size={expected}"

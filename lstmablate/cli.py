@@ -373,7 +373,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=True)
     except UserError as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=False)
+        # soft wrap: no line break inside a path or a suggested command (they stay copyable)
+        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:  # before training started (the trainer saves and exits cleanly)
         err.print("interrupted; no training step was lost (a run saves its progress once it has "

@@ -217,6 +217,11 @@ def convert(value: Any, tp: Any, where: str) -> Any:
             return value
         raise ConfigError(f"{where}: expected true or false, got {value!r}")
     if tp is int:
+        if isinstance(value, str):  # YAML 1.1 reads "2e5" as a string; 2e5 tokens is an integer
+            try:
+                value = float(value) if float(value).is_integer() else value
+            except (ValueError, OverflowError):
+                pass
         if (isinstance(value, bool) or not isinstance(value, (int, float))
                 or (isinstance(value, float) and not value.is_integer())):
             raise ConfigError(f"{where}: expected an integer, got {value!r}")

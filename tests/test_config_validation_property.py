@@ -362,3 +362,59 @@ def test_the_cli_gives_exit_2_and_one_paragraph_for_each_kind_of_bad_value(walk,
         assert "\n\n" not in err.strip(), (context, err)
         assert not (root / "runs").exists(), context
     assert len(commands) > 250
+
+
+# ----------------------------------------------------------------- what the probe typed
+
+def probe_inputs(recipe: str, run: str, elsewhere: str) -> list[tuple[list[str], str]]:
+    train = ["train", "--task", "dyck", "--recipe", recipe, "--out", "runs"]
+    nmt = ["train", "--task", "nmt", "--out", "runs"]
+    sweep_ = ["sweep", recipe, "--out", "runs"]
+    tag = "[!!python/name:os.system x, 0.9]"
+    return [
+        ([*train, "--threads", "-3"], "--threads must be between 1 and"),
+        ([*train, "--seed", "99999999999999999999999"], "--seed: a seed must be an integer"),
+        ([*train, "--seed", "9223372036854775807"], "--seed: a seed must be an integer"),
+        ([*train, "--set", "train.betas=[0.9"], "train.betas: expected a list written in YAML"),
+        ([*train, "--set", "model.cell_options={"], "model.cell_options: expected a mapping"),
+        ([*train, "--set", f"train.betas={tag}"], "train.betas: expected a list written in YAML"),
+        ([*sweep_, "--set", "train.betas=[0.9"], "train.betas: expected a list written in YAML"),
+        ([*sweep_, "--set", "model.cell_options={"], "model.cell_options: expected a mapping"),
+        ([*sweep_, "--set", f"train.betas={tag}"], "train.betas"),
+        ([*sweep_, "--set", "train.lr=-5"], "train.lr must be > 0"),
+        ([*sweep_, "--threads", "-3"], "--threads must be between 1 and"),
+        ([*train, "--experiment", elsewhere], "--experiment"),
+        ([*train, "--experiment", "x/../../../.."], "--experiment"),
+        ([*nmt, "--set", "data.batch_size=100000"], "data.batch_size must be <= 8,192"),
+        ([*nmt, "--set", "model.layers=1e9"], "model.layers must be <= 64"),
+        (["eval", run, "--set", "eval.batch_size=100000"], "eval.batch_size must be <= 8,192"),
+        (["eval", run, "--threads", "-3"], "--threads must be between 1 and"),
+        (["train", "--task", "parsing", "--out", "runs", "--set", "data.batch_tokens=1e12"],
+         "data.batch_tokens must be <= 1,000,000"),
+    ]
+
+
+def test_the_inputs_the_probe_found_are_refused_before_anything_is_written(walk, tiny_recipe):
+    root = walk
+    run = RunFiles(root / "eval-run")
+    cfg = resolve_config(task_module.get_task("nmt"), "lstm")
+    write_config(run, cfg)
+    elsewhere = str(root / "elsewhere")
+    for argv, message in probe_inputs(str(tiny_recipe), str(run.root), elsewhere):
+        code, err = cli(argv)
+        text = " ".join(err.split())
+        assert code == 2 and message in text and "Traceback" not in err, (argv, text)
+        assert not (root / "runs").exists() and not Path(elsewhere).exists(), argv
+
+
+def test_a_thread_count_that_crashed_openmp_is_refused(tmp_path, tiny_recipe):
+    """--threads 100000 crashed libgomp (exit 139) after the run directory existed."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "lstmablate", "train", "--task", "dyck", "--recipe",
+                        str(tiny_recipe), "--out", "runs", "--threads", "100000"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "--threads must be between 1 and" in " ".join(r.stderr.split())
+    assert not (tmp_path / "runs").exists()

@@ -341,11 +341,13 @@ def load_run_config(run_path: Path) -> RunConfig:
     files = RunFiles(Path(run_path))
     if not files.config.exists():
         raise ConfigError(f"{run_path} is not a run directory (no config.yaml).")
-    try:
+    try:  # plain YAML: a tag that would construct a Python object is an error
         raw = yaml.safe_load(files.config.read_text(encoding="utf-8"))
-    except yaml.YAMLError:
-        raise ConfigError(f"{files.config} is not valid YAML.") from None
-    task_cls = get_task(raw.get("task", ""))
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
+        raise ConfigError(f"{files.config} is not valid YAML; the run folder is damaged.") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{files.config} is not a mapping; is it a lstmablate run config?")
+    task_cls = get_task(str(raw.get("task", "")))
     return config_from_dict(task_cls, raw, str(files.config))
 
 

@@ -495,7 +495,7 @@ def check_experiment(name: Any, source: str = "--experiment") -> str:
            "it contains a control character" if any(ord(c) < 32 or ord(c) == 127 for c in text) else
            f"it is longer than {MAX_EXPERIMENT_LENGTH} characters" if len(text) > MAX_EXPERIMENT_LENGTH
            else None)
-    if bad or not isinstance(name, str):
+    if bad or isinstance(name, bool) or not isinstance(name, (str, int)):
         raise ConfigError(f"{source} {text[:60]!r}: an experiment name is one folder name under "
                           f"--out, e.g. ptb-small ({bad or 'it is not a string'}).")
     return text

@@ -123,8 +123,8 @@ def resource_guard(what: str) -> Iterator[None]:
                         "the beam size) or use a machine with more memory; a training run keeps "
                         "its last checkpoint (continue it with --resume).") from None
     except RecursionError:
-        raise UserError(f"the data nest too deeply to process while {what} (Python's recursion "
-                        "limit was reached); the input is damaged or not what the task reads.") from None
+        raise UserError(f"Python's recursion limit was reached while {what}: an input nests too "
+                        "deeply (it is damaged, or not what the task reads).") from None
 
 
 def use_artefacts(task: Task, artefacts: dict[str, Any], files: RunFiles) -> None:

@@ -17,11 +17,9 @@ never -1, and a value that sizes memory never more than its declared upper bound
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import io
-import os
 import types
 import typing
 from pathlib import Path
@@ -30,12 +28,13 @@ import pytest
 import yaml
 from rich.console import Console
 
-from lstmablate import config as config_module
 from lstmablate import runner, sweep
 from lstmablate import task as task_module
 from lstmablate.config import TrainConfig, resolve_config
 from lstmablate.errors import UserError
 from lstmablate.runs import RunFiles, write_config
+
+from cli_in_process import run_cli
 
 QUIET = Console(file=io.StringIO())
 
@@ -307,31 +306,10 @@ def json_str(s: str) -> str:
 
 # ----------------------------------------------------------------- the same through the CLI
 
-def cli(argv: list[str]) -> tuple[int, str]:
-    """``lstmablate ARGV`` in this process: (exit code, stderr)."""
-    from lstmablate import cli as cli_module
 
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            cli_module.main(argv)
-            code = 0
-        except SystemExit as e:
-            code = e.code
-    return code, err.getvalue()
-
-
-def test_the_cli_gives_exit_2_and_one_paragraph_for_each_kind_of_bad_value(walk, tiny_recipe,
-                                                                             monkeypatch):
+def test_the_cli_gives_exit_2_and_one_paragraph_for_each_kind_of_bad_value(walk, tiny_recipe):
     """One field of each kind through the real command line (Typer, the error printer): exit 2,
     no traceback, no blank line in the message, no run directory."""
-    import typer
-
-    from lstmablate import cli as cli_module
-
-    command = typer.main.get_command(cli_module.app)  # built once, not at every call
-    monkeypatch.setattr(cli_module, "app", lambda args, standalone_mode: command.main(
-        args=args, standalone_mode=standalone_mode, prog_name="lstmablate"))
     root = walk
     run = RunFiles(root / "eval-run")
     write_config(run, resolve_config(task_module.get_task("dyck"), "lstm"))
@@ -355,7 +333,8 @@ def test_the_cli_gives_exit_2_and_one_paragraph_for_each_kind_of_bad_value(walk,
                             ["train", "--task", "dyck", "--recipe", str(tiny_recipe), flag, value])
     (root / "afile").write_text("x")
     for argv in commands:
-        code, err = cli(argv)
+        r = run_cli(*argv, cwd=root)
+        code, err = r.returncode, r.stderr
         context = " ".join(argv)[:200]
         assert code == 2, (context, code, err)
         assert "Traceback" not in err, (context, err)
@@ -401,7 +380,8 @@ def test_the_inputs_the_probe_found_are_refused_before_anything_is_written(walk,
     write_config(run, cfg)
     elsewhere = str(root / "elsewhere")
     for argv, message in probe_inputs(str(tiny_recipe), str(run.root), elsewhere):
-        code, err = cli(argv)
+        r = run_cli(*argv, cwd=root)
+        code, err = r.returncode, r.stderr
         text = " ".join(err.split())
         assert code == 2 and message in text and "Traceback" not in err, (argv, text)
         assert not (root / "runs").exists() and not Path(elsewhere).exists(), argv

@@ -8,8 +8,6 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,13 +16,10 @@ from rich.console import Console
 from lstmablate.errors import DataError, UserError
 from lstmablate.runner import train_run
 
+from cli_in_process import run_cli
+
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=io.StringIO())
-
-
-def run_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "lstmablate", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
 
 
 def expect_error(r, *fragments):

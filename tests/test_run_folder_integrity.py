@@ -17,7 +17,6 @@ from __future__ import annotations
 import errno
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,15 +27,12 @@ from rich.console import Console
 from lstmablate.errors import UserError
 from lstmablate.runner import evaluate_run, train_run
 
+from cli_in_process import run_cli
+
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=io.StringIO())
 PTB_RECIPE = ("task: ptb\nexperiment: tinyptb\ndata: {batch_size: 2, num_steps: 3, verify: false}\n"
               "model: {hidden_size: 8}\n")
-
-
-def run_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "lstmablate", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
 
 
 def expect_error(r, *fragments):

@@ -12,10 +12,7 @@ state was stored as plain data still load and resume exactly.
 from __future__ import annotations
 
 import io
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +23,9 @@ from rich.console import Console
 from lstmablate.runner import train_run
 from lstmablate.train.checkpoint import load_checkpoint, rng_state, set_rng_state
 
+from cli_in_process import run_cli
+
 QUIET = Console(file=io.StringIO())
-
-
-def run_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "lstmablate", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
 
 
 def expect_refusal(r, *fragments):

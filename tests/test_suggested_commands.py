@@ -16,8 +16,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,15 +23,12 @@ from rich.console import Console
 
 from lstmablate.errors import UserError
 
+from cli_in_process import run_cli
+
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=io.StringIO())
 #: a bare command name in backticks refers to the user's own command, it suggests nothing
 REFERENCES = {"lstmablate train", "lstmablate train ...", "lstmablate eval", "lstmablate data fetch"}
-
-
-def run_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "lstmablate", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
 
 
 def message_of(r) -> str:

@@ -6,8 +6,6 @@ exactly as ``train`` checks them."""
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 
 import pytest
 from rich.console import Console
@@ -15,12 +13,9 @@ from rich.console import Console
 from lstmablate import sweep as S
 from lstmablate.errors import ConfigError, RunDirError
 
+from cli_in_process import run_cli
+
 QUIET = Console(file=io.StringIO())
-
-
-def run_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "lstmablate", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from rich.console import Console
 from .config import grid_points, load_recipe, recipe_seeds, resolve_config
 from .errors import ConfigError, RunDirError, UserError
 from .runlock import lock_holder
-from .runs import RunFiles, check_out_dir, run_dir, saved_config_differences
+from .runs import RunFiles, check_out_dir, has_started, run_dir, saved_config_differences
 
 
 @dataclass
@@ -113,7 +113,8 @@ def _plan(recipe: str, out: Path, *, overrides: list[str] | None, threads: int |
                 cfg = resolve_config(task_cls, str(cell), recipe=recipe, overrides=sets, seed=seed,
                                      experiment=experiment)  # checked as `train` checks it
                 files = RunFiles(run_dir(out, cfg.experiment, cfg.cell, cfg.seed))
-                diff = saved_config_differences(files, cfg) if files.config.exists() else []
+                # (a folder whose start failed before training is simply started again)
+                diff = saved_config_differences(files, cfg) if has_started(files) else []
                 conflict = ["config.yaml is damaged"] if diff is None else diff
                 items.append(SweepItem(recipe, r["task"], experiment, str(cell), seed, files.root,
                                        files.is_finished() and not conflict, files.config.exists(),

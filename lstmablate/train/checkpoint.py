@@ -15,6 +15,7 @@ array (:data:`LEGACY_NUMPY_GLOBALS`) are allowed for them.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
 import random
@@ -47,6 +48,13 @@ def _legacy_numpy_globals() -> list[Any]:
 
 #: the only non-plain globals a checkpoint may name: a numpy array of the legacy RNG state
 LEGACY_NUMPY_GLOBALS = _legacy_numpy_globals()
+
+
+def _legacy_allowed() -> contextlib.AbstractContextManager:
+    """LEGACY_NUMPY_GLOBALS allowed for the safe loader (PyTorch >= 2.6; with an older PyTorch
+    a legacy checkpoint is refused like any file naming a global)."""
+    allow = getattr(torch.serialization, "safe_globals", None)
+    return allow(LEGACY_NUMPY_GLOBALS) if allow is not None else contextlib.nullcontext()
 
 
 def rng_state() -> dict[str, Any]:
@@ -116,7 +124,7 @@ def load_checkpoint(path: Path, expect: dict[str, Any] | None = None,
     if path.is_dir():
         raise CheckpointError(f"checkpoint {path} is a directory, not a file.")
     try:
-        with torch.serialization.safe_globals(LEGACY_NUMPY_GLOBALS):
+        with _legacy_allowed():
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # UnpicklingError, RuntimeError, EOFError, BadZipFile, ...  # noqa: BLE001
         refused = _refused_global(str(e)) if isinstance(e, pickle.UnpicklingError) else None

@@ -336,7 +336,7 @@ def run(size: str, name: str, cand: Candidate, lr: float, sched: Schedule, seed:
     }
     first_epoch = 1
     if resume and ckpt is not None and ckpt.exists():
-        saved = torch.load(ckpt, weights_only=False)
+        saved = torch.load(ckpt, weights_only=True)  # plain data only: loading runs no code
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         torch.set_rng_state(saved["rng"])

@@ -169,21 +169,17 @@ def eval_(
     lstmablate eval runs/dyck-demo/lstm-srnn/seed-1 --split dev --checkpoint last --json
     lstmablate eval RUN_DIR --set eval.batch_size=16 --write-predictions preds.jsonl
     """
-    from .runner import evaluate_model, load_run_model
+    from .runner import evaluate_run_task
 
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
-    cfg, task, model = load_run_model(run_dir, checkpoint, data_dir, device, splits=(split,),
-                                      eval_overrides=set_ or [])
-    metrics = evaluate_model(task, model, split, write_predictions=write_predictions)
+    task, metrics = evaluate_run_task(run_dir, split=split, checkpoint=checkpoint,
+                                      data_dir=data_dir, device=device, eval_overrides=set_ or [],
+                                      write_predictions=write_predictions, threads=threads)
     if write_predictions is not None:
         err.print(f"wrote {escape(write_predictions)}", soft_wrap=True)
     if as_json:
         out.print_json(json.dumps(metrics))
         return
-    which = f"{checkpoint}.pt" if checkpoint else f"{cfg.train.test_checkpoint}.pt, the run's test checkpoint"
+    which = f"{checkpoint}.pt" if checkpoint else "the run's test checkpoint (train.test_checkpoint)"
     err.print(f"{escape(run_dir)}: {split} split, {which}", soft_wrap=True)  # stdout: the table
     rows = [(task.metric_name(k), task.format_metric(k, v), task.metric_description(k))
             for k, v in metrics.items()]
@@ -608,6 +604,8 @@ def plot(
     from .plot import plot_runs
 
     res = plot_runs(runs, out_file, metrics=metric or None, x=x, log_y=log_y, force=force)
+    for why in res["skipped"]:
+        err.print(f"[yellow]warning:[/] skipped {escape(why)}", soft_wrap=True)
     out.print(f"wrote {escape(res['png'])}, {escape(res['pdf'])} and {escape(res['csv'])}",
               soft_wrap=True)
 
@@ -616,7 +614,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=True)
     except UserError as e:
-        err.print(f"[bold red]error:[/] {escape(e)}", soft_wrap=False)
+        # soft wrap: no line break inside a path or a suggested command (they stay copyable)
+        err.print(f"[bold red]error:[/] {escape(e)}", soft_wrap=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:  # before training started (the trainer saves and exits cleanly)
         err.print("interrupted; no training step was lost (a run saves its progress once it has "

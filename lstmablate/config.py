@@ -30,6 +30,12 @@ import yaml
 from .errors import ConfigError, UnknownNameError, did_you_mean
 
 OPTIMIZERS = ("sgd", "adam", "adamax", "adadelta", "adagrad")
+
+#: upper bounds the tasks' configs share (their ``upper_bounds``, see check_upper_bounds)
+MAX_LAYERS = 64  # stacked recurrent, highway or feed-forward layers
+MAX_WIDTH = 32_768  # a hidden, embedding or MLP size (4 x the widest LSTM of Jozefowicz et al.)
+MAX_BATCH = 8_192  # sentences (sequences, questions) per batch
+MAX_BATCH_TOKENS = 1_000_000  # tokens per batch, or per window of a token stream
 SCHEDULES = ("constant", "epoch_decay", "plateau", "exponential")
 
 
@@ -74,13 +80,13 @@ class TrainConfig:
 
     def validate(self) -> None:
         if self.optimizer not in OPTIMIZERS:
-            raise UnknownNameError("optimizer", self.optimizer, OPTIMIZERS)
+            raise UnknownNameError("train.optimizer", self.optimizer, OPTIMIZERS)
         if self.schedule not in SCHEDULES:
-            raise UnknownNameError("schedule", self.schedule, SCHEDULES)
+            raise UnknownNameError("train.schedule", self.schedule, SCHEDULES)
         if self.test_checkpoint not in ("best", "last"):
-            raise UnknownNameError("test checkpoint", self.test_checkpoint, ("best", "last"))
+            raise UnknownNameError("train.test_checkpoint", self.test_checkpoint, ("best", "last"))
         if self.nonfinite not in ("stop", "skip"):
-            raise UnknownNameError("nonfinite policy", self.nonfinite, ("stop", "skip"))
+            raise UnknownNameError("train.nonfinite", self.nonfinite, ("stop", "skip"))
         check_range("train", self, "lr", low=0, low_open=True,
                     why="a learning rate of 0 trains nothing")
         check_range("train", self, "eps", low=0, low_open=True)
@@ -96,6 +102,21 @@ class TrainConfig:
                 "max_steps", "patience") else "0 = every epoch" if name == "eval_every" else "")
         check_range("train", self, "max_epochs", low=1)
         check_range("train", self, "decay_steps", low=1)
+
+
+def check_upper_bounds(section: str, cfg: Any) -> None:
+    """ConfigError for a value above its declared upper bound.
+
+    A config dataclass declares, in ``upper_bounds`` (a class attribute), the largest value of
+    each option that sizes memory (a batch, a layer count, a hidden size, a beam): far above
+    any setting of the original systems, below what would exhaust a machine's memory or take
+    hours before the first step.  Options that only count (epochs, steps, patience) need none.
+    """
+    for name, bound in (getattr(type(cfg), "upper_bounds", None) or {}).items():
+        v = getattr(cfg, name)
+        if isinstance(v, (int, float)) and v > bound:
+            raise ConfigError(f"{section}.{name} must be <= {bound:,} (a larger value would "
+                              f"exhaust memory), got {v:,}")
 
 
 def check_range(section: str, cfg: Any, name: str, low: float | None = None,
@@ -196,8 +217,17 @@ def convert(value: Any, tp: Any, where: str) -> Any:
             return value
         raise ConfigError(f"{where}: expected true or false, got {value!r}")
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        if isinstance(value, str):  # YAML 1.1 reads "2e5" as a string; 2e5 tokens is an integer
+            try:
+                value = float(value) if float(value).is_integer() else value
+            except (ValueError, OverflowError):
+                pass
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or (isinstance(value, float) and not value.is_integer())):
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        if not -2**63 <= value < 2**63:  # beyond what torch (int64) and numpy can hold
+            raise ConfigError(f"{where}: {value!r} is too large; integers must lie between "
+                              "-2**63 and 2**63 - 1")
         return int(value)
     if tp is float:
         if isinstance(value, str):  # YAML 1.1 reads "1e-5" and "inf" as strings
@@ -216,7 +246,7 @@ def convert(value: Any, tp: Any, where: str) -> Any:
         return str(value)
     if origin in (tuple, list):
         if isinstance(value, str):
-            value = yaml.safe_load(value) if value.strip().startswith("[") else \
+            value = _parse_yaml(value, where, "a list") if value.strip().startswith("[") else \
                 [v for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
@@ -229,18 +259,52 @@ def convert(value: Any, tp: Any, where: str) -> Any:
         return tuple(seq) if origin is tuple else seq
     if origin is dict or tp is dict:
         if isinstance(value, str):
-            value = yaml.safe_load(value)
+            value = _parse_yaml(value, where, "a mapping")
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
         return dict(value)
     return value
 
 
+#: deepest nesting of brackets a ``--set`` value may have (a config value needs two levels)
+MAX_NESTING = 32
+
+
+def _nesting(text: str) -> int:
+    depth = deepest = 0
+    for c in text:
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
 def _parse_scalar(s: str) -> Any:
+    if _nesting(s) > MAX_NESTING:
+        return s  # not a scalar: the caller says what was expected
     try:
         return yaml.safe_load(s)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return s
+
+
+def _parse_yaml(text: str, where: str, expected: str) -> Any:
+    """A ``--set`` value written as YAML (``[0.9, 0.99]``, ``{forget_bias: 1}``); plain YAML only:
+    a tag such as ``!!python/object`` is refused, never constructed."""
+    example = "[0.9, 0.99]" if expected == "a list" else "{forget_bias: 1.0}"
+    if _nesting(text) > MAX_NESTING:
+        raise ConfigError(f"{where}: expected {expected} such as {example}, but {text[:20]!r}... "
+                          f"nests brackets more than {MAX_NESTING} deep.")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}: expected {expected} written in YAML, such as {example}, but "
+                          f"{text!r} is not valid YAML ({problem}).") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: {text[:20]!r}... is nested too deeply.") from None
 
 
 def update_dataclass(obj: Any, values: dict[str, Any], section: str, source: str) -> Any:
@@ -347,7 +411,9 @@ def grid_points(recipe_name: str, recipe: dict[str, Any]) -> list[tuple[str, lis
     """
     import itertools
 
-    base = recipe.get("experiment") or recipe_name
+    base = recipe_name
+    if recipe.get("experiment") is not None:
+        base = check_experiment(recipe["experiment"], f"{recipe.get('_path')}: experiment")
     grid = recipe.get("grid") or {}
     if not grid:
         return [(base, [], {})]
@@ -369,7 +435,11 @@ def recipe_seeds(recipe: dict[str, Any], cell: str) -> list[int]:
     per_cell = recipe.get("cell_seeds") or {}
     if not isinstance(per_cell, dict):
         raise ConfigError(f"{recipe.get('_path')}: cell_seeds must map a cell to a list of seeds")
-    return list(per_cell.get(cell) or recipe.get("seeds") or [])
+    seeds = per_cell.get(cell) or recipe.get("seeds") or []
+    if not isinstance(seeds, list):
+        raise ConfigError(f"{recipe.get('_path')}: seeds must be a list of integers, e.g. "
+                          f"seeds: [1, 2, 3]; got {seeds!r}")
+    return [check_seed(s, f"{recipe.get('_path')}: seeds") for s in seeds]
 
 
 def parse_overrides(items: list[str], sections: tuple[str, ...] = SECTIONS) -> dict[str, dict[str, str]]:
@@ -392,10 +462,43 @@ def parse_overrides(items: list[str], sections: tuple[str, ...] = SECTIONS) -> d
     return out
 
 
-def _validate(*cfgs: Any) -> None:
-    for cfg in cfgs:
+def _validate(sections: dict[str, Any]) -> None:
+    for section, cfg in sections.items():
+        check_upper_bounds(section, cfg)
         if hasattr(cfg, "validate"):
             cfg.validate()
+
+
+#: the largest run seed: Python's, numpy's (2**32 - 1) and torch's generators all take it
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(seed: Any, source: str = "--seed") -> int:
+    """A run seed: an integer in 0..MAX_SEED (ConfigError otherwise)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"{source}: a seed must be an integer between 0 and {MAX_SEED:,} "
+                          f"(2**32 - 1), got {seed!r}")
+    return seed
+
+
+#: longest experiment name (it is a folder name; file systems allow 255 bytes)
+MAX_EXPERIMENT_LENGTH = 128
+
+
+def check_experiment(name: Any, source: str = "--experiment") -> str:
+    """An experiment name: one folder name under ``--out`` (no path separators, not ``.`` or
+    ``..``), so that a run is always written inside ``--out``."""
+    text = str(name)
+    bad = ("it is empty" if not text.strip() else
+           "it contains a path separator" if "/" in text or "\\" in text else
+           "it is '.' or '..'" if text in (".", "..") else
+           "it contains a control character" if any(ord(c) < 32 or ord(c) == 127 for c in text) else
+           f"it is longer than {MAX_EXPERIMENT_LENGTH} characters" if len(text) > MAX_EXPERIMENT_LENGTH
+           else None)
+    if bad or isinstance(name, bool) or not isinstance(name, (str, int)):
+        raise ConfigError(f"{source} {text[:60]!r}: an experiment name is one folder name under "
+                          f"--out, e.g. ptb-small ({bad or 'it is not a string'}).")
+    return text
 
 
 def resolve_config(
@@ -434,13 +537,19 @@ def resolve_config(
             cfgs[section] = update_dataclass(cfgs[section], per_cell.get(section) or {}, section, src)
     for section, values in parse_overrides(overrides or []).items():
         cfgs[section] = update_dataclass(cfgs[section], values, section, "--set")
-    _validate(*cfgs.values())
-    seeds = [int(s) for s in recipe_seeds(rdata, cell)]  # this cell's seeds
+    _validate(cfgs)
+    src = rdata.get("_path", "the recipe")
+    seeds = recipe_seeds(rdata, cell)  # this cell's
+    if experiment is not None:
+        check_experiment(experiment)
+    elif rdata.get("experiment") is not None:
+        check_experiment(rdata["experiment"], f"{src}: experiment")
     return RunConfig(
         task=task_cls.name,
         cell=cell,
-        experiment=experiment or rdata.get("experiment") or recipe_name or task_cls.name,
-        seed=seed if seed is not None else (seeds[0] if seeds else 1),
+        experiment=check_experiment(experiment or rdata.get("experiment") or recipe_name
+                                    or task_cls.name),
+        seed=check_seed(seed) if seed is not None else (seeds[0] if seeds else 1),
         data=cfgs["data"],
         model=cfgs["model"],
         train=cfgs["train"],
@@ -509,5 +618,5 @@ def with_eval_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
     if not parsed:
         return cfg
     new = update_dataclass(cfg.eval, parsed["eval"], "eval", "--set")
-    _validate(new)
+    _validate({"eval": new})
     return dataclasses.replace(cfg, eval=new)

@@ -164,13 +164,31 @@ def _dataset_of(relpath: str) -> Dataset | None:
     return None
 
 
+def _fetchable(ds: Dataset) -> bool:
+    """Can ``lstmablate data fetch`` download the whole dataset (every file has a URL)?"""
+    return all(f.url for f in ds.files)
+
+
+def _get_advice(ds: Dataset | None, again: bool = False) -> str:
+    """How to get a file of ``ds`` (None: a file of the user's own, e.g. under data.files):
+    the fetch command only where it works."""
+    if ds is None:
+        return ("Replace it with a good copy" if again else
+                "Put the file there (it is not part of a dataset `lstmablate data fetch` knows)")
+    if _fetchable(ds):
+        return (f"{'Download it again' if again else 'Get the files'} with "
+                f"`lstmablate data fetch {ds.name}` ({ds.fetch_hint}; see data/README.md)")
+    return f"Get {'it again' if again else 'the files'} by hand: {ds.fetch_hint}"
+
+
 def _refetch_hint(path: Path) -> str:
-    """How to get ``path`` again: the fetch command if a known dataset has it."""
+    """How to get ``path`` again: the fetch command if a known dataset has it (and can download
+    it)."""
     posix = path.as_posix().removesuffix(".gz")
     for ds in _KNOWN.values():
         if any(posix.endswith("/" + f.relpath) for f in ds.files):
-            return f"Download it again with `lstmablate data fetch {ds.name}` (see data/README.md)"
-    return "Replace it with a good copy"
+            return _get_advice(ds, again=True)
+    return _get_advice(None, again=True)
 
 
 # --------------------------------------------------------------------------
@@ -228,15 +246,12 @@ def find_file(data_dir: str | os.PathLike[str], relpath: str) -> Path:
         if candidate.is_file():
             return candidate
     ds = _dataset_of(relpath)
-    name = ds.name if ds else relpath.split("/", 1)[0]
-    hint = f" ({ds.fetch_hint})" if ds else ""
     state = ("" if base.is_dir() else " (that is a file, not a directory)" if base.exists()
              else " (that directory does not exist)")
     raise DataError(
         f"data file {relpath} not found: looked for {plain} and {gz}. The data directory "
-        f"{base}{state} is {describe_data_dir(base)}. Get the files with "
-        f"`lstmablate data fetch {name}`{hint}, or point {ENV_VAR} or --data-dir at a "
-        f"directory that already holds them (see data/README.md)."
+        f"{base}{state} is {describe_data_dir(base)}. {_get_advice(ds)}, or point {ENV_VAR} "
+        f"or --data-dir at a directory that already holds them (see data/README.md)."
     )
 
 
@@ -412,9 +427,7 @@ def _check(path: Path, datafile: DataFile) -> CheckResult:
         f"checksum mismatch for {path}: the {algo} of its "
         f"{'decompressed ' if _is_gz(path) else ''}content is {actual}, expected {expected} "
         f"(catalogue entry {datafile.relpath}). The file is corrupt, truncated or a different "
-        f"version of the dataset. Delete it and fetch it again with "
-        f"`lstmablate data fetch {ds.name if ds else 'NAME'}` (see data/README.md for the "
-        f"canonical download)."
+        f"version of the dataset. Delete it. {_get_advice(ds, again=True)}."
     )
     return CheckResult(datafile.relpath, path, "mismatch", algo, expected, actual, message)
 

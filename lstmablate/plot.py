@@ -29,7 +29,8 @@ from typing import Any
 import yaml
 
 from .errors import DataError, UnknownNameError, UserError, refuse_overwrite
-from .train.atomic import atomic_write, atomic_write_text
+from .runs import check_not_run_file
+from .train.atomic import atomic_write, atomic_write_text, check_can_write
 
 X_AXES = ("step", "epoch")
 NOT_PLOTTED = ("step", "epoch", "split")  # columns of metrics.jsonl that are not curves
@@ -89,9 +90,14 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def find_runs(paths: list[Path]) -> list[RunLog]:
-    """The runs named by ``paths``: run directories, or folders holding runs at any depth."""
+def find_runs(paths: list[Path], skipped: list[str] | None = None) -> list[RunLog]:
+    """The runs named by ``paths``: run directories, or folders holding runs at any depth.
+
+    A damaged run folder (config.yaml or metrics.jsonl unreadable, e.g. a line cut by a kill) is
+    named in ``skipped`` and left out, as ``report`` does, when ``paths`` hold other runs; a
+    single damaged run given by itself is an error."""
     found: dict[Path, RunLog] = {}
+    damaged: list[str] = []
     for p in map(Path, paths):
         if not p.exists():
             raise UserError(f"{p} does not exist; give run directories (runs/<experiment>/<cell>/"
@@ -102,16 +108,26 @@ def find_runs(paths: list[Path]) -> list[RunLog]:
             if run_dir in found or not (run_dir / "metrics.jsonl").exists():
                 continue
             try:
-                cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
-            except (yaml.YAMLError, UnicodeDecodeError):
-                raise DataError(f"{cfg_path} is not valid YAML; the run folder is damaged.") from None
-            if not isinstance(cfg, dict) or not all(k in cfg for k in ("experiment", "task", "cell")):
-                continue
-            seed = cfg.get("seed")
-            found[run_dir] = RunLog(run_dir, str(cfg["experiment"]), str(cfg["task"]), str(cfg["cell"]),
-                                    seed if isinstance(seed, int) else None,
-                                    read_metrics(run_dir / "metrics.jsonl"),
-                                    cfg.get("recipe"), cfg.get("recipe_file"))
+                try:
+                    cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
+                except (yaml.YAMLError, UnicodeDecodeError):
+                    raise DataError(f"{cfg_path} is not valid YAML; the run folder is "
+                                    "damaged.") from None
+                if not isinstance(cfg, dict) or not all(k in cfg for k in ("experiment", "task",
+                                                                           "cell")):
+                    continue
+                seed = cfg.get("seed")
+                found[run_dir] = RunLog(run_dir, str(cfg["experiment"]), str(cfg["task"]),
+                                        str(cfg["cell"]), seed if isinstance(seed, int) else None,
+                                        read_metrics(run_dir / "metrics.jsonl"),
+                                        cfg.get("recipe"), cfg.get("recipe_file"))
+            except DataError as e:
+                damaged.append(str(e))
+    if damaged and (not found or skipped is None):
+        raise DataError(damaged[0] if len(damaged) == 1 else
+                        f"{len(damaged)} run folders are damaged: " + " ".join(damaged))
+    if skipped is not None:
+        skipped += damaged
     if not found:
         raise UserError(f"no runs with a metrics.jsonl under {', '.join(map(str, paths))}; "
                         "a run writes one line there at every evaluation.")
@@ -294,7 +310,8 @@ def plot_runs(paths: list[Path], out: Path, metrics: list[str] | None = None, x:
               log_y: bool = False, force: bool = True) -> dict[str, Any]:
     """Learning curves of the runs under ``paths``: ``out`` (.png or .pdf) and its PNG, PDF and
     CSV siblings (without ``force``, existing ones are refused before anything is read).
-    Returns {"png", "pdf", "csv": paths, "figure": the Figure, "panels"}."""
+    Returns {"png", "pdf", "csv": paths, "figure": the Figure, "panels", "skipped": why
+    each damaged run folder was left out}."""
     out = Path(out)
     if out.suffix.lower() not in (".png", ".pdf"):
         raise UserError(f"--out {out}: give a file name ending in .png or .pdf (both are "
@@ -302,9 +319,13 @@ def plot_runs(paths: list[Path], out: Path, metrics: list[str] | None = None, x:
     if x not in X_AXES:
         raise UnknownNameError("x axis", x, X_AXES)
     png, pdf, csv_path = out.with_suffix(".png"), out.with_suffix(".pdf"), out.with_suffix(".csv")
+    for path in (png, pdf, csv_path):  # before anything is read or written
+        check_not_run_file(path)
+        check_can_write(path)
     if not force:
         refuse_overwrite([png, pdf, csv_path])
-    runs = find_runs(paths)
+    skipped: list[str] = []
+    runs = find_runs(paths, skipped)
     metrics = list(dict.fromkeys(metrics or default_metrics(runs)))
     have = available_metrics(runs)
     for m in metrics:
@@ -317,4 +338,5 @@ def plot_runs(paths: list[Path], out: Path, metrics: list[str] | None = None, x:
     atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=150))
     atomic_write(pdf, lambda f: fig.savefig(f, format="pdf"))
     atomic_write_text(csv_path, curves_csv(panels, x))
-    return {"png": png, "pdf": pdf, "csv": csv_path, "figure": fig, "panels": panels}
+    return {"png": png, "pdf": pdf, "csv": csv_path, "figure": fig, "panels": panels,
+            "skipped": skipped}

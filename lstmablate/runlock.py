@@ -46,14 +46,20 @@ class RunLock:
 
     def acquire(self) -> RunLock:
         """Create the run directory if needed and lock it; RunDirError names the holder."""
+        existed = self.root.is_dir()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
+            why = f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}"
+            if existed:  # an existing run (a resume): another --out would not continue it
+                raise RunDirError(
+                    f"cannot write in the run directory {self.root}: {why}. Make it writable "
+                    "(or copy the whole runs tree to a writable disk and point --out at the "
+                    "copy) and run the same command again. Nothing was written.") from None
             raise RunDirError(
-                f"cannot create the run directory {self.root}: {e.strerror or e}"
-                f"{f' ({e.filename})' if e.filename else ''}. Choose another --out (a writable "
-                "directory, not a file). Nothing was written.") from None
+                f"cannot create the run directory {self.root}: {why}. Choose another --out (a "
+                "writable directory, not a file). Nothing was written.") from None
         if fcntl is None:  # pragma: no cover
             warnings.warn("no file locking on this system: nothing stops two processes from "
                           "writing the same run directory", RuntimeWarning, stacklevel=2)

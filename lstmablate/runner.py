@@ -10,10 +10,13 @@ split asked for — and recomputes the final metrics from a checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
+import os
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,14 +30,18 @@ from .console import escape
 from .cells import build_encoder, get_cell
 from .config import RunConfig, config_from_dict, resolve_config, with_eval_overrides
 from .data import resolve_data_dir
-from .errors import CheckpointError, ConfigError, RunDirError, UserError
+from .errors import CheckpointError, ConfigError, DataError, RunDirError, UserError
 from .runlock import RunLock, lock_holder
-from .runs import (RunFiles, RunStart, clear_run_dir, environment, inspect_run_dir, read_artefacts,
-                   read_json, run_dir, write_artefacts, write_config, write_env, write_result)
+from .runs import (RunFiles, RunStart, check_not_run_file, check_out_dir, clear_run_dir,
+                   environment, inspect_run_dir, read_artefacts, read_json,
+                   remove_interrupted_writes, run_dir, write_artefacts, write_config, write_env,
+                   write_result)
 from .task import Task, get_task
 from .train import Trainer
 from .train import distributed
+from .train.atomic import check_can_write
 from .train.checkpoint import load_checkpoint
+from .train.trainer import data_generator
 
 
 def seed_everything(seed: int) -> None:
@@ -73,6 +80,90 @@ def pick_device(name: str) -> torch.device:
     if name not in ("cpu",) and not name.startswith("cuda"):
         raise UserError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto.")
     return torch.device(name)
+
+
+def max_threads() -> int:
+    """The most CPU threads a run may ask for: four per core of this machine (more only slows
+    a run down; far more crashes the OpenMP runtime)."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def check_threads(threads: int | None, option: str = "--threads") -> None:
+    """UserError unless ``threads`` is None (torch's default) or 1..max_threads()."""
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= max_threads():
+        raise UserError(f"{option} must be between 1 and {max_threads()} (four per CPU core of "
+                        f"this machine), got {threads!r}; leave it out for PyTorch's default.")
+
+
+def set_threads(threads: int | None) -> None:
+    check_threads(threads)
+    if threads:
+        torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def resource_guard(what: str) -> Iterator[None]:
+    """Running out of memory (or of stack, in a reader of nested data) while ``what`` is a
+    one-paragraph UserError instead of a traceback."""
+    try:
+        yield
+    except MemoryError:
+        raise UserError(f"out of memory while {what}. Lower what sets the memory (the batch size, "
+                        "the hidden size, the number of layers, the beam size) or use a machine "
+                        "with more memory; a training run keeps its last checkpoint "
+                        "(continue it with --resume).") from None
+    except RuntimeError as e:
+        text = str(e)
+        if not any(k in text for k in ("can't allocate memory", "out of memory",
+                                       "not enough memory", "Cannot allocate memory")):
+            raise
+        raise UserError(f"out of memory while {what} ({text.splitlines()[0][:200]}). Lower what "
+                        "sets the memory (the batch size, the hidden size, the number of layers, "
+                        "the beam size) or use a machine with more memory; a training run keeps "
+                        "its last checkpoint (continue it with --resume).") from None
+    except RecursionError:
+        raise UserError(f"Python's recursion limit was reached while {what}: an input nests too "
+                        "deeply (it is damaged, or not what the task reads).") from None
+
+
+def use_artefacts(task: Task, artefacts: dict[str, Any], files: RunFiles) -> None:
+    """``task.use_artefacts``, with artefacts the task cannot use (a key missing, a value of
+    the wrong type: a damaged or foreign run folder) reported as a DataError naming them."""
+    try:
+        task.use_artefacts(artefacts)
+    except UserError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise DataError(
+            f"the artefacts in {files.artefacts} do not fit the {task.name} task "
+            f"({type(e).__name__}: {e}); the run folder is damaged or was not written by this "
+            f"task. Copy the run folder {files.root} again from where it came from, or train "
+            "the run again with the same `lstmablate train` command plus --force.") from None
+
+
+def load_model_state(model: torch.nn.Module, state: Any, path: Path) -> None:
+    """Load a checkpoint's model state; a state that does not fit the model built from the
+    run's config and artefacts is a CheckpointError naming the file."""
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError) as e:
+        first = str(e).strip().splitlines()
+        detail = " ".join(line.strip() for line in first[:3])[:400]
+        raise CheckpointError(
+            f"checkpoint {path} does not fit the model built from the run's config.yaml and "
+            f"artefacts ({detail}); the checkpoint or the artefacts are damaged, or come from "
+            "another run.") from None
+
+
+def check_train_batches(task: Task, cfg: RunConfig) -> None:
+    """The training split gives at least one batch (checked before anything is written)."""
+    plan = task.train_plan(0, data_generator(cfg.seed, 0))
+    if len(plan) == 0:
+        raise DataError(f"the training data of the {cfg.task} task give no batch with this "
+                        "config (the training split is empty, or every example is filtered out "
+                        "or larger than a batch); check the data and the data.* options.")
 
 
 def identity(cfg: RunConfig) -> dict[str, Any]:
@@ -135,6 +226,8 @@ def train_run(
     console = console or Console(stderr=True)
     task_cls = get_task(task)
     get_cell(cell)  # unknown cell: fail before anything else
+    check_threads(threads)
+    check_out_dir(out)
     cfg = resolve_config(task_cls, cell, recipe=recipe, overrides=overrides, seed=seed,
                          experiment=experiment)
     if tensorboard:  # before anything is written
@@ -142,8 +235,15 @@ def train_run(
 
         require_tensorboard()
     dev = pick_device(device)
-    if threads:
-        torch.set_num_threads(threads)
+    with resource_guard(f"running {cfg.experiment}/{cfg.cell}/seed-{cfg.seed}"):
+        return _start(cfg, dev, out, threads, resume, force, data_dir, console, progress,
+                      deterministic, tensorboard)
+
+
+def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, resume: bool,
+           force: bool, data_dir: str | None, console: Console, progress: bool | None,
+           deterministic: bool, tensorboard: bool) -> TrainOutcome:
+    set_threads(threads)
     note = set_deterministic(dev) if deterministic else None
     if note:
         console.print(note, highlight=False)
@@ -165,9 +265,12 @@ def train_run(
     saved = read_artefacts(files) if start.resume else None
     artefacts = saved if saved is not None else task_obj.build_artefacts()
     seed_everything(cfg.seed)
-    task_obj.use_artefacts(artefacts)
+    use_artefacts(task_obj, artefacts, files)
     task_obj.setup(run_splits(task_obj, cfg))
+    check_train_batches(task_obj, cfg)
     model = build_model(task_obj, cfg)
+    if checkpoint is not None:  # it fits the model built from the saved config and artefacts
+        load_model_state(model, checkpoint.get("model"), files.last)
     lock = RunLock(files.root).acquire() if dist.is_main else None  # one writer per run
     try:
         if lock is not None:
@@ -176,6 +279,7 @@ def train_run(
                                   "command again.")
             if start.replace:
                 clear_run_dir(files)
+            remove_interrupted_writes(files)  # what a kill -9 in the middle of a write left
             write_config(files, cfg)
             env = environment(dev, torch.get_num_threads())
             env["world_size"] = dist.world_size
@@ -242,11 +346,13 @@ def load_run_config(run_path: Path) -> RunConfig:
     files = RunFiles(Path(run_path))
     if not files.config.exists():
         raise ConfigError(f"{run_path} is not a run directory (no config.yaml).")
-    try:
+    try:  # plain YAML: a tag that would construct a Python object is an error
         raw = yaml.safe_load(files.config.read_text(encoding="utf-8"))
-    except yaml.YAMLError:
-        raise ConfigError(f"{files.config} is not valid YAML.") from None
-    task_cls = get_task(raw.get("task", ""))
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
+        raise ConfigError(f"{files.config} is not valid YAML; the run folder is damaged.") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{files.config} is not a mapping; is it a lstmablate run config?")
+    task_cls = get_task(str(raw.get("task", "")))
     return config_from_dict(task_cls, raw, str(files.config))
 
 
@@ -268,11 +374,11 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
     seed_everything(cfg.seed)
     task = make_task(cfg, resolve_data_dir(data_dir), files.root)
     splits = tuple(_split_name(task, s) for s in splits)
-    task.use_artefacts(run_artefacts(task, files))
+    ckpt = load_checkpoint(ckpt_path, expect=identity(cfg))  # before any data is read
+    use_artefacts(task, run_artefacts(task, files), files)
     task.setup(splits)
     model = build_model(task, cfg)
-    ckpt = load_checkpoint(ckpt_path, expect=identity(cfg))
-    model.load_state_dict(ckpt["model"])
+    load_model_state(model, ckpt.get("model"), ckpt_path)
     model.to(pick_device(device)).eval()
     return cfg, task, model
 
@@ -289,25 +395,36 @@ def _split_name(task: Task, split: str) -> str:
 def evaluate_run(run_path: Path, split: str = "test", checkpoint: str | None = None,
                  data_dir: str | None = None, device: str = "cpu",
                  eval_overrides: list[str] | None = None,
-                 write_predictions: Path | None = None) -> dict[str, float]:
+                 write_predictions: Path | None = None,
+                 threads: int | None = None) -> dict[str, float]:
     """A run's final metrics on ``split`` from a checkpoint (``evaluate(final=True)``); with
     ``write_predictions``, the task writes its predictions there in its official scorer's
-    format and the metrics are those computed from that file."""
-    cfg, task, model = load_run_model(run_path, checkpoint, data_dir, device, splits=(split,),
-                                      eval_overrides=eval_overrides)
-    return evaluate_model(task, model, split, write_predictions=write_predictions)
+    format and the metrics are those computed from that file (never over a run's own files)."""
+    return evaluate_run_task(run_path, split, checkpoint, data_dir, device, eval_overrides,
+                             write_predictions, threads)[1]
 
 
-def evaluate_model(task: Task, model: torch.nn.Module, split: str,
-                   write_predictions: Path | None = None) -> dict[str, float]:
-    """:func:`evaluate_run` on a run already loaded (:func:`load_run_model`)."""
-    name = _split_name(task, split)
-    with torch.no_grad():
-        if write_predictions is not None:
-            metrics = task.write_predictions(model, name, Path(write_predictions))
-        else:
-            metrics = task.evaluate(model, name, final=True)
-    return {k: float(v) for k, v in metrics.items()}
+def evaluate_run_task(run_path: Path, split: str = "test", checkpoint: str | None = None,
+                      data_dir: str | None = None, device: str = "cpu",
+                      eval_overrides: list[str] | None = None,
+                      write_predictions: Path | None = None,
+                      threads: int | None = None) -> tuple[Task, dict[str, float]]:
+    """:func:`evaluate_run`, also returning the run's task (it knows how its metrics read)."""
+    check_threads(threads)
+    if write_predictions is not None:
+        check_not_run_file(write_predictions, "--write-predictions")
+        check_can_write(write_predictions)
+    with resource_guard(f"evaluating {run_path}"):
+        set_threads(threads)
+        cfg, task, model = load_run_model(run_path, checkpoint, data_dir, device, splits=(split,),
+                                          eval_overrides=eval_overrides)
+        name = _split_name(task, split)
+        with torch.no_grad():
+            if write_predictions is not None:
+                metrics = task.write_predictions(model, name, Path(write_predictions))
+            else:
+                metrics = task.evaluate(model, name, final=True)
+    return task, {k: float(v) for k, v in metrics.items()}
 
 
 def read_result(run_path: Path) -> dict[str, Any]:

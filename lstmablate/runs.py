@@ -6,12 +6,17 @@ earlier segments' under ``"earlier"``),
 ``metrics.jsonl`` (one line per evaluation), ``result.json`` (best-dev and
 test metrics), the checkpoints ``last.pt`` / ``best.pt`` and ``artefacts/``
 (one JSON file per thing the task built from the training data, e.g. its
-vocabulary, so evaluation never re-reads training data).  Everything is
-written atomically.
+vocabulary, so evaluation never re-reads training data, and ``_manifest.json``
+with the size and sha256 of each, checked whenever they are read).  Everything
+is written atomically.  The folder protects itself: outputs of ``eval``,
+``plot`` and ``visualize`` are never written over a run's own files
+(:func:`check_not_run_file`), and the temporary files of writes a kill interrupted
+are deleted when the run starts again (:func:`remove_interrupted_writes`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import re
@@ -27,12 +32,31 @@ from typing import Any
 import torch
 
 from .config import RunConfig
-from .errors import ConfigError, RunDirError
-from .train.atomic import atomic_write_json, atomic_write_yaml
+from .errors import ConfigError, DataError, RunDirError, UserError
+from .runlock import LOCK_NAME
+from .train import atomic
+from .train.atomic import atomic_write, atomic_write_json, atomic_write_yaml
 
 
 def run_dir(root: Path, experiment: str, cell: str, seed: int) -> Path:
     return Path(root) / experiment / cell / f"seed-{seed}"
+
+
+def check_out_dir(out: str | Path, option: str = "--out") -> None:
+    """UserError for a runs root that cannot hold runs: a file, a NUL byte, a name too long for
+    the file system (checked before anything is read or written)."""
+    text = str(out)
+    if "\0" in text:
+        raise RunDirError(f"{option} {text!r} contains a NUL byte; give a directory path.")
+    too_long = [part for part in Path(text).parts if len(part.encode("utf-8", "replace")) > 255]
+    if too_long or len(text.encode("utf-8", "replace")) > 4000:
+        raise RunDirError(f"{option} {text[:60]!r}...: the path is longer than file systems allow "
+                          "(255 bytes per folder name); give a shorter directory path.")
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise RunDirError(f"{option} {out}: that is a file, not a directory. Choose another "
+                          "--out (the runs tree is <out>/<experiment>/<cell>/seed-<n>/). "
+                          "Nothing was written.")
 
 
 def git_commit() -> dict[str, Any]:
@@ -109,8 +133,50 @@ class RunFiles:
     def artefacts(self) -> Path:
         return self.root / "artefacts"
 
+    @property
+    def manifest(self) -> Path:
+        return self.artefacts / MANIFEST_NAME
+
     def is_finished(self) -> bool:
         return self.result.exists()
+
+
+#: the files a run folder owns (besides ``artefacts/`` and ``tensorboard/``)
+RUN_FILE_NAMES = ("config.yaml", "env.json", "metrics.jsonl", "result.json", "last.pt", "best.pt",
+                  LOCK_NAME)
+RUN_SUBDIRS = ("artefacts", "tensorboard")
+#: sizes and sha256 of the artefacts, written after them (not a valid artefact key: no clash)
+MANIFEST_NAME = "_manifest.json"
+
+
+def _is_run_dir(path: Path) -> bool:
+    return (path / "config.yaml").is_file()
+
+
+def check_not_run_file(path: str | Path, option: str = "--out") -> None:
+    """UserError if writing ``path`` would write over a file a run folder owns (its config,
+    checkpoints, metrics, result, lock, artefacts or TensorBoard events): an output of
+    ``eval``, ``plot`` or ``visualize`` never damages a run."""
+    p = Path(path).resolve()
+    owner = None
+    if p.name in RUN_FILE_NAMES and _is_run_dir(p.parent):
+        owner = p.parent
+    for d in p.parents:
+        if d.name in RUN_SUBDIRS and _is_run_dir(d.parent):
+            owner = d.parent
+    if owner is not None:
+        raise UserError(f"{option} {path}: that is a file of the run folder {owner}, which this "
+                        "command never writes over. Give another file name (e.g. one beside "
+                        "the run folder). Nothing was written.")
+
+
+def remove_interrupted_writes(files: RunFiles) -> list[Path]:
+    """Delete the temporary files that writes of the run's own files left when a kill
+    interrupted them (call it holding the run's lock); returns what was deleted."""
+    removed = atomic.remove_interrupted_writes(files.root, RUN_FILE_NAMES)
+    if files.artefacts.is_dir():  # the run's alone
+        removed += atomic.remove_interrupted_writes(files.artefacts)
+    return removed
 
 
 @dataclass(frozen=True)
@@ -147,17 +213,11 @@ def inspect_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: boo
         return RunStart(resume=False, replace=False)
     if force or not has_started(files):
         return RunStart(resume=False, replace=True)
-    import yaml
-
-    try:
-        old = yaml.safe_load(files.config.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError):
+    diff = saved_config_differences(files, cfg)
+    if diff is None:
         raise ConfigError(f"{files.config} is not valid YAML; it may be damaged. "
-                          "Use --force to start this run again.") from None
-    new = cfg.identity()
-    old = _identity_of_saved(old, cfg)
-    if old != new:
-        diff = _differences(old or {}, new)
+                          "Use --force to start this run again.")
+    if diff:
         raise RunDirError(
             f"{files.root} already holds a different run (config differs in: {', '.join(diff)}). "
             "Nothing was changed. Use another --out directory, or --force to replace it.")
@@ -179,8 +239,23 @@ def clear_run_dir(files: RunFiles) -> None:
         p.unlink(missing_ok=True)
     if files.artefacts.is_dir():
         for p in files.artefacts.glob("*.json"):
-            p.unlink()
+            p.unlink()  # (the manifest included)
     shutil.rmtree(files.root / "tensorboard", ignore_errors=True)  # events of the replaced run
+
+
+def saved_config_differences(files: RunFiles, cfg: RunConfig) -> list[str] | None:
+    """How the run saved in ``files`` differs from ``cfg`` in what makes a run's identity
+    (task, cell, seed, data, model, train): ``section.key (saved -> new)`` items, empty if it is
+    the same run; None if its config.yaml cannot be read."""
+    import yaml
+
+    try:
+        old = yaml.safe_load(files.config.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
+        return None
+    new = cfg.identity()
+    old = _identity_of_saved(old, cfg)
+    return [] if old == new else _differences(old if isinstance(old, dict) else {}, new)
 
 
 def _identity_of_saved(old: Any, cfg: RunConfig) -> Any:
@@ -236,24 +311,68 @@ _ARTEFACT_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def write_artefacts(files: RunFiles, artefacts: dict[str, Any]) -> None:
-    """``artefacts/<key>.json`` for every key (JSON values), written atomically."""
+    """``artefacts/<key>.json`` for every key (JSON values), written atomically, then the
+    manifest of their sizes and sha256 (atomically, last: a manifest names only complete
+    files)."""
     files.artefacts.mkdir(parents=True, exist_ok=True)
+    manifest = {}
     for key, value in artefacts.items():
         if not _ARTEFACT_KEY.match(str(key)):
             raise ValueError(f"artefact key {key!r} is not a plain file name")
-        atomic_write_json(files.artefacts / f"{key}.json", value)
+        data = (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8")
+        atomic_write(files.artefacts / f"{key}.json", lambda f, data=data: f.write(data))
+        manifest[f"{key}.json"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    atomic_write_json(files.manifest, {"format": 1, "files": manifest})
+
+
+def _damaged_artefacts(files: RunFiles, what: str) -> DataError:
+    return DataError(
+        f"the run's artefacts are damaged: {what}. The artefacts (what the run built from the "
+        f"training data, e.g. its vocabulary) must be exactly as the run wrote them, or the model "
+        f"cannot be rebuilt. Copy the run folder {files.root} again from where it came from, or "
+        "train the run again with the same `lstmablate train` command plus --force.")
 
 
 def read_artefacts(files: RunFiles) -> dict[str, Any] | None:
-    """The run's saved artefacts, or None if it has none (a run saved before artefacts
-    existed, or a new run)."""
+    """The run's saved artefacts, each checked against the manifest written with them; None if
+    it has none (a run saved before artefacts existed, or a new run).  A run saved before the
+    manifest existed has its artefacts read unchecked."""
     if not files.artefacts.is_dir():
         return None
-    return {p.stem: read_json(p) for p in sorted(files.artefacts.glob("*.json"))}
+    if not files.manifest.exists():  # saved before manifests
+        return {p.stem: read_json(p) for p in sorted(files.artefacts.glob("*.json"))}
+    doc = read_json(files.manifest)
+    listed = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(listed, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("bytes"), int) and isinstance(v.get("sha256"), str)
+            and _ARTEFACT_KEY.match(str(k)) and str(k).endswith(".json") for k, v in listed.items()):
+        raise _damaged_artefacts(files, f"{files.manifest} is not a manifest of artefacts")
+    out = {}
+    for name, want in sorted(listed.items()):
+        path = files.artefacts / name
+        if not path.is_file():
+            raise _damaged_artefacts(files, f"{path} is missing")
+        data = path.read_bytes()
+        if len(data) != want["bytes"] or hashlib.sha256(data).hexdigest() != want["sha256"]:
+            raise _damaged_artefacts(files, f"{path} was changed after the run wrote it (its size "
+                                     f"or sha256 differs from {files.manifest})")
+        out[name[:-len(".json")]] = read_json(path)
+    return out
 
 
 def read_json(path: Path) -> Any:
+    """A JSON file; a damaged one (bad UTF-8 or JSON, nested too deep) is a DataError naming it."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not UTF-8 text (byte offset {e.start}); the file is "
+                        "damaged.") from None
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e.strerror or e}.") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}, line {e.lineno}: malformed JSON ({e.msg}).") from None
+    except RecursionError:
+        raise DataError(f"{path}: the JSON is nested too deeply to read; the file is damaged "
+                        "or not what lstmablate wrote.") from None

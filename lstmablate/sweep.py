@@ -14,16 +14,16 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
 
-from .config import grid_points, load_recipe, recipe_seeds
+from .config import grid_points, load_recipe, recipe_seeds, resolve_config
 from .console import escape
-from .errors import ConfigError, UserError
+from .errors import ConfigError, RunDirError, UserError
 from .runlock import lock_holder
-from .runs import RunFiles, run_dir
+from .runs import RunFiles, check_out_dir, has_started, run_dir, saved_config_differences
 
 
 @dataclass
@@ -40,6 +40,8 @@ class SweepItem:
     threads: int | None
     device: str
     data_dir: str | None
+    #: how the run already in ``run_dir`` differs from this item's config (empty: no conflict)
+    conflict: list[str] = field(default_factory=list)
 
     @property
     def command(self) -> str:
@@ -62,26 +64,62 @@ class SweepItem:
 
 def plan_sweep(recipe: str, out: Path, *, overrides: list[str] | None = None, threads: int | None = None,
                device: str = "cpu", data_dir: str | None = None) -> list[SweepItem]:
-    """Every run of a recipe (cells x seeds x grid points), or of each recipe of a table spec."""
+    """Every run of a recipe (cells x seeds x grid points), or of each recipe of a table spec.
+
+    Each run's config is resolved (and so checked) as ``train`` would resolve it; a run folder
+    that already holds a run with another config (a different ``--set``, an edited recipe) is a
+    conflict: the sweep refuses to start, naming each such folder and the keys that differ."""
+    from .runner import check_threads
+
+    check_threads(threads)
+    check_out_dir(out)
+    items = _plan(recipe, out, overrides=overrides, threads=threads, device=device,
+                  data_dir=data_dir)
+    conflicts = [it for it in items if it.conflict]
+    if conflicts:
+        shown = "; ".join(f"{it.run_dir} ({', '.join(it.conflict)})" for it in conflicts[:5])
+        more = f"; and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
+        raise RunDirError(
+            f"{len(conflicts)} of the sweep's {len(items)} run folders already hold a run trained "
+            f"with a different config (saved -> this sweep): {shown}{more}. Nothing was run. "
+            "Give the sweep another --out directory for these settings, or run it with the "
+            "settings those runs were trained with (or delete those run folders to train them "
+            "again).")
+    return items
+
+
+def _plan(recipe: str, out: Path, *, overrides: list[str] | None, threads: int | None,
+          device: str, data_dir: str | None) -> list[SweepItem]:
+    from .cells import get_cell
+    from .task import get_task
+
     name, r = load_recipe(recipe)
     if "task" not in r:  # a table spec: the sweeps of its experiments
         spec = r["table"]
         exps = list(spec.get("experiments") or [])
         exps += [e for e in spec.get("experiments_with_data") or [] if has_data(e, data_dir)]
         return [item for exp in exps
-                for item in plan_sweep(exp, out, overrides=overrides, threads=threads,
-                                       device=device, data_dir=data_dir)]
+                for item in _plan(exp, out, overrides=overrides, threads=threads,
+                                  device=device, data_dir=data_dir)]
     cells = r.get("cells") or []
-    if not cells:
+    if not isinstance(cells, list) or not cells:
         raise ConfigError(f"recipe {r['_path']} has no `cells:` list, so it is not a sweep.")
+    task_cls = get_task(r["task"])
     items = []
     for experiment, grid_overrides, _ in grid_points(name, r):
         for cell in cells:
+            get_cell(str(cell))
             for seed in recipe_seeds(r, cell) or [1]:
-                files = RunFiles(run_dir(out, experiment, cell, int(seed)))
-                items.append(SweepItem(recipe, r["task"], experiment, cell, int(seed), files.root,
-                                       files.is_finished(), files.config.exists(),
-                                       grid_overrides + list(overrides or []), threads, device, data_dir))
+                sets = grid_overrides + list(overrides or [])
+                cfg = resolve_config(task_cls, str(cell), recipe=recipe, overrides=sets, seed=seed,
+                                     experiment=experiment)  # checked as `train` checks it
+                files = RunFiles(run_dir(out, cfg.experiment, cfg.cell, cfg.seed))
+                # (a folder whose start failed before training is simply started again)
+                diff = saved_config_differences(files, cfg) if has_started(files) else []
+                conflict = ["config.yaml is damaged"] if diff is None else diff
+                items.append(SweepItem(recipe, r["task"], experiment, str(cell), seed, files.root,
+                                       files.is_finished() and not conflict, files.config.exists(),
+                                       sets, threads, device, data_dir, conflict))
     return items
 
 

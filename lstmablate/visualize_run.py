@@ -8,6 +8,8 @@ import torch
 
 from .errors import UserError, refuse_overwrite
 from .runner import load_run_model
+from .runs import check_not_run_file
+from .train.atomic import check_can_write
 from .viz import visualize
 
 
@@ -15,10 +17,16 @@ def visualize_run(run_dir: Path, text: str, *, layer: int = 0, out: Path = Path(
                   checkpoint: str | None = None, data_dir: str | None = None,
                   force: bool = True) -> tuple[Path, Path]:
     """Heatmap of ||w_j^t|| (PNG) and its values (CSV beside it) for ``text``; ``layer`` is
-    0-based (the command line's ``--layer`` counts from 1).  Without ``force``, existing
-    output files are refused before anything is computed."""
+    0-based (the command line's ``--layer`` counts from 1).  The outputs are checked before
+    the model is loaded; without ``force``, existing ones are refused."""
     out = Path(out)
     csv_path = out.with_suffix(".csv")
+    if out.suffix.lower() != ".png":
+        raise UserError(f"--out {out}: give a file name ending in .png (the CSV of the values is "
+                        "written beside it, with .csv). Nothing was written.")
+    for path in (out, csv_path):
+        check_not_run_file(path)
+        check_can_write(path)
     if not force:
         refuse_overwrite([out, csv_path])
     cfg, task, model = load_run_model(run_dir, checkpoint, data_dir)

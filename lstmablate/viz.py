@@ -25,6 +25,7 @@ values, and :func:`visualize` does all three for one layer.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ import numpy as np
 from torch import Tensor
 
 from lstmablate.errors import ConfigError
+from lstmablate.train.atomic import atomic_write, atomic_write_text
 
 
 @dataclass
@@ -89,14 +91,12 @@ def write_csv(norms: WeightNorms, tokens: list[str], path: str | Path) -> Path:
     path = Path(path)
     T = norms.combined.shape[0]
     _check_tokens(tokens, T)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["context\\current", *tokens])
-        for j in range(T):
-            w.writerow([tokens[j], *(repr(float(v)) for v in norms.combined[j])])
-    tmp.replace(path)
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(["context\\current", *tokens])
+    for j in range(T):
+        w.writerow([tokens[j], *(repr(float(v)) for v in norms.combined[j])])
+    atomic_write_text(path, buf.getvalue())
     return path
 
 
@@ -114,9 +114,7 @@ def plot_weight_norms(norms: WeightNorms, tokens: list[str], path: str | Path,
     path = Path(path)
     fig = draw_weight_norms(norms, tokens, title)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=150)
-    tmp.replace(path)
+    atomic_write(path, lambda f: fig.savefig(f, format=path.suffix.lstrip(".") or "png", dpi=150))
     return path
 
 

@@ -52,7 +52,7 @@ def test_unknown_key_suggests_the_right_one(tiny_recipe):
     ("train.lr=fast", "expected a number"),
     ("train.eval_test=maybe", "expected true or false"),
     ("train.betas=[0.9]", "expected 2 values"),
-    ("train.optimizer=adamw", "unknown optimizer 'adamw'.*Did you mean 'adam'"),
+    ("train.optimizer=adamw", "unknown train.optimizer 'adamw'.*Did you mean 'adam'"),
     ("train.lr=-1", "train.lr must be > 0"),
     ("train.lr=nan", "expected a finite number"),
     ("train.max_steps=-5", "train.max_steps must be >= 0"),

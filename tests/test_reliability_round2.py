@@ -263,7 +263,7 @@ def test_named_bad_values_exit_2_before_anything_is_written(tmp_path, tiny_recip
 def test_out_pointing_at_a_file(tmp_path, tiny_recipe):
     (tmp_path / "afile").write_text("x")
     expect_error(run_cli("train", "--task", "dyck", "--recipe", str(tiny_recipe),
-                         "--out", "afile", cwd=tmp_path), "afile", "Not a directory", "Nothing was written")
+                         "--out", "afile", cwd=tmp_path), "afile", "not a directory", "Nothing was written")
 
 
 def test_read_only_output_is_a_message(tmp_path, tiny_recipe, monkeypatch):

@@ -35,6 +35,7 @@ from lstmablate.config import TrainConfig
 from lstmablate.errors import UserError
 from lstmablate.task import Metric
 
+from .atomic import atomic_write
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .distributed import DistInfo, all_reduce_sum, barrier
 from .optim import Schedule, build_optimizer, clip_scope_parameters
@@ -186,9 +187,9 @@ class Trainer:
     def _truncate_metrics(self, n_lines: int) -> None:
         if not self.dist.is_main or not self.metrics_path.exists():
             return
-        lines = self.metrics_path.read_text().splitlines(keepends=True)
-        if len(lines) != n_lines:
-            self.metrics_path.write_text("".join(lines[:n_lines]))
+        lines = self.metrics_path.read_bytes().splitlines(keepends=True)
+        if len(lines) != n_lines:  # atomically: a kill here leaves the old file, not half of it
+            atomic_write(self.metrics_path, lambda f: f.write(b"".join(lines[:n_lines])))
 
     def _append_metrics(self, record: dict[str, Any]) -> None:
         self.pos.metrics_lines += 1

@@ -27,11 +27,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from lstmablate.config import MAX_BATCH, MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH
 from lstmablate.data import DataFile, Dataset, find_file
 from lstmablate.errors import ConfigError, DataError
 from lstmablate.task import Metric, StepOutput, Task
@@ -86,6 +87,10 @@ class BWBData:
     dev_shard: int = 1     # held-out shard for model selection
     test_shard: int = 0    # held-out shard 0 is the benchmark's test set
 
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "batch_size": MAX_BATCH, "num_steps": MAX_BATCH_TOKENS}
+
     def validate(self) -> None:
         for name in ("batch_size", "num_steps"):
             if getattr(self, name) < 1:
@@ -115,6 +120,11 @@ class BWBModel:
     sparse_grads: bool = False
     cell_options: dict[str, Any] = field(default_factory=lambda: {"forget_bias": 1.0})
 
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "emb_size": MAX_WIDTH, "hidden_size": MAX_WIDTH, "proj_size": MAX_WIDTH,
+        "num_layers": MAX_LAYERS, "num_sampled": 100_000, "softmax_shards": 1024}
+
     def validate(self) -> None:
         for name in ("emb_size", "hidden_size", "num_layers", "softmax_shards"):
             if getattr(self, name) < 1:
@@ -136,6 +146,10 @@ class BWBEval:
     num_steps: int = 20
     softmax_chunk: int = 256  # positions per full-softmax product (chunk x V logits in memory)
     max_sentences: int = 0    # score only the first n sentences of a split (0 = all)
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "batch_size": MAX_BATCH, "num_steps": MAX_BATCH_TOKENS, "softmax_chunk": 4096}
 
     def validate(self) -> None:
         for name in ("batch_size", "num_steps", "softmax_chunk"):
@@ -252,7 +266,12 @@ class BillionWordTask(Task):
                                   f"{d.batch_size} x num_steps={d.num_steps}; decrease them.")
         for split, index in (("dev", d.dev_shard), ("test", d.test_shard)):
             if split in splits:
-                self.paths[split] = corpus.heldout_path(self.data_dir, d.root, index)
+                path = self.paths[split] = corpus.heldout_path(self.data_dir, d.root, index)
+                # read through once (UTF-8 checked) before training, not after it: an empty or
+                # damaged held-out shard would otherwise end a finished run without a result
+                if sum(1 for _ in corpus.read_lines(path)) == 0:
+                    raise DataError(f"{path} (the {split} split, data.{split}_shard={index}) is "
+                                    "empty; a held-out shard holds one sentence per line.")
 
     def train_plan(self, epoch: int, generator: torch.Generator) -> Sequence[Any]:
         """The epoch's windows: shards in a random order, each shard's sentences shuffled."""

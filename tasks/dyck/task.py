@@ -24,14 +24,14 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan, contiguous_groups
+from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import find_file
-from lstmablate.config import check_range
 from lstmablate.errors import ConfigError
 from lstmablate.task import Metric, StepOutput, Task
 
@@ -63,6 +63,13 @@ class DyckData:
     files: str = ""  # directory (under the data dir) with train/dev/test.txt instead of generating
     batch_size: int = 10
 
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "k": 1000, "m": 1000, "train_tokens": 100_000_000, "train_sequences": 10_000_000,
+        "dev_tokens": 100_000_000, "dev_sequences": 10_000_000, "test_tokens": 100_000_000,
+        "test_sequences": 10_000_000, "train_max_length": 100_000, "test_min_length": 100_000,
+        "test_max_length": 100_000, "batch_size": MAX_BATCH}
+
     def validate(self) -> None:
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"data.objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
@@ -71,6 +78,7 @@ class DyckData:
         if not self.files:
             if bool(self.train_tokens) == bool(self.train_sequences):
                 raise ConfigError("give exactly one of data.train_tokens and data.train_sequences")
+        check_range("data", self, "data_seed", low=0)
         for name in ("train_tokens", "train_sequences", "dev_tokens", "dev_sequences",
                      "test_tokens", "test_sequences", "train_max_length", "test_min_length",
                      "test_max_length"):
@@ -84,6 +92,9 @@ class DyckEval:
     # distance buckets with fewer judgements are left out of wcpa_min / wcpa_mean
     # (1 keeps every bucket, as Hewitt et al. do)
     min_bucket_count: int = 1
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {"batch_size": MAX_BATCH}
 
     def validate(self) -> None:
         check_range("eval", self, "batch_size", low=1)
@@ -107,6 +118,11 @@ class DyckModel:
     init_scale: float = 0.0  # 0: each cell's default initialisation
     fixed_embeddings: bool = False  # freeze the embedding table
     cell_options: dict[str, Any] = field(default_factory=dict)
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "embedding_dim": MAX_WIDTH, "hidden_size": MAX_WIDTH, "hidden_per_m": 1024,
+        "num_layers": MAX_LAYERS}
 
     def validate(self) -> None:
         for name in ("embedding_dim", "hidden_size", "hidden_per_m"):

@@ -39,13 +39,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan
-from lstmablate.config import check_range
+from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import read_lines
 from lstmablate.errors import ConfigError, DataError, UserError
 from lstmablate.task import Metric, StepOutput, Task
@@ -74,6 +74,9 @@ class NMTData:
     batch_size: int = 64  # sentences (-batch_type sents)
     verify: bool = True  # compare the files' checksums with the catalogue
 
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {"batch_size": MAX_BATCH}
+
     def validate(self) -> None:
         for name in ("src_lang", "tgt_lang"):
             if getattr(self, name) not in m30k.LANGS:
@@ -96,6 +99,10 @@ class NMTModelConfig:
     dropout: float = 0.3
     init_scale: float = 0.1  # -param_init: every parameter uniform(±0.1)
     cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "word_vec_size": MAX_WIDTH, "hidden_size": MAX_WIDTH, "layers": MAX_LAYERS}
 
     def validate(self) -> None:
         if self.encoder_type not in ENCODER_TYPES:
@@ -124,6 +131,10 @@ class NMTEval:
     # stop the beam once the best hypothesis is settled (exact; false: always max_length steps)
     stop_early: bool = True
     replace_unk: bool = True  # -replace_unk: <unk> -> the most attended source word
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "beam_size": 256, "max_length": 10_000, "batch_size": MAX_BATCH}
 
     def validate(self) -> None:
         for name in ("beam_size", "max_length", "batch_size"):
@@ -239,9 +250,19 @@ class NMTTask(Task):
             self.splits[split] = SplitData(
                 split, src_raw, tgt_raw, src, tgt, [self.src_vocab.encode(s) for s in src],
                 [self.tgt_vocab.encode(t) for t in tgt], ppl)
-        if "train" in splits and not self.splits["train"].ppl_index:
-            raise DataError("no training pair survives the length filter "
-                            f"(1..{self.data_cfg.max_length} tokens per side).")
+        d = self.data_cfg
+        for split, sd in self.splits.items():  # every split scores something (before training)
+            files = f"{m30k.relpath(split, d.src_lang)} / {m30k.relpath(split, d.tgt_lang)}"
+            if not sd.src_raw:
+                dropped = (" after its last line is dropped (data.drop_last_line, the recipe's "
+                           "sed -i \"$ d\")" if d.drop_last_line and split != "test" else "")
+                raise DataError(f"the {split} split ({files} under {self.data_dir}) has no "
+                                f"sentence pair{dropped}; every split needs at least one.")
+            if not sd.ppl_index:
+                raise DataError(f"no sentence pair of the {split} split ({files} under "
+                                f"{self.data_dir}) survives the length filter (1..{d.max_length} "
+                                "tokens per side on train and val; a non-empty source and "
+                                "target on test).")
         if "train" in splits:
             self._tokenised.pop("train", None)  # encoded now; the strings are not needed
 
@@ -371,16 +392,18 @@ class NMTTask(Task):
         """``path``: detokenised translations, one per line (what sacreBLEU reads);
         ``path.atok``: the model's tokens, one sentence per line (what multi-bleu.perl read);
         ``path.bleu``: both scores, multi-bleu's line format, sacreBLEU's signature."""
-        from lstmablate.train.atomic import atomic_write_text
+        from lstmablate.train.atomic import atomic_write_text, check_can_write
 
         path = Path(path)
-        words = self.translate(model, split)
         tok_path = path.with_name(path.name + ".atok")
+        bleu_path = path.with_name(path.name + ".bleu")
+        check_can_write(path, tok_path, bleu_path)  # all three, before writing the first
+        words = self.translate(model, split)
         atomic_write_text(path, "".join(detokenise(w, self.data_cfg.tgt_lang) + "\n"
                                         for w in words))
         atomic_write_text(tok_path, "".join(" ".join(w) + "\n" for w in words))
         metrics, tok, detok = self.score_files(split, path, tok_path)
-        atomic_write_text(path.with_name(path.name + ".bleu"),
+        atomic_write_text(bleu_path,
                           f"multi-bleu.perl (tokenised {tok_path.name}): {tok.line()}\n"
                           f"sacreBLEU (detokenised {path.name}): {detok.score:.2f} "
                           f"{detok.signature}\n")

@@ -144,14 +144,16 @@ def epoch_groups(buckets: Sequence[Sequence[int]], splits: Sequence[int], batch_
                  generator: torch.Generator) -> list[list[int]]:
     """One epoch's minibatches (lists of example indices), Parser-v1's ``get_minibatches``:
     each bucket shuffled and cut into max(len * bucket_size // batch_tokens, 1) nearly equal
-    pieces, then all pieces shuffled.  Deterministic given ``generator``."""
+    pieces, then all pieces shuffled.  Deterministic given ``generator``.  A ``batch_tokens``
+    smaller than a bucket's sentences would ask for more pieces than sentences (empty pieces in
+    ``np.array_split``): a bucket is cut into at most one piece per sentence."""
     if batch_tokens < 1:
         raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
     pieces: list[list[int]] = []
     for bucket, size in zip(buckets, splits):
         if not bucket:
             continue
-        n_splits = max(len(bucket) * size // batch_tokens, 1)
+        n_splits = min(max(len(bucket) * size // batch_tokens, 1), len(bucket))
         perm = torch.randperm(len(bucket), generator=generator).tolist()
         q, extra = divmod(len(bucket), n_splits)  # np.array_split sizes
         start = 0

@@ -9,9 +9,10 @@ Reading is two passes over the (plain or ``.gz``) file:
 
 1. :func:`validate_lines` checks every line and names the file, the line and what
    was expected on the first problem: 10 fields, word IDs 1..n without gaps,
-   ranges that start at the next word, HEAD a number in 0..n and not the word
-   itself, a DEPREL, exactly one word attached to 0 and no cycle (a basic UD
-   tree), LF line endings (no CRLF) and a blank line after the last sentence;
+   ranges that start at the next word and end within the sentence, HEAD a number
+   (ASCII digits) in 0..n and not the word itself, a DEPREL without white space,
+   exactly one word attached to 0 and no cycle (a basic UD tree), LF line endings
+   (no CRLF), exactly one blank line after each sentence (the last one included);
 2. the fields are then read through the ``conllu`` library, keeping only the
    syntactic words: multiword-token ranges and empty nodes are skipped, as the
    CoNLL 2018 UD evaluation (conll18_ud_eval.py) scores the basic tree over words.
@@ -40,6 +41,7 @@ FIELDS = ("id", "form", "lemma", "upos", "xpos", "feats", "head", "deprel", "dep
 _WORD_ID = re.compile(r"[1-9][0-9]*\Z")
 _RANGE_ID = re.compile(r"([1-9][0-9]*)-([1-9][0-9]*)\Z")
 _EMPTY_ID = re.compile(r"[0-9]+\.[1-9][0-9]*\Z")
+_HEAD = re.compile(r"[0-9]+\Z")  # ASCII digits only: str.isdigit() also takes '²' and '٣'
 
 
 @dataclass
@@ -76,6 +78,7 @@ class _Block:
     heads: list[int] = field(default_factory=list)
     word_lines: list[int] = field(default_factory=list)
     has_tokens: bool = False
+    ranges: list[tuple[int, int]] = field(default_factory=list)  # (line, last word) of each range
 
 
 def _check_tree(path: Path, b: _Block) -> None:
@@ -84,6 +87,10 @@ def _check_tree(path: Path, b: _Block) -> None:
     if n == 0:
         raise _bad(path, b.first_line, "a sentence with multiword-token or empty-node lines "
                    "but no word lines")
+    for lineno, last in b.ranges:
+        if last > n:
+            raise _bad(path, lineno, f"the multiword token ends at word {last}, but the sentence "
+                       f"starting at line {b.first_line} has {n} words")
     for i, h in enumerate(b.heads):
         if h > n:
             raise _bad(path, b.word_lines[i], f"HEAD {h} of word {i + 1} points past the last "
@@ -136,6 +143,9 @@ def validate_lines(path: Path, text: str) -> list[_Block]:
             if line:
                 raise _bad(path, lineno, "a line of only white space; sentence separators "
                            "must be empty lines")
+            if not cur.lines and blocks:
+                raise _bad(path, lineno, "a second empty line after a sentence (sentences are "
+                           "separated by exactly one empty line)")
             finish(lineno)
             continue
         if not cur.lines:
@@ -158,6 +168,7 @@ def validate_lines(path: Path, text: str) -> list[_Block]:
             if lo != n_words + 1 or hi < lo:
                 raise _bad(path, lineno, f"multiword token {tid} should cover words "
                            f"{n_words + 1}-N with N >= {n_words + 1}")
+            cur.ranges.append((lineno, hi))
             continue  # a multiword token: not a node of the basic tree
         if _EMPTY_ID.match(tid):
             continue  # an empty node: enhanced graph only
@@ -171,12 +182,15 @@ def validate_lines(path: Path, text: str) -> list[_Block]:
             raise _bad(path, lineno, "FORM is empty")
         if not upos:
             raise _bad(path, lineno, "UPOS is empty")
-        if not head.isdigit():
-            raise _bad(path, lineno, f"HEAD {head!r} is not a number")
+        if not _HEAD.match(head):
+            raise _bad(path, lineno, f"HEAD {head!r} is not a number (ASCII digits)")
         if int(head) == int(tid):
             raise _bad(path, lineno, f"word {tid} is its own HEAD")
         if not deprel or deprel == "_":
             raise _bad(path, lineno, "DEPREL is empty")
+        if any(c.isspace() for c in deprel):
+            raise _bad(path, lineno, f"DEPREL {deprel!r} contains white space (a relation is "
+                       "one word, such as nsubj or obl:tmod)")
         cur.heads.append(int(head))
         cur.word_lines.append(lineno)
     if cur.lines:

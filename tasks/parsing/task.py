@@ -28,13 +28,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan
-from lstmablate.config import check_range
+from lstmablate.config import MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import check_file
 from lstmablate.errors import ConfigError, DataError, UserError
 from lstmablate.task import Metric, StepOutput, Task
@@ -57,6 +57,9 @@ class ParsingData:
     n_buckets: int = 40  # Parser-v1 n_bkts (k-means length buckets)
     batch_tokens: int = 5000  # Parser-v1 train_batch_size (tokens, ROOT included, padded)
     verify: bool = True  # compare the UD EWT files' checksums with the catalogue
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {"batch_tokens": MAX_BATCH_TOKENS}
 
     def validate(self) -> None:
         check_range("data", self, "min_word_count", low=1)
@@ -82,6 +85,11 @@ class ParsingModel:
     mlp_dropout: float = 0.33  # 1 - mlp_keep_prob: MLP input and both biaffine inputs
     cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
 
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "word_size": MAX_WIDTH, "tag_size": MAX_WIDTH, "hidden_size": MAX_WIDTH,
+        "num_layers": MAX_LAYERS, "arc_mlp": MAX_WIDTH, "rel_mlp": MAX_WIDTH}
+
     def validate(self) -> None:
         for name in ("word_size", "tag_size", "hidden_size", "num_layers", "arc_mlp", "rel_mlp"):
             check_range("model", self, name, low=1)
@@ -94,6 +102,9 @@ class ParsingModel:
 class ParsingEval:
     decoder: str = "parser-v1"  # parser-v1 (Parser-v1's ensure_tree heuristic) | mst
     batch_tokens: int = 5000  # padded tokens per evaluation batch (numbers do not depend on it)
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {"batch_tokens": MAX_BATCH_TOKENS}
 
     def validate(self) -> None:
         if self.decoder not in DECODERS:

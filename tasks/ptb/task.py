@@ -63,12 +63,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan, contiguous_groups, pooled_batches
+from lstmablate.config import MAX_BATCH, MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH
 from lstmablate.errors import ConfigError, DataError
 from lstmablate.task import Metric, StepOutput, Task
 
@@ -98,6 +99,10 @@ class PTBData:
     # order (shuffle, sort pools of N batches by length, shuffle the batches of each pool):
     # the same sentences per epoch with far less padding, so far less computation
     length_pool: int = 0
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "batch_size": MAX_BATCH, "num_steps": MAX_BATCH_TOKENS}
 
     def validate(self) -> None:
         if self.level not in ptb_data.LEVELS:
@@ -129,6 +134,9 @@ class PTBEval:
     # the same numbers (every sentence is scored alone, padding masked)
     batch_size: int = 0
 
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {"chunk": 20_000, "batch_size": MAX_BATCH}
+
     def validate(self) -> None:
         if self.chunk < 1:
             raise ConfigError(f"eval.chunk must be >= 1, got {self.chunk}")
@@ -153,6 +161,10 @@ class PTBModel:
     # softmax = only the top layer's output before the softmax (004 §5.3)
     dropout_scope: str = "all"
     init: str = "uniform"  # uniform (±init_scale, tutorial) | pytorch (module defaults)
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "hidden_size": MAX_WIDTH, "num_layers": MAX_LAYERS, "embedding_size": MAX_WIDTH}
 
     def validate(self) -> None:
         if self.hidden_size < 1 or self.num_layers < 1:
@@ -352,7 +364,12 @@ class PTBTask(Task):
     def use_artefacts(self, artefacts: dict[str, Any]) -> None:
         super().use_artefacts(artefacts)
         d = self.data_cfg
-        self.vocab: list[str] = list(artefacts["vocab"])
+        vocab = artefacts["vocab"]
+        if not isinstance(vocab, list) or not all(isinstance(w, str) for w in vocab):
+            raise DataError("the run's artefact artefacts/vocab.json is not a list of words; the "
+                            "run folder is damaged (copy it again, or train the run again with "
+                            "--force).")
+        self.vocab: list[str] = list(vocab)
         if d.vocab_size and len(self.vocab) != d.vocab_size:
             expected = PTB_VOCAB_SIZES.get(d.level)
             hint = (f"; PTB at {d.level} level has {expected}, set data.vocab_size={expected}"

@@ -105,6 +105,13 @@ def parse_squad(text: str, path: Path, *, require_answers: bool = True) -> list[
     except json.JSONDecodeError as e:
         raise DataError(f"{where(path, e.lineno)}: not valid JSON ({e.msg} at column {e.colno}). "
                         "Expected a SQuAD v1.1 file; the file is damaged or not SQuAD.") from None
+    except RecursionError:
+        raise DataError(f"{path}: the JSON nests arrays or objects too deeply to read (SQuAD "
+                        "nests four levels); the file is damaged or not SQuAD.") from None
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if version is not None and str(version) != "1.1":
+        raise DataError(f"{path}: \"version\": {version!r}; this task reads SQuAD v1.1 (v2.0 "
+                        "adds unanswerable questions, which neither reader models).")
     data = _field(doc, "data", list, path, "the top-level object")
     articles, seen = [], {}
     for a, art in enumerate(data):
@@ -126,7 +133,11 @@ def parse_squad(text: str, path: Path, *, require_answers: bool = True) -> list[
                 for j, ans in enumerate(_field(qa, "answers", list, path, qat)):
                     atext = _field(ans, "text", str, path, f"answer {j} of {qat}")
                     start = _field(ans, "answer_start", int, path, f"answer {j} of {qat}")
-                    if context[start:start + len(atext)] != atext:
+                    if not atext.strip():
+                        raise DataError(f"{path}: answer {j} of {qat} is empty; a SQuAD answer "
+                                        "is a non-empty span of the context.")
+                    if not 0 <= start <= len(context) - len(atext) or \
+                            context[start:start + len(atext)] != atext:
                         raise DataError(
                             f"{path}: answer {j} of {qat}, {atext!r}, is not at its answer_start "
                             f"{start} in the context (found {context[start:start + len(atext)]!r}).")

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lstmablate.batching import BatchPlan
-from lstmablate.config import check_range
+from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import verify
 from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserError
 from lstmablate.task import Metric, StepOutput, Task
@@ -65,6 +65,9 @@ class SquadData:
     max_train_questions: int = 0
     verify: bool = True  # compare the files' checksums with the catalogue
 
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {"batch_size": MAX_BATCH}
+
     def validate(self) -> None:
         if self.splitting not in squad_data.SPLITTINGS:
             raise UnknownNameError("data.splitting", self.splitting, squad_data.SPLITTINGS)
@@ -77,6 +80,9 @@ class SquadData:
 class SquadEval:
     batch_size: int = 128  # questions per evaluation batch (DrQA's test batch size)
     max_span: int = 15  # longest answer span in tokens; 0 = no limit
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {"batch_size": MAX_BATCH}
 
     def validate(self) -> None:
         check_range("eval", self, "batch_size", low=1)
@@ -183,6 +189,9 @@ class SquadTask(Task):
                 if not self.train_indices:
                     raise DataError("no training question has an answer on token boundaries; "
                                     "the training file is empty or not SQuAD.")
+            elif not ex.questions:  # checked before training, not at its first evaluation
+                raise DataError(f"the {split} split has no question to evaluate; its file holds "
+                                "paragraphs without questions.")
 
     def split_summary(self, split: str) -> str:
         ex = self.examples[split]
@@ -276,6 +285,11 @@ class DrQAModel:
     dropout_rnn: float = 0.4
     dropout_rnn_output: bool = True
     cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "embedding_dim": MAX_WIDTH, "hidden_size": MAX_WIDTH, "doc_layers": MAX_LAYERS,
+        "question_layers": MAX_LAYERS}
 
     def validate(self) -> None:
         for name in ("embedding_dim", "hidden_size", "doc_layers", "question_layers"):
@@ -406,6 +420,11 @@ class BiDAFModel:
     modeling_layers: int = 2
     dropout: float = 0.2
     cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "word_dim": MAX_WIDTH, "char_dim": MAX_WIDTH, "char_filters": MAX_WIDTH, "char_width": 1000,
+        "highway_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH, "modeling_layers": MAX_LAYERS}
 
     def validate(self) -> None:
         for name in ("word_dim", "char_dim", "char_filters", "char_width", "hidden_size",

@@ -237,12 +237,12 @@ def train_run(
     dev = pick_device(device)
     with resource_guard(f"running {cfg.experiment}/{cfg.cell}/seed-{cfg.seed}"):
         return _start(cfg, dev, out, threads, resume, force, data_dir, console, progress,
-                      deterministic, tensorboard)
+                      deterministic, tensorboard, log_interval)
 
 
 def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, resume: bool,
            force: bool, data_dir: str | None, console: Console, progress: bool | None,
-           deterministic: bool, tensorboard: bool) -> TrainOutcome:
+           deterministic: bool, tensorboard: bool, log_interval: float) -> TrainOutcome:
     set_threads(threads)
     note = set_deterministic(dev) if deterministic else None
     if note:

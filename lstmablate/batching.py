@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import torch
+from torch import Tensor
 
 G = TypeVar("G")
 
@@ -103,3 +104,50 @@ def pooled_batches(lengths: Sequence[int], batch_size: int, generator: torch.Gen
         perm = torch.randperm(len(batches), generator=generator).tolist()
         groups.extend(batches[j] for j in perm)
     return groups
+
+
+def shard_batch(batch: Any, info: Any) -> Any:
+    """This rank's contiguous slice of every tensor in ``batch`` along dim 0 (``info``: the
+    process's ``rank``, ``world_size`` and whether data-parallel training is ``enabled``,
+    :class:`lstmablate.train.distributed.DistInfo`).
+
+    Tensors whose first dimension is the batch size are split into
+    ``world_size`` near-equal parts; anything else is passed through.
+    Tasks whose batches are laid out differently override ``Task.shard``.
+    """
+    if not info.enabled:
+        return batch
+    size = _batch_size(batch)
+    if size is None:
+        return batch
+    if size < info.world_size:
+        raise ValueError(f"a batch of {size} cannot be split over {info.world_size} processes")
+    bounds = [size * r // info.world_size for r in range(info.world_size + 1)]
+    lo, hi = bounds[info.rank], bounds[info.rank + 1]
+
+    def cut(x: Any) -> Any:
+        if isinstance(x, Tensor) and x.dim() > 0 and x.shape[0] == size:
+            return x[lo:hi]
+        if isinstance(x, (list, tuple)):
+            return type(x)(cut(v) for v in x)
+        if isinstance(x, dict):
+            return {k: cut(v) for k, v in x.items()}
+        return x
+
+    return cut(batch)
+
+
+def _batch_size(batch: Any) -> int | None:
+    if isinstance(batch, Tensor):
+        return batch.shape[0] if batch.dim() else None
+    if isinstance(batch, (list, tuple)):
+        for b in batch:
+            n = _batch_size(b)
+            if n is not None:
+                return n
+    if isinstance(batch, dict):
+        for b in batch.values():
+            n = _batch_size(b)
+            if n is not None:
+                return n
+    return None

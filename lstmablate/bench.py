@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import math
-import platform
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from lstmablate.cells import available_cells, build_encoder, get_cell, reference_mode
 from lstmablate.cells.kernels import calibrate, native
 from lstmablate.cells.kernels.interface import family_of, native_sources
+from lstmablate import io
 from lstmablate.errors import ConfigError
 
 # ---------------------------------------------------------------------------------
@@ -544,49 +545,21 @@ def machine_gflops(threads: int = 2, device: str = "cpu", n: int = 1024, repeats
 
 
 def environment(threads: int = 2, device: str = "cpu") -> dict:
-    """What the numbers were measured on."""
-    info = dict(torch=torch.__version__, python=platform.python_version(),
-                machine=platform.machine(), processor=_cpu_name(), threads=threads, device=device,
-                native_kernels={f: native.library(f) is not None for f in native_sources()}
-                if device == "cpu" else {})
-    if device.startswith("cuda") and torch.cuda.is_available():
-        dev = torch.device(device)
-        info.update(gpu=torch.cuda.get_device_name(dev), cuda=torch.version.cuda,
-                    cudnn=torch.backends.cudnn.version(), triton=_triton_version(),
-                    gpu_memory_gib=round(torch.cuda.get_device_properties(dev).total_memory
-                                         / 2**30, 1))
-    # the calibrated choices between our native kernels and PyTorch's made so far (per
-    # shape class: the timed ms of each, and which was taken)
+    """What the numbers were measured on: the run record's environment
+    (:func:`lstmablate.io.environment`), which native kernels were built, the calibrated
+    choices between ours and PyTorch's made so far, and the load while measuring."""
+    info = io.environment(device, threads)
+    info["native_kernels"] = ({f: native.library(f) is not None for f in native_sources()}
+                              if device == "cpu" else {})
+    # per shape class: the timed ms of each path, and which was taken
     info["dispatch"] = {k: dict(choice=d.choice, native_ms=round(d.native_ms, 3),
                                 torch_ms=round(d.torch_ms, 3))
                         for k, d in calibrate.decisions().items()}
     try:
-        import os
-
         info["load_average"] = os.getloadavg()
-        info["cpus"] = os.cpu_count()
     except (AttributeError, OSError):
         pass
     return info
-
-
-def _triton_version() -> str | None:
-    try:
-        import triton
-    except Exception:  # noqa: BLE001  (not installed, or broken: the PyTorch loops run)
-        return None
-    return triton.__version__
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 # ---------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def _version(value: bool) -> None:
     if not value:
         return
     from . import __version__
-    from .runs import git_commit
+    from .io import git_commit
 
     git = git_commit()
     where = ""
@@ -216,7 +216,7 @@ def report(
     for why in built.damaged:
         err.print(f"[yellow]warning:[/] skipped {escape(why)}", soft_wrap=True)
     if out_file:
-        from .train.atomic import atomic_write_text
+        from .io import atomic_write_text
 
         atomic_write_text(out_file, text)
     sys.stdout.write(text)

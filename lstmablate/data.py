@@ -29,7 +29,6 @@ import hashlib
 import io
 import os
 import shutil
-import tempfile
 import urllib.error
 import urllib.request
 import zlib
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from .errors import DataError, UnknownNameError, where
+from .io import atomic_write
 
 __all__ = [
     "DEFAULT_DATA_DIR",
@@ -517,35 +517,34 @@ def fetch(dataset_name: str | Dataset, data_dir: str | os.PathLike[str], *,
             raise DataError(f"no download location is catalogued for {df.relpath}; "
                             f"get it by hand ({ds.fetch_hint}).")
         dest = base / (df.relpath + (".gz" if df.url_gzipped else ""))
-        dest.parent.mkdir(parents=True, exist_ok=True)
         say(f"downloading {df.url} -> {dest}")
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as tmp_f:
-                try:
-                    with opener(df.url) as resp:
-                        shutil.copyfileobj(resp, tmp_f, _CHUNK)
-                except (urllib.error.URLError, OSError, ValueError) as e:
-                    raise DataError(
-                        f"could not download {df.url} ({e}). Check the network connection, or "
-                        f"download the file by hand to {dest} ({ds.fetch_hint})."
-                    ) from None
+
+        def download(f: BinaryIO, df: DataFile = df, dest: Path = dest) -> None:
+            try:
+                with opener(df.url) as resp:
+                    shutil.copyfileobj(resp, f, _CHUNK)
+            except (urllib.error.URLError, OSError, ValueError) as e:
+                raise DataError(
+                    f"could not download {df.url} ({e}). Check the network connection, or "
+                    f"download the file by hand to {dest} ({ds.fetch_hint})."
+                ) from None
+
+        def verified(tmp: Path, df: DataFile = df, dest: Path = dest) -> None:
             spec = df.checksum
-            if spec is not None:
-                algo, expected = spec
-                actual = file_digest(tmp, algo, gz=df.url_gzipped)
-                if actual != expected.lower():
-                    raise DataError(
-                        f"the download of {df.url} has {algo} {actual} (of its "
-                        f"{'decompressed ' if df.url_gzipped else ''}content), expected "
-                        f"{expected}: the server sent a different version of {df.relpath} or "
-                        f"the transfer was damaged. Nothing was written to {dest}; try again, "
-                        f"or download it by hand."
-                    )
-            os.replace(tmp, dest)
-        finally:
-            tmp.unlink(missing_ok=True)
+            if spec is None:
+                return
+            algo, expected = spec
+            actual = file_digest(tmp, algo, gz=df.url_gzipped)
+            if actual != expected.lower():
+                raise DataError(
+                    f"the download of {df.url} has {algo} {actual} (of its "
+                    f"{'decompressed ' if df.url_gzipped else ''}content), expected "
+                    f"{expected}: the server sent a different version of {df.relpath} or "
+                    f"the transfer was damaged. Nothing was written to {dest}; try again, "
+                    f"or download it by hand."
+                )
+
+        atomic_write(dest, download, check=verified)
         # The other form (plain vs .gz) of an old, bad copy would shadow or confuse.
         other = base / (df.relpath if df.url_gzipped else df.relpath + ".gz")
         if other.exists():

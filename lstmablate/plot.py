@@ -30,7 +30,7 @@ import yaml
 
 from .errors import DataError, UnknownNameError, UserError, refuse_overwrite
 from .runs import check_not_run_file
-from .train.atomic import atomic_write, atomic_write_text, check_can_write
+from .io import atomic_write, atomic_write_text, check_can_write
 
 X_AXES = ("step", "epoch")
 NOT_PLOTTED = ("step", "epoch", "split")  # columns of metrics.jsonl that are not curves

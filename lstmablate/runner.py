@@ -33,13 +33,13 @@ from .data import resolve_data_dir
 from .errors import CheckpointError, ConfigError, DataError, RunDirError, UserError
 from .runlock import RunLock, lock_holder
 from .runs import (RunFiles, RunStart, check_not_run_file, check_out_dir, clear_run_dir,
-                   environment, inspect_run_dir, read_artefacts, read_json,
+                   inspect_run_dir, read_artefacts,
                    remove_interrupted_writes, run_dir, write_artefacts, write_config, write_env,
                    write_result)
 from .task import Task, get_task
 from .train import Trainer
 from .train import distributed
-from .train.atomic import check_can_write
+from .io import check_can_write, environment, read_json
 from .train.checkpoint import load_checkpoint
 from .train.trainer import data_generator
 

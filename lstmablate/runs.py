@@ -18,24 +18,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import re
 import shutil
-import socket
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .config import RunConfig
 from .errors import ConfigError, DataError, RunDirError, UserError
 from .runlock import LOCK_NAME
-from .train import atomic
-from .train.atomic import atomic_write, atomic_write_json, atomic_write_yaml
+from . import io
+from .io import atomic_write, atomic_write_json, atomic_write_yaml, read_json
 
 
 def run_dir(root: Path, experiment: str, cell: str, seed: int) -> Path:
@@ -57,48 +50,6 @@ def check_out_dir(out: str | Path, option: str = "--out") -> None:
         raise RunDirError(f"{option} {out}: that is a file, not a directory. Choose another "
                           "--out (the runs tree is <out>/<experiment>/<cell>/seed-<n>/). "
                           "Nothing was written.")
-
-
-def git_commit() -> dict[str, Any]:
-    """The commit of the lstmablate checkout this code runs from, if any."""
-    here = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-    return {"commit": commit or None, "dirty": bool(dirty) if commit else None}
-
-
-def environment(device: torch.device, threads: int, argv: list[str] | None = None) -> dict[str, Any]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    def v(pkg: str) -> str | None:
-        try:
-            return version(pkg)
-        except PackageNotFoundError:
-            return None
-
-    env = {
-        "lstmablate": v("lstmablate"),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": v("numpy"),
-        "platform": platform.platform(),
-        "hostname": socket.gethostname(),
-        "device": str(device),
-        "threads": threads,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "command": [Path(sys.argv[0]).name, *sys.argv[1:]] if argv is None else argv,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "git": git_commit(),
-    }
-    if device.type == "cuda":
-        env["gpu"] = torch.cuda.get_device_name(device)
-    return env
 
 
 @dataclass
@@ -173,9 +124,9 @@ def check_not_run_file(path: str | Path, option: str = "--out") -> None:
 def remove_interrupted_writes(files: RunFiles) -> list[Path]:
     """Delete the temporary files that writes of the run's own files left when a kill
     interrupted them (call it holding the run's lock); returns what was deleted."""
-    removed = atomic.remove_interrupted_writes(files.root, RUN_FILE_NAMES)
+    removed = io.remove_interrupted_writes(files.root, RUN_FILE_NAMES)
     if files.artefacts.is_dir():  # the run's alone
-        removed += atomic.remove_interrupted_writes(files.artefacts)
+        removed += io.remove_interrupted_writes(files.artefacts)
     return removed
 
 
@@ -360,19 +311,3 @@ def read_artefacts(files: RunFiles) -> dict[str, Any] | None:
     return out
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file; a damaged one (bad UTF-8 or JSON, nested too deep) is a DataError naming it."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path} is not UTF-8 text (byte offset {e.start}); the file is "
-                        "damaged.") from None
-    except OSError as e:
-        raise DataError(f"cannot read {path}: {e.strerror or e}.") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}, line {e.lineno}: malformed JSON ({e.msg}).") from None
-    except RecursionError:
-        raise DataError(f"{path}: the JSON is nested too deeply to read; the file is damaged "
-                        "or not what lstmablate wrote.") from None

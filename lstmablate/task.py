@@ -52,6 +52,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from .batching import shard_batch
 from .errors import UnknownNameError, UserError
 
 from .data import Dataset, register_datasets
@@ -223,8 +224,6 @@ class Task:
     # -- data-parallel and devices --------------------------------------------------------
     def shard(self, batch: Any, dist_info: Any) -> Any:
         """This process's part of a global batch under torchrun (default: split dim 0)."""
-        from .train.distributed import shard_batch
-
         return shard_batch(batch, dist_info)
 
     def batch_to(self, batch: Any, device: torch.device) -> Any:

@@ -9,7 +9,7 @@ import torch
 from .errors import UserError, refuse_overwrite
 from .runner import load_run_model
 from .runs import check_not_run_file
-from .train.atomic import check_can_write
+from .io import check_can_write
 from .viz import visualize
 
 

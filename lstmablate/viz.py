@@ -35,7 +35,7 @@ import numpy as np
 from torch import Tensor
 
 from lstmablate.errors import ConfigError
-from lstmablate.train.atomic import atomic_write, atomic_write_text
+from lstmablate.io import atomic_write, atomic_write_text
 
 
 @dataclass

@@ -126,7 +126,8 @@ def _ddp_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from lstmablate.train.distributed import DistInfo, all_reduce_sum, shard_batch
+    from lstmablate.batching import shard_batch
+    from lstmablate.train.distributed import DistInfo, all_reduce_sum
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)

@@ -154,7 +154,7 @@ def test_a_run_saved_before_manifests_is_checked_by_what_the_task_can_use(tmp_pa
 
 KILL_MID_WRITE = """
 import os, signal, sys
-from lstmablate.train.atomic import atomic_write
+from lstmablate.io import atomic_write
 
 def write(f):  # half of the new content, then kill -9
     f.write(b"x" * 100000)
@@ -188,7 +188,7 @@ def test_temporary_files_of_killed_writes_are_removed_when_the_run_starts_again(
 def test_the_metrics_rewrite_of_a_resume_is_atomic(tmp_path, tiny_recipe, monkeypatch):
     """Resuming truncates metrics.jsonl to the checkpoint's lines; a failure in the middle of
     that rewrite (here: the disk fills up) leaves the file as it was, never half of it."""
-    from lstmablate.train import atomic
+    from lstmablate import io as atomic
 
     args = dict(recipe=str(tiny_recipe), out=tmp_path / "runs", console=QUIET, progress=False,
                 threads=1, overrides=["train.max_steps=2", "train.eval_every=1"])

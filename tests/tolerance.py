@@ -43,8 +43,10 @@ def assert_close(actual, expected, *, dtype: torch.dtype = torch.float32, scale:
                  roundings: int = ROUNDINGS, msg: str = "") -> None:
     """``actual`` equals ``expected`` to ``roundings`` roundings of ``dtype`` at ``scale`` (default:
     the largest magnitude of ``expected``).  Numbers or tensors."""
-    a = torch.as_tensor(actual, dtype=torch.float64)
-    e = torch.as_tensor(expected, dtype=torch.float64)
+    a = torch.as_tensor(actual.detach() if isinstance(actual, torch.Tensor) else actual,
+                        dtype=torch.float64)
+    e = torch.as_tensor(expected.detach() if isinstance(expected, torch.Tensor) else expected,
+                        dtype=torch.float64)
     assert a.shape == e.shape, f"{msg} shapes differ: {tuple(a.shape)} vs {tuple(e.shape)}"
     if scale is None:
         scale = float(e.abs().max()) if e.numel() else 0.0

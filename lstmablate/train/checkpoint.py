@@ -28,7 +28,7 @@ import torch
 
 from lstmablate.errors import CheckpointError
 
-from .atomic import atomic_write
+from lstmablate.io import atomic_write
 
 FORMAT_VERSION = 1
 

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import Tensor
 
 
 @dataclass(frozen=True)
@@ -75,51 +73,6 @@ def all_reduce_sum(value: float, info: DistInfo, device: torch.device) -> float:
     t = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(t)
     return float(t.item())
-
-
-def shard_batch(batch: Any, info: DistInfo) -> Any:
-    """This rank's contiguous slice of every tensor in ``batch`` along dim 0.
-
-    Tensors whose first dimension is the batch size are split into
-    ``world_size`` near-equal parts; anything else is passed through.
-    Tasks whose batches are laid out differently override ``Task.shard``.
-    """
-    if not info.enabled:
-        return batch
-    size = _batch_size(batch)
-    if size is None:
-        return batch
-    if size < info.world_size:
-        raise ValueError(f"a batch of {size} cannot be split over {info.world_size} processes")
-    bounds = [size * r // info.world_size for r in range(info.world_size + 1)]
-    lo, hi = bounds[info.rank], bounds[info.rank + 1]
-
-    def cut(x: Any) -> Any:
-        if isinstance(x, Tensor) and x.dim() > 0 and x.shape[0] == size:
-            return x[lo:hi]
-        if isinstance(x, (list, tuple)):
-            return type(x)(cut(v) for v in x)
-        if isinstance(x, dict):
-            return {k: cut(v) for k, v in x.items()}
-        return x
-
-    return cut(batch)
-
-
-def _batch_size(batch: Any) -> int | None:
-    if isinstance(batch, Tensor):
-        return batch.shape[0] if batch.dim() else None
-    if isinstance(batch, (list, tuple)):
-        for b in batch:
-            n = _batch_size(b)
-            if n is not None:
-                return n
-    if isinstance(batch, dict):
-        for b in batch.values():
-            n = _batch_size(b)
-            if n is not None:
-                return n
-    return None
 
 
 def cleanup(info: DistInfo) -> None:

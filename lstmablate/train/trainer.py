@@ -35,7 +35,7 @@ from lstmablate.config import TrainConfig
 from lstmablate.errors import UserError
 from lstmablate.task import Metric
 
-from .atomic import atomic_write
+from lstmablate.io import atomic_write
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .distributed import DistInfo, all_reduce_sum, barrier
 from .optim import Schedule, build_optimizer, clip_scope_parameters

@@ -350,7 +350,7 @@ class BillionWordTask(Task):
         softmax): sentence = line number of the split's file from 0, index = position of the
         predicted token in ``<S> w_1 .. w_n <S>`` (1 .. n+1), token = the word predicted (as the
         vocabulary spells it; ``<UNK>`` for unknown words).  Returns the metrics of the file."""
-        from lstmablate.train.atomic import atomic_write_text
+        from lstmablate.io import atomic_write_text
 
         lps, where = self._logprobs(model, split)
         order = sorted(range(len(lps)), key=lambda i: where[i][:2])

@@ -43,7 +43,6 @@ import gzip
 import os
 import random
 import string
-import tempfile
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lstmablate.errors import DataError, where
+from lstmablate.io import atomic_write
 
 PAD = "<pad>"
 START = "START"
@@ -409,7 +409,7 @@ def _check_lengths(min_length: int, max_length: int) -> None:
 def write_split(
     path: str | os.PathLike[str], seqs: Sequence[Sequence[int]], vocab: DyckVocab
 ) -> None:
-    """Write one string per line, atomically (temp file + ``os.replace``); gzip if ``.gz``.
+    """Write one string per line, atomically (:func:`lstmablate.io.atomic_write`); gzip if ``.gz``.
 
     The bytes depend only on ``seqs``: newlines are ``\\n`` and gzip headers carry no name or time.
     """
@@ -417,16 +417,7 @@ def write_split(
     text = "".join(" ".join(vocab.decode(seq)) + "\n" for seq in seqs).encode("utf-8")
     if path.suffix == ".gz":
         text = gzip.compress(text, mtime=0)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: f.write(text))
 
 
 def read_split(path: str | os.PathLike[str], vocab: DyckVocab, m: int | None = None

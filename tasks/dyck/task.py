@@ -309,7 +309,7 @@ class DyckTask(Task):
         probability of the gold close (lm: its share of the closing-bracket mass), correct]]}``.
         Returns the metrics of :meth:`evaluate`, the WCPA metrics computed from that file
         (see :func:`read_predictions`)."""
-        from lstmablate.train.atomic import atomic_write_text
+        from lstmablate.io import atomic_write_text
 
         records: dict[int, dict] = {}
         k, objective = self.data_cfg.k, self.data_cfg.objective

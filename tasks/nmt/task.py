@@ -392,7 +392,7 @@ class NMTTask(Task):
         """``path``: detokenised translations, one per line (what sacreBLEU reads);
         ``path.atok``: the model's tokens, one sentence per line (what multi-bleu.perl read);
         ``path.bleu``: both scores, multi-bleu's line format, sacreBLEU's signature."""
-        from lstmablate.train.atomic import atomic_write_text, check_can_write
+        from lstmablate.io import atomic_write_text, check_can_write
 
         path = Path(path)
         tok_path = path.with_name(path.name + ".atok")

@@ -278,6 +278,6 @@ def conllu_text(sentences: Sequence[Sentence], heads: Sequence[Sequence[int]],
 def write_conllu(path: str | Path, sentences: Sequence[Sentence], heads: Sequence[Sequence[int]],
                  deprels: Sequence[Sequence[str]]) -> None:
     """Write ``sentences`` with predicted trees to ``path`` (atomically)."""
-    from lstmablate.train.atomic import atomic_write_text
+    from lstmablate.io import atomic_write_text
 
     atomic_write_text(path, conllu_text(sentences, heads, deprels))

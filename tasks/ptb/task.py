@@ -487,7 +487,7 @@ class PTBTask(Task):
         """Per-token log-probabilities (natural log) of every prediction the split's
         protocol makes: ``position<TAB>token<TAB>logprob``, position = index of the
         predicted token in the split's token stream (``<eos>`` at every line end)."""
-        from lstmablate.train.atomic import atomic_write_text
+        from lstmablate.io import atomic_write_text
 
         pos, lp, bs, ns = self._logprobs(model, split)
         stream = self.corpus.split(split).tolist()

@@ -252,7 +252,7 @@ class SquadTask(Task):
     def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:
         """The official prediction file {question id: answer text} (UTF-8 JSON), scored by
         reading it back with the official v1.1 definitions."""
-        from lstmablate.train.atomic import atomic_write_text
+        from lstmablate.io import atomic_write_text
 
         preds = self.predict(model, split)
         atomic_write_text(path, json.dumps(preds, ensure_ascii=False, indent=1) + "\n")
@@ -525,7 +525,7 @@ class BiDAFTask(SquadTask):
     length_keys = ("p_len", "q_len")  # the batch's paragraph and question lengths
 
     def shard(self, batch: Any, dist_info: Any) -> Any:
-        from lstmablate.train.distributed import shard_batch
+        from lstmablate.batching import shard_batch
 
         rows = shard_batch({k: v for k, v in batch.items() if k not in self.shared_keys}, dist_info)
         return {**rows, **{k: batch[k] for k in self.shared_keys}}

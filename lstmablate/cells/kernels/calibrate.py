@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from lstmablate.errors import UserError
+from lstmablate.io import atomic_write_json
 
 from . import native_build
 
@@ -116,11 +118,9 @@ def _write_record(key: str, record: dict) -> None:
     path = _cache_file()
     doc = _read_cache()
     doc[key] = dict(record, when=time.strftime("%Y-%m-%d %H:%M:%S"))
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
+        atomic_write_json(path, doc)
+    except UserError:
         pass  # a cache we cannot write only costs the timing again
 
 

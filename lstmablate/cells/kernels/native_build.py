@@ -48,6 +48,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from lstmablate.errors import UserError
+from lstmablate.io import atomic_write_json
+
 from .interface import native_source
 
 CSRC = Path(__file__).resolve().parent / "csrc"
@@ -286,12 +289,10 @@ def _retry_requested() -> bool:
 def _remember_failure(path: Path, family: str, tc: Toolchain | None, message: str) -> None:
     doc = dict(family=family, compiler=tc.describe() if tc else None, error=message,
                when=time.strftime("%Y-%m-%d %H:%M:%S"))
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(doc, indent=1))
-        os.replace(tmp, path)
-    except OSError:
-        pass
+        atomic_write_json(path, doc)
+    except UserError:
+        pass  # not remembering the failure only costs another attempt
 
 
 def _compile(family: str, tc: Toolchain, flags: list[str], workdir: Path, out: Path) -> str | None:

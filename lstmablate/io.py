@@ -1,0 +1,216 @@
+"""The bottom floor: every file the toolkit writes, reads back as JSON, or records about
+the machine goes through here.
+
+* **Atomic writes** (:func:`atomic_write` and its text/JSON/YAML forms): a temporary file
+  in the same directory, fsync, rename.  A crash (or a kill) in the middle of a write leaves
+  the old file intact and at worst a stray ``.tmp-<name>-*`` file, never a truncated one;
+  :func:`remove_interrupted_writes` deletes such leftovers (a run does it when it starts).
+  An optional ``check`` sees the finished temporary file before the rename (a download is
+  verified there, so a bad one is never written).
+* **Reading JSON** (:func:`read_json`): a damaged file is one message naming it.
+* **The environment record** (:func:`environment`): versions, git commit, processor,
+  device, threads and command line — what ``env.json`` and the benchmarks record.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from .errors import ConfigError, DataError, UserError
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _temp_prefix(name: str) -> str:
+    """The name prefix of the temporary file a write of ``name`` goes through."""
+    return f".tmp-{name}-"
+
+
+def remove_interrupted_writes(directory: str | os.PathLike,
+                              names: Iterable[str] | None = None) -> list[Path]:
+    """Delete the temporary files that writes of ``names`` (None: of any file) in ``directory``
+    left when they were killed (a kill -9 in the middle of a checkpoint write leaves a whole
+    checkpoint there); returns what was deleted.  Only call it while no other process writes
+    these files."""
+    removed = []
+    patterns = [glob.escape(_temp_prefix(n)) + "*" for n in names] if names is not None else \
+        [_temp_prefix("")[:-1] + "*"]
+    for pattern in patterns:
+        for tmp in Path(directory).glob(pattern):
+            try:
+                tmp.unlink()
+                removed.append(tmp)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+def check_can_write(*paths: str | os.PathLike) -> None:
+    """UserError unless every path can be written as a file (none is a directory, no parent is a
+    file); a command that writes several files calls it before writing the first."""
+    for path in map(Path, paths):
+        if path.is_dir():
+            raise UserError(f"cannot write {path}: it is a directory; give a file name instead "
+                            f"(e.g. {path / 'out.md'}). Nothing was written.")
+        for parent in path.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise UserError(f"cannot write {path}: {parent} is a file, not a directory. "
+                                    "Nothing was written.")
+                break
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any],
+                 check: Callable[[Path], None] | None = None) -> None:
+    """Write ``path`` through ``write(file)`` atomically; ``check(temporary path)`` may refuse
+    the finished content (by raising) before it replaces anything."""
+    path = Path(path)
+    check_can_write(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), dir=path.parent)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e} ({e.filename or path.parent}). "
+                        "Nothing was written.") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        if check is not None:
+            check(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would otherwise stay
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(e, OSError):  # a full disk, a quota, an I/O error
+            kept = f"the previous {path.name} is intact" if path.exists() else "nothing was written"
+            raise UserError(f"cannot write {path}: {e.strerror or e}. The write was abandoned and "
+                            f"{kept}; free some space (or fix the file system) and run the same "
+                            "command again (with --resume for a training run).") from None
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def atomic_write_yaml(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, yaml.safe_dump(obj, sort_keys=False))
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """A JSON file; a damaged one (bad UTF-8 or JSON, nested too deep) is a DataError naming it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not UTF-8 text (byte offset {e.start}); the file is "
+                        "damaged.") from None
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e.strerror or e}.") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}, line {e.lineno}: malformed JSON ({e.msg}).") from None
+    except RecursionError:
+        raise DataError(f"{path}: the JSON is nested too deeply to read; the file is damaged "
+                        "or not what lstmablate wrote.") from None
+
+
+# -- what a run or a measurement ran on ------------------------------------------------------
+def git_commit() -> dict[str, Any]:
+    """The commit of the lstmablate checkout this code runs from, if any."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": bool(dirty) if commit else None}
+
+
+def processor_name() -> str:
+    """The CPU model (``/proc/cpuinfo``'s model name where there is one)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def package_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def environment(device: Any = "cpu", threads: int | None = None,
+                argv: list[str] | None = None) -> dict[str, Any]:
+    """Versions, git commit, machine (processor, cores), device, threads, command line and start
+    time: what ``env.json`` records for a run and the benchmarks for their numbers."""
+    import torch
+
+    device = torch.device(device)
+    env = {
+        "lstmablate": package_version("lstmablate"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": package_version("numpy"),
+        "triton": package_version("triton"),
+        "platform": platform.platform(),
+        "processor": processor_name(),
+        "cpus": os.cpu_count(),
+        "hostname": socket.gethostname(),
+        "device": str(device),
+        "threads": threads if threads is not None else torch.get_num_threads(),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "command": [Path(sys.argv[0]).name, *sys.argv[1:]] if argv is None else argv,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "git": git_commit(),
+    }
+    if device.type == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(device)
+        env["gpu"] = torch.cuda.get_device_name(device)
+        env["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
+    return env

@@ -72,7 +72,7 @@ bench:
 # virtual environment's python if there is one, else $(PYTHON) (no `make install`).
 GPU_CHECK_PY = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 gpu-check:
-	$(GPU_CHECK_PY) benchmarks/gpu_check.py --out benchmarks/results
+	$(GPU_CHECK_PY) -m lstmablate.bench.gpu_check --out benchmarks/results
 
 # The paper tables: run the runs that are missing, resume interrupted ones, print the table.
 # `make -n reproduce-table1` shows the commands; `lstmablate sweep table1 --list` lists every run.

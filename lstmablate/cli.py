@@ -133,7 +133,7 @@ def train(
     lstmablate train --task ptb --cell lstm-srnn --recipe ptb-small --device cuda
     lstmablate train --task ptb --cell lstm-srnn --recipe ptb-small --device cuda --resume
     """
-    from .runner import train_run
+    from .run.runner import train_run
 
     outcome = train_run(task, cell, recipe=recipe, overrides=set_ or [], seed=seed, out=out_dir,
                         experiment=experiment, device=device, threads=threads, resume=resume,
@@ -169,7 +169,7 @@ def eval_(
     lstmablate eval runs/dyck-demo/lstm-srnn/seed-1 --split dev --checkpoint last --json
     lstmablate eval RUN_DIR --set eval.batch_size=16 --write-predictions preds.jsonl
     """
-    from .runner import evaluate_run_task
+    from .run.runner import evaluate_run_task
 
     task, metrics = evaluate_run_task(run_dir, split=split, checkpoint=checkpoint,
                                       data_dir=data_dir, device=device, eval_overrides=set_ or [],
@@ -206,8 +206,8 @@ def report(
     lstmablate report runs --format csv > runs.csv
     """
     from .errors import UnknownNameError
-    from .report import build_report
-    from .report_formats import FORMATS, render
+    from .results.report import build_report
+    from .results.formats import FORMATS, render
 
     if fmt not in FORMATS:
         raise UnknownNameError("report format", fmt, FORMATS)
@@ -307,7 +307,7 @@ def data_list(
     lstmablate data list
     lstmablate data list --plain | awk -F'\\t' '$4 == "missing"'
     """
-    from . import data_status as ds
+    from .run import data_status as ds
     from .data import describe_data_dir, resolve_data_dir
 
     root = resolve_data_dir(data_dir)
@@ -333,7 +333,7 @@ def _grouped(rows: list[Any], columns: Any) -> list[list[str]]:
     """Table rows for file statuses: per dataset, numbered shards folded into one line
     (``columns(group)`` gives the last columns of a folded line); the dataset and its tasks
     only on its first line."""
-    from . import data_status as ds
+    from .run import data_status as ds
 
     table: list[list[str]] = []
     by_ds: dict[str, list[Any]] = {}
@@ -366,7 +366,7 @@ def data_check(
     lstmablate data check
     lstmablate data check squad-drqa
     """
-    from . import data_status as ds
+    from .run import data_status as ds
     from .data import describe_data_dir, resolve_data_dir
     from .task import get_task
 
@@ -476,7 +476,7 @@ def sweep(
     lstmablate sweep ptb-medium --device cuda --jobs 2
     lstmablate sweep table1 --list
     """
-    from .sweep import plan_sweep, run_sweep
+    from .run.sweep import plan_sweep, run_sweep
 
     plan = plan_sweep(recipe, out_dir, overrides=set_ or [], threads=threads, device=device,
                       data_dir=data_dir)
@@ -502,13 +502,19 @@ def bench(
     threads: int = typer.Option(2, "--threads", metavar="N", help="torch CPU threads."),
     device: str = typer.Option("cpu", "--device", metavar="DEVICE", help=DEVICE_HELP),
     repeats: int = typer.Option(7, "--repeats", metavar="N",
-                                help="Timed repetitions per row (the median is reported)."),
+                                help="Timed repetitions per cell row (the median is reported)."),
+    model_repeats: int = typer.Option(20, "--model-repeats", metavar="N",
+                                      help="Timed repetitions per training-step row."),
     quick: bool = typer.Option(False, "--quick", help="Fewer shapes and repeats."),
     models: bool = typer.Option(True, "--models/--no-models", help="Also PTB training tokens/s."),
     model_sizes: Optional[list[str]] = typer.Option(
         None, "--model-size", metavar="SIZE",
         help="PTB model sizes for --models: small (default), medium, large (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
+    out_file: Optional[Path] = typer.Option(
+        None, "--out", metavar="FILE.json", help="Also keep the run as a record: the rows, the "
+        "machine's matmul rate before and after, the environment (JSON), and the tables as "
+        "Markdown beside it."),
 ) -> None:
     """Forward+backward tokens/s and memory per cell against torch.nn.LSTM, same process.
 
@@ -516,6 +522,7 @@ def bench(
 
     lstmablate bench --quick --cell lstm-srnn --shape ptb-650
     lstmablate bench --model-size small --model-size medium --device cuda --json
+    lstmablate bench --threads 2 --out benchmarks/results/cpu-2t.json
     """
     from . import bench as b
 
@@ -523,12 +530,17 @@ def bench(
         if size not in b.MODEL_SIZES:
             raise UserError(f"--model-size {size!r}: expected one of {', '.join(b.MODEL_SIZES)}")
     note = (lambda msg: err.print(escape(msg), soft_wrap=True)) if not as_json else None
-    rows = b.bench_cells(cells or None, shapes or None, threads=threads, device=device,
-                         repeats=repeats, quick=quick, progress=note)
-    if models:
-        for size in model_sizes or ["small"]:
-            rows += b.bench_models(cells or None, threads=threads, device=device, quick=quick,
-                                   size=size, progress=note)
+    if out_file is not None:
+        from .io import check_can_write
+
+        check_can_write(out_file, out_file.with_suffix(".md"))  # before anything is timed
+    rows, fields = b.record.measure(cells or None, shapes or None, threads=threads, device=device,
+                                    repeats=repeats, model_repeats=model_repeats, quick=quick,
+                                    model_sizes=(model_sizes or ["small"]) if models else [],
+                                    machine_rate=out_file is not None, progress=note)
+    if out_file is not None:
+        written = b.record.write(out_file, rows, **fields)
+        err.print(f"wrote {escape(written[0])} and {escape(written[1])}", soft_wrap=True)
     if as_json:
         sys.stdout.write(b.to_json(rows) + "\n")
     else:
@@ -558,7 +570,7 @@ def visualize(
     lstmablate visualize runs/dyck-demo/lstm-srnn/seed-1 --text "(a (b b) a)" --out fig.png
     lstmablate visualize runs/parsing-ewt-cpu/lstm-srnn-out/seed-1 --text "The/DET stock/NOUN fell/VERB"
     """
-    from .visualize_run import visualize_run
+    from .results.visualize import visualize_run
 
     png, csv = visualize_run(run_dir, text, layer=layer - 1, out=out_file, checkpoint=checkpoint,
                              data_dir=data_dir, force=force)
@@ -601,7 +613,7 @@ def plot(
     lstmablate plot runs/dyck-demo --out curves.png
     lstmablate plot runs/ptb-small --metric ppl --x epoch --log-y --out ptb.pdf --force
     """
-    from .plot import plot_runs
+    from .results.plot import plot_runs
 
     res = plot_runs(runs, out_file, metrics=metric or None, x=x, log_y=log_y, force=force)
     for why in res["skipped"]:

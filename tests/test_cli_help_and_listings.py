@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from lstmablate.cli import app
 from lstmablate.console import print_listing
-from lstmablate.data_status import summarise
+from lstmablate.run.data_status import summarise
 
 runner = CliRunner()
 
@@ -178,7 +178,7 @@ def test_data_check_knows_the_standin_needs_only_the_dev_file(tmp_path, real_dat
 
 
 def test_sweep_list_says_so_when_every_run_is_finished(tmp_path, tiny_recipe):
-    from lstmablate.sweep import plan_sweep, run_sweep
+    from lstmablate.run.sweep import plan_sweep, run_sweep
 
     out = tmp_path / "runs"
     run_sweep(plan_sweep(str(tiny_recipe), out, overrides=["train.max_steps=2"], threads=1),

@@ -32,7 +32,7 @@ from lstmablate import runner, sweep
 from lstmablate import task as task_module
 from lstmablate.config import TrainConfig, resolve_config
 from lstmablate.errors import UserError
-from lstmablate.runs import RunFiles, write_config
+from lstmablate.run.runs import RunFiles, write_config
 
 from cli_in_process import run_cli
 

@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from lstmablate.errors import DataError, UserError
-from lstmablate.runner import train_run
+from lstmablate.run.runner import train_run
 
 from cli_in_process import run_cli
 

@@ -345,13 +345,13 @@ def test_bench_library_rows_table_json():
 
 
 def test_bench_targets():
-    from lstmablate import bench
+    from lstmablate.bench import cells as bench_cells
 
     row = dict(ratio_lstm=1.1, ratio_rnn=0.5, speedup_vs_reference=None)
-    t = bench._target("lstm-srnn", bench.SHAPES["ptb-650"], row)
+    t = bench_cells._target("lstm-srnn", bench_cells.SHAPES["ptb-650"], row)
     assert t["target"] == 1.05 and t["target_met"] is True
-    t = bench._target("lstm-gates", bench.SHAPES["ptb-200"], row)
+    t = bench_cells._target("lstm-gates", bench_cells.SHAPES["ptb-200"], row)
     assert t["target_baseline"] == "nn.RNN" and t["target_met"] is False
-    t = bench._target("gru", bench.SHAPES["ptb-200"], dict(row, speedup_vs_reference=2.5))
+    t = bench_cells._target("gru", bench_cells.SHAPES["ptb-200"], dict(row, speedup_vs_reference=2.5))
     assert t["target"] == 2.0 and t["target_met"] is True
-    assert bench._target("lstm", bench.SHAPES["parser-400"], row)["target"] is None
+    assert bench_cells._target("lstm", bench_cells.SHAPES["parser-400"], row)["target"] is None

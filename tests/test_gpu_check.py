@@ -1,31 +1,26 @@
-"""``make gpu-check`` (``benchmarks/gpu_check.py``), the parts that need no GPU: the targets
+"""``make gpu-check`` (``lstmablate.bench.gpu_check``), the parts that need no GPU: the targets
 computed from its rows, the Markdown it writes, the trainer command it runs, and that it
 refuses to run without a GPU."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from lstmablate import bench
-
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
-gpu_check = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_check)
+from lstmablate.bench import cells as bench_cells
+from lstmablate.bench import gpu_check
 
 
 def _cell_row(shape, cell, ratio_lstm, ratio_rnn=1.0, memory=10.0):
     row = dict(kind="cell", shape=shape, cell=cell, kernel="k", device="cuda", threads=1,
                ratio_lstm=ratio_lstm, ratio_rnn=ratio_rnn, memory_mb=memory, ms=1.0, ms_min=1.0,
                tokens_per_s=1000.0 * ratio_lstm, gflops=1.0, speedup_vs_reference=None)
-    row.update(bench._target(cell, bench.SHAPES[shape], row))
+    row.update(bench_cells._target(cell, bench_cells.SHAPES[shape], row))
     return row
 
 
@@ -60,10 +55,10 @@ def test_the_targets_of_a_run():
 
 def test_a_cpu_row_keeps_the_cpu_targets():
     row = dict(device="cpu", ratio_lstm=1.1, ratio_rnn=0.5, speedup_vs_reference=None)
-    assert bench._target("lstm-srnn", bench.SHAPES["ptb-650"], row)["target"] == 1.05
+    assert bench_cells._target("lstm-srnn", bench_cells.SHAPES["ptb-650"], row)["target"] == 1.05
     row["device"] = "cuda"
-    assert bench._target("lstm-srnn", bench.SHAPES["ptb-650"], row)["target"] == 1.0
-    assert bench._target("lstm-srnn", bench.SHAPES["parser-400"], row)["target"] is None
+    assert bench_cells._target("lstm-srnn", bench_cells.SHAPES["ptb-650"], row)["target"] == 1.0
+    assert bench_cells._target("lstm-srnn", bench_cells.SHAPES["parser-400"], row)["target"] is None
 
 
 def test_the_paper_cells_come_from_the_recipe():
@@ -72,7 +67,7 @@ def test_the_paper_cells_come_from_the_recipe():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
 def test_without_a_gpu_it_says_so_and_stops(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out",
+    r = subprocess.run([sys.executable, "-m", "lstmablate.bench.gpu_check", "--out",
                         str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "no CUDA device" in r.stderr
     assert not list(tmp_path.iterdir())

@@ -179,7 +179,7 @@ def nmt_registered(monkeypatch):
 
 
 def test_a_run_through_the_trainer(nmt_registered, tmp_path):
-    from lstmablate.runner import evaluate_run, train_run
+    from lstmablate.run.runner import evaluate_run, train_run
 
     sets = ["data.verify=false", "model.word_vec_size=16", "model.hidden_size=16",
             "train.max_epochs=2", "eval.beam_size=2", "eval.max_length=12"]

@@ -188,7 +188,7 @@ def test_visualization_inputs_for_the_appendix_a_picture():
     assert len(views) == 2 and len(views[0]) == 2  # layers x directions
     with pytest.raises(UserError, match="unknown tag 'NOPE'"):
         task.visualization_inputs(model, "cat/NOPE")
-    from lstmablate.viz import weight_norms
+    from lstmablate.results.figures import weight_norms
     norms = weight_norms(enc, x)[0]
     assert norms.backward is not None and norms.combined.shape == (5, 5)
 

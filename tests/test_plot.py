@@ -11,7 +11,7 @@ import yaml
 from rich.console import Console
 
 from lstmablate.errors import DataError, UnknownNameError, UserError
-from lstmablate.plot import Curve, mean_curve, plot_runs, read_metrics
+from lstmablate.results.plot import Curve, mean_curve, plot_runs, read_metrics
 
 QUIET = Console(file=io.StringIO())
 
@@ -109,7 +109,7 @@ def test_bad_inputs_are_clear(tmp_path):
 def test_real_runs_through_the_cli(tiny_recipe, tmp_path, capsys):
     """Two seeds of a tiny Dyck run: the plotted points are metrics.jsonl's."""
     from lstmablate.cli import main
-    from lstmablate.runner import train_run
+    from lstmablate.run.runner import train_run
 
     out = tmp_path / "runs"
     for seed in (1, 2):
@@ -144,7 +144,7 @@ def test_a_run_evaluated_once_is_drawn_as_a_point(tmp_path):
 
 
 def test_the_title_is_the_recipe_description_and_outputs_are_not_overwritten(tiny_recipe, tmp_path):
-    from lstmablate.runner import train_run
+    from lstmablate.run.runner import train_run
 
     out = tmp_path / "runs"
     train_run("dyck", "lstm", recipe=str(tiny_recipe), out=out, console=QUIET, progress=False,

@@ -19,7 +19,7 @@ from lstmablate.batching import BatchPlan, pooled_batches
 from lstmablate.cells import build_encoder
 from lstmablate.config import available_recipes, load_recipe, resolve_config
 from lstmablate.errors import ConfigError
-from lstmablate.sweep import plan_sweep
+from lstmablate.run.sweep import plan_sweep
 from lstmablate.train.trainer import data_generator
 from lstmablate_tasks.ptb import data as P
 from lstmablate_tasks.ptb.task import (PTBData, PTBEval, PTBModel, PTBTask, read_predictions,

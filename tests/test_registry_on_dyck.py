@@ -13,9 +13,9 @@ from rich.console import Console
 
 from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.config import resolve_config
-from lstmablate.runner import train_run
+from lstmablate.run.runner import train_run
 from lstmablate.train.trainer import data_generator
-from lstmablate.visualize_run import visualize_run
+from lstmablate.results.visualize import visualize_run
 from lstmablate_tasks.dyck.task import DyckTask
 
 # The one cell that only reads a 1-d bracket embedding (eqs 3-5 of the second-order report)
@@ -55,7 +55,7 @@ def test_visualize_run_csv_equals_weighted_sum(tiny_recipe, tmp_path):
     assert rows[0][1:] == text.split()
     values = torch.tensor([[float(v) for v in r[1:]] for r in rows[1:]], dtype=torch.float64)
 
-    from lstmablate.runner import load_run_model
+    from lstmablate.run.runner import load_run_model
     _, task, model = load_run_model(out.run_dir)
     encoder, emb, _ = task.visualization_inputs(model, text)
     view = encoder.weighted_sum(emb)[1][0]  # layer 1, forward direction

@@ -115,7 +115,7 @@ def test_truncated_checkpoint_is_reported_by_name(tmp_path):
 
 
 def test_deterministic_flag_sets_and_records(tmp_path, tiny_recipe):
-    from lstmablate.runner import set_deterministic
+    from lstmablate.run.runner import set_deterministic
 
     try:
         note = set_deterministic(torch.device("cpu"))

@@ -19,8 +19,8 @@ import torch
 from rich.console import Console
 
 from lstmablate.errors import RunDirError, UserError
-from lstmablate.runlock import RunLock, lock_holder
-from lstmablate.runner import train_run
+from lstmablate.run.runlock import RunLock, lock_holder
+from lstmablate.run.runner import train_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115

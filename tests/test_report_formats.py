@@ -19,9 +19,9 @@ from rich.console import Console
 
 from conftest import TINY_DYCK
 from lstmablate.errors import UnknownNameError
-from lstmablate.report import build_report
-from lstmablate.report_formats import render, render_report, tex_escape, to_latex
-from lstmablate.runner import train_run
+from lstmablate.results.report import build_report
+from lstmablate.results.formats import render, render_report, tex_escape, to_latex
+from lstmablate.run.runner import train_run
 
 QUIET = Console(file=io.StringIO())
 GRID = TINY_DYCK.replace("experiment: tiny", "experiment: g") + (

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from tolerance import rel_tol
 from lstmablate.errors import ConfigError, RunDirError
-from lstmablate.runner import evaluate_run, train_run
+from lstmablate.run.runner import evaluate_run, train_run
 from lstmablate_tasks.dyck.metrics import read_predictions as read_dyck_predictions
 from lstmablate_tasks.ptb.task import read_predictions as read_ptb_predictions
 

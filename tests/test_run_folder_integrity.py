@@ -26,7 +26,7 @@ import pytest
 from rich.console import Console
 
 from lstmablate.errors import UserError
-from lstmablate.runner import evaluate_run, train_run
+from lstmablate.run.runner import evaluate_run, train_run
 
 from cli_in_process import run_cli
 

@@ -10,9 +10,9 @@ import yaml
 from rich.console import Console
 
 from lstmablate.errors import RunDirError
-from lstmablate.report import format_duration
-from lstmablate.report_formats import render_report
-from lstmablate.runner import evaluate_run, train_run
+from lstmablate.results.report import format_duration
+from lstmablate.results.formats import render_report
+from lstmablate.run.runner import evaluate_run, train_run
 
 QUIET = Console(file=io.StringIO())
 
@@ -86,7 +86,7 @@ def test_format_duration():
 
 
 def test_grid_recipe_expands_to_experiments_and_one_table(tmp_path, tiny_recipe):
-    from lstmablate.sweep import plan_sweep
+    from lstmablate.run.sweep import plan_sweep
 
     grid = tmp_path / "grid.yaml"
     grid.write_text(tiny_recipe.read_text().replace("experiment: tiny", "experiment: g")

@@ -20,7 +20,7 @@ import pytest
 import torch
 from rich.console import Console
 
-from lstmablate.runner import train_run
+from lstmablate.run.runner import train_run
 from lstmablate.train.checkpoint import load_checkpoint, rng_state, set_rng_state
 
 from cli_in_process import run_cli

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import lstmablate.task as task_module
-from lstmablate.runner import evaluate_run, train_run
+from lstmablate.run.runner import evaluate_run, train_run
 from lstmablate_tasks.squad.task import BiDAFTask, DrQATask
 
 FIXTURE = Path(__file__).parent / "fixtures" / "squad"

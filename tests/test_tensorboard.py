@@ -37,7 +37,7 @@ def _scalars(acc, tag):
 
 def test_events_of_a_real_run_read_back(tiny_recipe, tmp_path):
     pytest.importorskip("tensorboard")
-    from lstmablate.runner import train_run
+    from lstmablate.run.runner import train_run
     from lstmablate.train.tensorboard import TensorBoardLogger
 
     outcome = train_run("dyck", "lstm", recipe=str(tiny_recipe), out=tmp_path / "runs",
@@ -87,7 +87,7 @@ def test_resume_drops_what_an_interrupted_session_wrote_after_its_checkpoint(tmp
 def test_train_tensorboard_flag_logs_the_run(tiny_recipe, tmp_path):
     """`lstmablate train --tensorboard`: the trainer itself writes dev, train and test scalars."""
     pytest.importorskip("tensorboard")
-    from lstmablate.runner import train_run
+    from lstmablate.run.runner import train_run
 
     outcome = train_run("dyck", "lstm", recipe=str(tiny_recipe), out=tmp_path / "runs",
                         console=Console(file=io.StringIO()), progress=False, threads=1,

@@ -8,7 +8,7 @@ import torch
 
 from lstmablate.cells import NoMemoryCellError, build_encoder
 from lstmablate.errors import ConfigError
-from lstmablate.viz import read_csv, visualize, weight_norms
+from lstmablate.results.figures import read_csv, visualize, weight_norms
 
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
 
@@ -122,7 +122,7 @@ def test_errors(tmp_path):
 def test_labels_are_mathtext_and_layers_count_from_one(bi_encoder):
     """What a paper figure needs: ||w_j^t||_2 typeset (mathtext), layer 1 = the layer that
     reads the embeddings, a labelled colour bar."""
-    from lstmablate.viz import draw_weight_norms
+    from lstmablate.results.figures import draw_weight_norms
 
     layers = weight_norms(bi_encoder, torch.randn(1, 4, 5, dtype=torch.float64))
     fig = draw_weight_norms(layers[0], TOKENS[:4])
@@ -136,8 +136,8 @@ def test_labels_are_mathtext_and_layers_count_from_one(bi_encoder):
 
 def test_visualize_command_counts_layers_from_one_and_never_overwrites(tiny_recipe, tmp_path):
     from lstmablate.errors import UserError
-    from lstmablate.runner import train_run
-    from lstmablate.visualize_run import visualize_run
+    from lstmablate.run.runner import train_run
+    from lstmablate.results.visualize import visualize_run
 
     import io
 

@@ -1,1 +1,2 @@
-"""Results: significance tests (and, as the house is sorted, reports and figures)."""
+"""Results: tables beside the paper (report, formats), learning curves (plot), Appendix A
+(figures, visualize) and whether a difference is real (significance)."""

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .config import grid_points, load_recipe, recipe_seeds, resolve_config
-from .console import escape
-from .errors import ConfigError, RunDirError, UserError
+from lstmablate.config import grid_points, load_recipe, recipe_seeds, resolve_config
+from lstmablate.console import escape
+from lstmablate.errors import ConfigError, RunDirError, UserError
 from .runlock import lock_holder
 from .runs import RunFiles, check_out_dir, has_started, run_dir, saved_config_differences
 
@@ -90,8 +90,8 @@ def plan_sweep(recipe: str, out: Path, *, overrides: list[str] | None = None, th
 
 def _plan(recipe: str, out: Path, *, overrides: list[str] | None, threads: int | None,
           device: str, data_dir: str | None) -> list[SweepItem]:
-    from .cells import get_cell
-    from .task import get_task
+    from lstmablate.cells import get_cell
+    from lstmablate.task import get_task
 
     name, r = load_recipe(recipe)
     if "task" not in r:  # a table spec: the sweeps of its experiments
@@ -127,9 +127,9 @@ def has_data(recipe: str, data_dir: str | None) -> bool:
     """Every file of the datasets the recipe's task declares is in the data directory (a
     table spec's ``experiments_with_data`` are planned only then: data no user is expected to
     have, such as the 4 GB Billion Word benchmark)."""
-    from .data import find_file, resolve_data_dir
-    from .errors import DataError
-    from .task import get_task
+    from lstmablate.data import find_file, resolve_data_dir
+    from lstmablate.errors import DataError
+    from lstmablate.task import get_task
 
     _, r = load_recipe(recipe)
     base = resolve_data_dir(data_dir)

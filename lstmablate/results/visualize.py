@@ -6,11 +6,11 @@ from pathlib import Path
 
 import torch
 
-from .errors import UserError, refuse_overwrite
-from .runner import load_run_model
-from .runs import check_not_run_file
-from .io import check_can_write
-from .viz import visualize
+from lstmablate.errors import UserError, refuse_overwrite
+from lstmablate.run.runner import load_run_model
+from lstmablate.run.runs import check_not_run_file
+from lstmablate.io import check_can_write
+from .figures import visualize
 
 
 def visualize_run(run_dir: Path, text: str, *, layer: int = 0, out: Path = Path("weights.png"),

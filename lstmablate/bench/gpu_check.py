@@ -1,6 +1,6 @@
 """One command for a GPU machine: check the GPU paths and measure them (``make gpu-check``).
 
-    python benchmarks/gpu_check.py [--out benchmarks/results] [--device cuda]
+    python -m lstmablate.bench.gpu_check [--out benchmarks/results] [--device cuda]
 
 In one run, on one GPU, in under eight minutes (``tests/gpu/`` has a time budget, and the
 trainer part starts no run after ``TOTAL_BUDGET`` seconds; a part that cannot run here is
@@ -42,7 +42,9 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from lstmablate import io
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (tests/gpu, benchmarks/results)
 TOTAL_BUDGET = 460.0  # seconds: the trainer part stops starting runs after this
 TESTS_BUDGET = 210.0  # tests/gpu (the first run compiles every Triton kernel it uses)
 TRAIN_STEPS = 200  # measured steps per cell (the difference of two runs)
@@ -274,9 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     doc["seconds"] = round(time.perf_counter() - t_start, 1)
     gpu = re.sub(r"[^A-Za-z0-9]+", "-", doc["environment"].get("gpu", "gpu")).strip("-").lower()
     out = Path(args.out) / f"gpu-check-{gpu}-{time.strftime('%Y%m%d-%H%M')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(bench.to_json(doc.pop("rows"), **doc) + "\n")
-    out.with_suffix(".md").write_text(markdown(json.loads(out.read_text())))
+    text = bench.to_json(doc.pop("rows"), **doc) + "\n"
+    io.atomic_write_text(out, text)
+    io.atomic_write_text(out.with_suffix(".md"), markdown(json.loads(text)))
     print(f"wrote {out} and {out.with_suffix('.md')} ({doc['seconds']:.0f} s)")
     met = [t["met"] for t in doc["targets"] if t["met"] is not None]
     print(f"targets met: {sum(met)} of {len(met)}")

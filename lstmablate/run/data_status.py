@@ -13,8 +13,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .data import Dataset, DataFile, find_file, verify
-from .errors import DataError, UserError
+from lstmablate.data import Dataset, DataFile, find_file, verify
+from lstmablate.errors import DataError, UserError
 
 
 @dataclass
@@ -46,7 +46,7 @@ class DataReport:
 def task_datasets(task: str | None = None) -> dict[str, tuple[Dataset, list[str]]]:
     """dataset name -> (the dataset, the tasks that read it), for every installed task (or
     one), in task order."""
-    from .task import available_tasks, get_task
+    from lstmablate.task import available_tasks, get_task
 
     out: dict[str, tuple[Dataset, list[str]]] = {}
     for name in [task] if task else available_tasks():
@@ -89,8 +89,8 @@ def check(data_dir: Path, task: str | None = None) -> DataReport:
 
 def recipe_needs(data_dir: Path) -> dict[str, tuple[str, set[str]]]:
     """recipe (or table spec) -> (its task(s), the catalogued files its runs read)."""
-    from .config import available_recipes, load_recipe, resolve_config
-    from .task import get_task
+    from lstmablate.config import available_recipes, load_recipe, resolve_config
+    from lstmablate.task import get_task
 
     needs: dict[str, tuple[str, set[str]]] = {}
     tables: dict[str, list[str]] = {}

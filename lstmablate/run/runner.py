@@ -25,23 +25,23 @@ import numpy as np
 import torch
 import yaml
 from rich.console import Console
-from .console import escape
+from lstmablate.console import escape
 
-from .cells import build_encoder, get_cell
-from .config import RunConfig, config_from_dict, resolve_config, with_eval_overrides
-from .data import resolve_data_dir
-from .errors import CheckpointError, ConfigError, DataError, RunDirError, UserError
+from lstmablate.cells import build_encoder, get_cell
+from lstmablate.config import RunConfig, config_from_dict, resolve_config, with_eval_overrides
+from lstmablate.data import resolve_data_dir
+from lstmablate.errors import CheckpointError, ConfigError, DataError, RunDirError, UserError
 from .runlock import RunLock, lock_holder
 from .runs import (RunFiles, RunStart, check_not_run_file, check_out_dir, clear_run_dir,
                    inspect_run_dir, read_artefacts,
                    remove_interrupted_writes, run_dir, write_artefacts, write_config, write_env,
                    write_result)
-from .task import Task, get_task
-from .train import Trainer
-from .train import distributed
-from .io import check_can_write, environment, read_json
-from .train.checkpoint import load_checkpoint
-from .train.trainer import data_generator
+from lstmablate.task import Task, get_task
+from lstmablate.train import Trainer
+from lstmablate.train import distributed
+from lstmablate.io import check_can_write, environment, read_json
+from lstmablate.train.checkpoint import load_checkpoint
+from lstmablate.train.trainer import data_generator
 
 
 def seed_everything(seed: int) -> None:
@@ -231,7 +231,7 @@ def train_run(
     cfg = resolve_config(task_cls, cell, recipe=recipe, overrides=overrides, seed=seed,
                          experiment=experiment)
     if tensorboard:  # before anything is written
-        from .train.tensorboard import require_tensorboard
+        from lstmablate.train.tensorboard import require_tensorboard
 
         require_tensorboard()
     dev = pick_device(device)

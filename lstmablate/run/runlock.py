@@ -17,7 +17,7 @@ import time
 import warnings
 from pathlib import Path
 
-from .errors import RunDirError
+from lstmablate.errors import RunDirError
 
 try:
     import fcntl

@@ -1,4 +1,4 @@
-"""A :class:`~lstmablate.report.Report` as text: markdown, LaTeX, CSV or JSON.
+"""A :class:`~lstmablate.results.report.Report` as text: markdown, LaTeX, CSV or JSON.
 
 * **markdown** — one table per experiment (or table spec): rows = cells, ours as
   ``mean ± std (n=…)`` over seeds, the paper's numbers in their own columns, notes.
@@ -23,9 +23,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .errors import UnknownNameError
+from lstmablate.errors import UnknownNameError
 from .report import Report, RunRecord, Stat, Table, build_report, run_caveats
-from .task import get_task
+from lstmablate.task import get_task
 
 FORMATS = ("markdown", "latex", "csv", "json")
 CHECKPOINTS = {"best": "best-dev", "last": "last (end of training)"}
@@ -34,7 +34,7 @@ NOT_RUN_LEGEND = ("— in our columns: the cell is not part of that experiment (
 
 
 def render_report(runs_dir: Path, table: str | None = None, fmt: str = "markdown") -> str:
-    """The report of ``runs_dir`` (see :func:`~lstmablate.report.build_report`) as ``fmt``."""
+    """The report of ``runs_dir`` (see :func:`~lstmablate.results.report.build_report`) as ``fmt``."""
     if fmt not in FORMATS:
         raise UnknownNameError("report format", fmt, FORMATS)
     return render(build_report(runs_dir, table), fmt)

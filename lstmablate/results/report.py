@@ -4,7 +4,7 @@
 and returns a :class:`Report`: every run found (:class:`RunRecord`, finished,
 unfinished or damaged) and one :class:`Table` per experiment (or per table spec,
 ``--table``), whose cells hold mean ± sample std over seeds.
-:mod:`lstmablate.report_formats` turns it into markdown, LaTeX, CSV or JSON.
+:mod:`lstmablate.results.formats` turns it into markdown, LaTeX, CSV or JSON.
 
 What a recipe says about a *sweep* — the cells and seeds it expects and the
 paper's ``reference`` numbers — is read from the recipe itself, at report time:
@@ -32,9 +32,9 @@ from typing import Any
 
 import yaml
 
-from .config import LEGACY_RUN_KEYS, grid_points, load_recipe, recipe_seeds
-from .errors import UnknownNameError, UserError
-from .task import Metric, get_task
+from lstmablate.config import LEGACY_RUN_KEYS, grid_points, load_recipe, recipe_seeds
+from lstmablate.errors import UnknownNameError, UserError
+from lstmablate.task import Metric, get_task
 
 
 # -- runs ------------------------------------------------------------------------------------

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import RunConfig
-from .errors import ConfigError, DataError, RunDirError, UserError
+from lstmablate.config import RunConfig
+from lstmablate.errors import ConfigError, DataError, RunDirError, UserError
 from .runlock import LOCK_NAME
-from . import io
-from .io import atomic_write, atomic_write_json, atomic_write_yaml, read_json
+from lstmablate import io
+from lstmablate.io import atomic_write, atomic_write_json, atomic_write_yaml, read_json
 
 
 def run_dir(root: Path, experiment: str, cell: str, seed: int) -> Path:
@@ -215,8 +215,8 @@ def _identity_of_saved(old: Any, cfg: RunConfig) -> Any:
     toolkit option nor an edited recipe makes an existing run "different"."""
     if not isinstance(old, dict):
         return old
-    from .config import config_from_dict
-    from .task import get_task
+    from lstmablate.config import config_from_dict
+    from lstmablate.task import get_task
 
     try:
         return config_from_dict(get_task(cfg.task), old, "config.yaml").identity()

@@ -28,9 +28,9 @@ from typing import Any
 
 import yaml
 
-from .errors import DataError, UnknownNameError, UserError, refuse_overwrite
-from .runs import check_not_run_file
-from .io import atomic_write, atomic_write_text, check_can_write
+from lstmablate.errors import DataError, UnknownNameError, UserError, refuse_overwrite
+from lstmablate.run.runs import check_not_run_file
+from lstmablate.io import atomic_write, atomic_write_text, check_can_write
 
 X_AXES = ("step", "epoch")
 NOT_PLOTTED = ("step", "epoch", "split")  # columns of metrics.jsonl that are not curves
@@ -206,7 +206,7 @@ def available_metrics(runs: list[RunLog]) -> list[str]:
 
 def default_metrics(runs: list[RunLog]) -> list[str]:
     """The tasks' primary (dev) metrics, then the training loss."""
-    from .task import get_task
+    from lstmablate.task import get_task
 
     names = []
     for task in dict.fromkeys(r.task for r in runs):
@@ -219,7 +219,7 @@ def default_metrics(runs: list[RunLog]) -> list[str]:
 
 def metric_label(runs: list[RunLog], metric: str) -> str:
     """Axis label: the task's label and direction for its metrics, with the split."""
-    from .task import get_task
+    from lstmablate.task import get_task
 
     if metric == "train_loss":
         return "training loss (mean since the previous evaluation)"
@@ -278,7 +278,7 @@ def _marker(curve: Curve) -> str | None:
 
 def figure_title(runs: list[RunLog]) -> str:
     """The recipe's description when every run comes from one recipe, else the experiments."""
-    from .config import load_recipe
+    from lstmablate.config import load_recipe
 
     files = {r.recipe_file or r.recipe for r in runs}
     if len(files) == 1 and None not in files:

@@ -1,0 +1,134 @@
+"""The model benchmark: a PTB training step per cell (the TensorFlow tutorial's small,
+medium and large sizes), tokens/s against the same model on ``torch.nn.LSTM``."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lstmablate.cells import available_cells, build_encoder, get_cell
+from lstmablate.errors import ConfigError
+
+from .measure import _Candidate, _path, _threads, _time_rounds
+
+
+# ---------------------------------------------------------------------------------
+# full model: PTB training (the tutorial's small, medium, large sizes)
+# ---------------------------------------------------------------------------------
+
+class _LanguageModel(nn.Module):
+    """Embedding -> encoder -> untied softmax: the PTB task's language model (Zaremba et al.
+    2014) at dropout 0, built here so that the benchmark needs no task plugin."""
+
+    def __init__(self, vocab: int, hidden: int, encoder: nn.Module):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, hidden)
+        self.encoder = encoder
+        self.decoder = nn.Linear(hidden, vocab)
+
+    def forward(self, x: Tensor, state: Any = None):
+        out, st = self.encoder(self.embedding(x), None, state)
+        return self.decoder(out), st
+
+
+def _ptb_model(cell: str, vocab: int, hidden: int, layers: int) -> nn.Module:
+    if cell == "nn.LSTM":
+        class _Enc(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.LSTM(hidden, hidden, num_layers=layers, batch_first=True)
+                self.output_size = hidden
+
+            def forward(self, x, lengths=None, state=None):
+                return self.rnn(x, state)
+        enc: nn.Module = _Enc()
+    else:
+        enc = build_encoder(cell, hidden, hidden, num_layers=layers)
+    model = _LanguageModel(vocab, hidden, enc)
+    with torch.no_grad():
+        for p in model.parameters():
+            nn.init.uniform_(p, -0.1, 0.1)
+    return model
+
+
+#: The tutorial's model sizes (hidden, num_steps): what ``bench_models(size=...)`` times.
+MODEL_SIZES: dict[str, tuple[int, int]] = {"small": (200, 20), "medium": (650, 35),
+                                           "large": (1500, 35)}
+
+
+def bench_models(cells: list[str] | None = None, threads: int = 2, device: str = "cpu",
+                 repeats: int = 20, quick: bool = False, warmup: int = 3, vocab: int = 10_000,
+                 hidden: int | None = None, layers: int = 2, batch: int = 20,
+                 steps: int | None = None, seed: int = 0, size: str = "small",
+                 progress: Callable[[str], None] | None = None) -> list[dict]:
+    """PTB training tokens/s per cell (and ``nn.LSTM``), on random token ids.
+
+    One iteration = the tutorial's training step: forward over ``batch x steps`` tokens
+    from the carried (detached) state, loss = sum over steps of the batch-mean NLL,
+    backward, gradient clipping at norm 5, an SGD update at lr 1.0.  ``size`` picks the
+    tutorial's hidden size and num_steps (:data:`MODEL_SIZES`: small 200/20, medium
+    650/35, large 1500/35); ``hidden``/``steps`` override it.  Vocab 10000, 2 layers,
+    batch 20.  ``cells`` defaults to the LSTM family and the GRU.  Returns one dict
+    per cell with ``kind="model"``: shape ("ptb-<size>-model"), cell, kernel, device,
+    threads, vocab, hidden, layers, batch, steps, ms, ms_min, tokens_per_s, ratio_lstm,
+    repeats.
+    """
+    if size not in MODEL_SIZES:
+        raise ConfigError(f"unknown PTB model size {size!r}; expected one of {sorted(MODEL_SIZES)}")
+    hidden = MODEL_SIZES[size][0] if hidden is None else hidden
+    steps = MODEL_SIZES[size][1] if steps is None else steps
+    dev = torch.device(device)
+    cells = list(cells) if cells else [c for c in available_cells()
+                                       if get_cell(c).family in ("lstm", "gru")]
+    if quick:
+        repeats, warmup = min(repeats, 5), min(warmup, 1)
+    gen = torch.Generator().manual_seed(seed)
+    n_batches = 8
+    data = torch.randint(0, vocab, (n_batches, batch, steps + 1), generator=gen).to(dev)
+    cands, meta = [], {}
+    with _threads(threads):
+        torch.manual_seed(seed)
+        for cell in ["nn.LSTM", *cells]:
+            try:
+                model = _ptb_model(cell, vocab, hidden, layers).to(dev)
+            except ConfigError:
+                continue
+            model.train()
+            opt = torch.optim.SGD(model.parameters(), lr=1.0)
+            carry: dict[str, Any] = {"state": None, "i": 0}
+
+            def step(model=model, opt=opt, carry=carry) -> None:
+                b = data[carry["i"] % n_batches]
+                carry["i"] += 1
+                x, y = b[:, :-1], b[:, 1:]
+                logits, st = model(x, carry["state"])
+                nll = nn.functional.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1),
+                                                  reduction="none").view_as(y)
+                loss = nll.mean(0).sum()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+                opt.step()
+                carry["state"] = tuple(s.detach() for s in st) if isinstance(st, tuple) else st.detach()
+
+            cands.append(_Candidate(cell, step, [], []))
+            enc = getattr(model, "encoder", None)
+            meta[cell] = ("PyTorch" if cell == "nn.LSTM" else
+                          _path(enc, dev, torch.float32, False, batch) if enc is not None else "?")
+        if progress:
+            progress(f"ptb-{size} model: timing {len(cands)} candidates x {repeats} rounds")
+        _time_rounds(cands, warmup, repeats, dev)
+    base = statistics.median(cands[0].times)
+    rows = []
+    for c in cands:
+        t = statistics.median(c.times)
+        rows.append(dict(kind="model", shape=f"ptb-{size}-model", cell=c.name, kernel=meta[c.name],
+                         device=dev.type, threads=threads, vocab=vocab, hidden=hidden,
+                         layers=layers, batch=batch, steps=steps, tokens=batch * steps,
+                         ms=t * 1e3, ms_min=min(c.times) * 1e3, tokens_per_s=batch * steps / t,
+                         ratio_lstm=base / t, repeats=len(c.times)))
+    return rows

@@ -1,0 +1,56 @@
+"""One measured run, kept as a record: the cell and model rows, the machine's matrix-multiply
+rate before and after (a busy machine shows there), the environment with the load before and
+after and the dispatch choices made — as JSON, and the same tables as Markdown beside it
+(what docs/performance.md and the results pages quote)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lstmablate import io
+
+from .cells import bench_cells
+from .measure import environment, machine_gflops
+from .models import bench_models
+from .render import to_json, to_markdown
+
+
+def measure(cells: list[str] | None, shapes: list[str] | None, *, threads: int, device: str,
+            repeats: int, quick: bool, model_sizes: list[str], model_repeats: int = 20,
+            machine_rate: bool = True,
+            progress: Callable[[str], None] | None = None) -> tuple[list[dict], dict[str, Any]]:
+    """The rows of every benchmark asked for, and the record's other fields (the matmul rate
+    before and after only with ``machine_rate``: it takes seconds)."""
+    env = environment(threads, device)
+    env["load_average_before"] = env.pop("load_average", None)
+    t0 = time.time()
+    peak = machine_gflops(threads, device, n=2048) if machine_rate else None
+    rows = bench_cells(cells, shapes, threads=threads, device=device, repeats=repeats,
+                       quick=quick, progress=progress)
+    for size in model_sizes:
+        rows += bench_models(cells, threads=threads, device=device, repeats=model_repeats,
+                             quick=quick, size=size, progress=progress)
+    peak_after = machine_gflops(threads, device, n=2048) if machine_rate else None
+    try:
+        env["load_average_after"] = os.getloadavg()
+    except (AttributeError, OSError):
+        pass
+    env["dispatch"] = environment(threads, device)["dispatch"]  # the choices made meanwhile
+    env["seconds"] = round(time.time() - t0, 1)
+    env["command"] = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    return rows, {"environment": env, "machine_gflops": [peak, peak_after]}
+
+
+def write(path: str | os.PathLike, rows: list[dict], **fields: Any) -> tuple[Path, Path]:
+    """``path`` (JSON: the rows and ``fields``) and its Markdown tables beside it, atomically."""
+    path = Path(path)
+    md = path.with_suffix(".md")
+    io.check_can_write(path, md)
+    io.atomic_write_text(path, to_json(rows, **fields) + "\n")
+    io.atomic_write_text(md, to_markdown(rows) + "\n")
+    return path, md

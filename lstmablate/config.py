@@ -168,8 +168,13 @@ class RunConfig:
             out[f.name] = to_plain(v)
         return out
 
+    def checkpoint_key(self) -> dict[str, Any]:
+        """What a checkpoint records of the run it belongs to (and must match to be loaded)."""
+        return {"task": self.task, "cell": self.cell, "experiment": self.experiment,
+                "seed": self.seed}
+
     def identity(self) -> dict[str, Any]:
-        """What must match for a checkpoint or a run folder to be this run."""
+        """What must match for a run folder to hold this run (``--resume`` compares it)."""
         d = self.to_dict()
         return {k: d[k] for k in ("task", "cell", "seed", *IDENTITY_SECTIONS)}
 

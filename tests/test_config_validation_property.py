@@ -28,7 +28,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from lstmablate import runner, sweep
+from lstmablate.run import runner, sweep
 from lstmablate import task as task_module
 from lstmablate.config import TrainConfig, resolve_config
 from lstmablate.errors import UserError

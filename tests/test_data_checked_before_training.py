@@ -71,7 +71,7 @@ def test_parsing_with_a_token_budget_below_one_sentence_trains(tmp_path):
                                                   "train.max_steps=3", "train.eval_every=3"],
                     out=tmp_path / "runs", data_dir=str(FIXTURES), console=QUIET, progress=False,
                     threads=1)
-    assert out.result["steps"] == 3
+    assert out.result.steps == 3
 
 
 def test_a_training_split_that_gives_no_batch_fails_before_anything_is_written(tmp_path, monkeypatch):
@@ -94,7 +94,7 @@ def test_a_training_split_that_gives_no_batch_fails_before_anything_is_written(t
 ])
 def test_running_out_of_memory_is_a_message_and_leaves_no_run_folder(tmp_path, tiny_recipe,
                                                                     monkeypatch, error):
-    from lstmablate import runner
+    from lstmablate.run import runner
 
     def build(task, cfg):
         raise error
@@ -108,7 +108,7 @@ def test_running_out_of_memory_is_a_message_and_leaves_no_run_folder(tmp_path, t
 
 
 def test_other_runtime_errors_are_not_disguised_as_memory(tmp_path, tiny_recipe, monkeypatch):
-    from lstmablate import runner
+    from lstmablate.run import runner
 
     monkeypatch.setattr(runner, "build_model", lambda task, cfg: (_ for _ in ()).throw(
         RuntimeError("a bug")))

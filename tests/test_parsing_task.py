@@ -16,6 +16,7 @@ import torch
 from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.config import TrainConfig, update_dataclass
 from lstmablate.errors import ConfigError, DataError, UserError
+from lstmablate.run.runs import RunFiles
 from lstmablate.train import Trainer
 from lstmablate_tasks.parsing.conllu import read_conllu
 from lstmablate_tasks.parsing.task import ParsingData, ParsingEval, ParsingModel, ParsingTask
@@ -41,7 +42,7 @@ def make_task(files="parsing", data_dir=DATA_DIR, splits=("train", "dev", "test"
 def train(task, model, tmp_path, **train):
     cfg = update_dataclass(TrainConfig(), dict(ParsingTask.train_defaults), "train", "defaults")
     cfg = update_dataclass(cfg, train, "train", "test")
-    trainer = Trainer(cfg, task, model, tmp_path, seed=1, device=torch.device("cpu"),
+    trainer = Trainer(cfg, task, model, RunFiles(tmp_path), seed=1, device=torch.device("cpu"),
                       identity={"task": "parsing"}, progress=False)
     return trainer.fit()
 
@@ -131,7 +132,7 @@ def test_interrupted_and_resumed_training_is_exact(tmp_path):
         model = task.build_model(functools.partial(build_encoder, "lstm"))
         cfg = update_dataclass(TrainConfig(), dict(ParsingTask.train_defaults), "train", "d")
         cfg = update_dataclass(cfg, {"max_steps": 10, "eval_every": 2, "lr": 0.01}, "train", "t")
-        return Trainer(cfg, task, model, run_dir, seed=1, device=torch.device("cpu"),
+        return Trainer(cfg, task, model, RunFiles(run_dir), seed=1, device=torch.device("cpu"),
                        identity={"task": "parsing"}, progress=False)
 
     trainer(tmp_path / "straight").fit()

@@ -340,7 +340,7 @@ def test_cli_train_ptb_small_shortened(tmp_path):
     result = json.loads((tmp_path / "runs" / "ptb-small" / "lstm-srnn" / "seed-1" /
                          "result.json").read_text())
     assert result["primary"] == "ppl" and result["steps"] == 5 and result["shortened"]
-    dev = result["dev"]
+    dev = result["best"]["dev"]  # the selected checkpoint's dev metrics
     assert dev["tokens"] == 73600 and dev["eval_batch_size"] == 20 and dev["eval_num_steps"] == 20
     assert 100 < dev["ppl"] < 10000 and math.isfinite(dev["nll"])
     # the log: the training loss per token (the scale of the dev NLL, not 20 steps' sum),

@@ -102,7 +102,7 @@ def test_a_second_process_cannot_write_a_running_run_and_kill_9_frees_it(tmp_pat
 
 def test_parallel_sweep_reads_each_runs_status_and_stops_after_an_interrupt(tmp_path, tiny_recipe,
                                                                             monkeypatch):
-    from lstmablate import sweep as S
+    from lstmablate.run import sweep as S
 
     plan = S.plan_sweep(str(tiny_recipe), tmp_path / "runs")  # 2 cells x 2 seeds
     started = []
@@ -131,7 +131,7 @@ def test_parallel_sweep_reads_each_runs_status_and_stops_after_an_interrupt(tmp_
 
 
 def test_interrupted_sequential_sweep_exits_non_zero(tmp_path, tiny_recipe, monkeypatch):
-    from lstmablate import runner, sweep as S
+    from lstmablate.run import runner, sweep as S
 
     monkeypatch.setattr(runner, "train_run", lambda *a, **k: runner.TrainOutcome(tmp_path, None, True))
     with pytest.raises(S.SweepInterrupted, match="was interrupted"):
@@ -145,7 +145,7 @@ def test_sweep_leaves_a_run_that_another_process_trains_and_names_it(tmp_path, t
     plan was made: the sweep starts neither, names the locked one, and runs the rest."""
     import io
 
-    from lstmablate import runner, sweep as S
+    from lstmablate.run import runner, sweep as S
 
     plan = S.plan_sweep(str(tiny_recipe), tmp_path / "runs")  # lstm 1, 2; lstm-srnn 1, 2
     locked, done_meanwhile = plan[1].run_dir, plan[2].run_dir
@@ -310,7 +310,7 @@ def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path, tiny_rec
     resumed = train_run("dyck", "lstm", recipe=str(tiny_recipe), out=out, console=QUIET,
                         progress=False, overrides=["train.max_steps=3", "train.eval_every=1"],
                         resume=True)
-    assert resumed.result["steps"] == 3
+    assert resumed.result.steps == 3
 
 
 def test_a_failed_start_leaves_nothing_and_the_corrected_command_starts(tmp_path):
@@ -339,7 +339,7 @@ def test_a_run_folder_whose_start_crashed_is_started_again(tmp_path, tiny_recipe
         (done.run_dir / name).unlink()
     again = train_run("dyck", "lstm", recipe=str(tiny_recipe), out=out, console=QUIET,
                       progress=False, overrides=["train.max_steps=2"])
-    assert again.result["steps"] == 2
+    assert again.result.steps == 2
 
 
 # ------------------------------------------------------------------ honest advice

@@ -232,7 +232,7 @@ def test_csv_and_json_one_row_per_run_round_trip(runs, tmp_path):
         result = json.loads((out / exp / cell / f"seed-{seed}" / "result.json").read_text())
         for name, v in result["test"].items():
             assert row[f"test.{name}"] == v  # exact: floats round-trip through repr
-        for name, v in result["dev"].items():
+        for name, v in result["best"]["dev"].items():
             assert row[f"dev.{name}"] == v
         assert (row["steps"], row["train_time_s"], row["shortened"]) == (
             result["steps"], result["train_time_s"], True)

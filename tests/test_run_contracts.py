@@ -57,16 +57,16 @@ def test_vocabulary_is_kept_with_the_run_and_eval_reads_no_training_data(ptb_run
     (data / "ptb" / "ptb.train.txt").unlink()  # evaluation must not need it
     (data / "ptb" / "ptb.valid.txt").unlink()
     again = evaluate_run(outcome.run_dir, split="test", data_dir=str(data),
-                         checkpoint=outcome.result["test_checkpoint"])
-    assert again == pytest.approx(outcome.result["test"], rel=1e-12)
+                         checkpoint=outcome.result.test_checkpoint)
+    assert again == pytest.approx(outcome.result.test, rel=1e-12)
 
 
 def test_ptb_predictions_file_gives_the_run_metrics(ptb_run, tmp_path):
     outcome, data = ptb_run
     path = tmp_path / "test-logprobs.tsv"
     metrics = evaluate_run(outcome.run_dir, split="test", data_dir=str(data),
-                           checkpoint=outcome.result["test_checkpoint"], write_predictions=path)
-    assert metrics == pytest.approx(outcome.result["test"], rel=1e-9)
+                           checkpoint=outcome.result.test_checkpoint, write_predictions=path)
+    assert metrics == pytest.approx(outcome.result.test, rel=1e-9)
     assert read_ptb_predictions(path) == pytest.approx(metrics, rel=1e-12)
     rows = path.read_text().splitlines()[2:]
     assert len(rows) == metrics["tokens"] and all(float(r.split("\t")[2]) <= 0 for r in rows)
@@ -129,7 +129,7 @@ def test_resume_after_the_recipe_reference_numbers_changed(tiny_recipe, tmp_path
                            .replace("seeds: [1, 2]", "seeds: [1, 2, 3]")
                            .replace('"made up for the test"', '"corrected"'))
     resumed = train_dyck(tiny_recipe, out, overrides=["train.max_steps=4"], resume=True)
-    assert resumed.result["steps"] == 4
+    assert resumed.result.steps == 4
 
 
 def test_resume_keeps_the_environment_of_every_earlier_segment(tiny_recipe, tmp_path):
@@ -176,8 +176,8 @@ def test_an_old_run_folder_migrates(tiny_recipe, tmp_path):
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
     shutil.rmtree(d / "artefacts")
     (d / "result.json").unlink()  # interrupted at the end
-    assert evaluate_run(d, split="test") == pytest.approx(first.result["test"], rel=1e-12)
+    assert evaluate_run(d, split="test") == pytest.approx(first.result.test, rel=1e-12)
     resumed = train_dyck(tiny_recipe, out, overrides=["train.max_steps=4", "eval.batch_size=5"],
                          resume=True)
-    assert resumed.result["test"] == pytest.approx(first.result["test"], rel=1e-12)
+    assert resumed.result.test == pytest.approx(first.result.test, rel=1e-12)
     assert (d / "artefacts").is_dir()  # written on the resume

@@ -224,7 +224,7 @@ def test_the_metrics_rewrite_of_a_resume_is_atomic(tmp_path, tiny_recipe, monkey
     assert metrics.read_bytes() == before
     monkeypatch.undo()
     resumed = train_run("dyck", "lstm", resume=True, **args)
-    assert resumed.result["steps"] == 2
+    assert resumed.result.steps == 2
     assert len(metrics.read_text().splitlines()) == 2
 
 

@@ -40,15 +40,15 @@ def test_run_layout_eval_and_refusals(tiny_recipe, tmp_path):
 
     again = evaluate_run(d, split="test")
     assert again == pytest.approx(result["test"], rel=0, abs=1e-12, nan_ok=True)
-    assert evaluate_run(d, split="dev")["loss"] == pytest.approx(result["dev"]["loss"], abs=1e-12)
+    assert evaluate_run(d, split="dev")["loss"] == pytest.approx(result["best"]["dev"]["loss"], abs=1e-12)
 
     with pytest.raises(RunDirError, match="already holds this run"):
         train(tiny_recipe, out, overrides=["train.max_steps=6"])
     with pytest.raises(RunDirError, match="different run .*train"):
         train(tiny_recipe, out, overrides=["train.max_steps=7"])
     # --resume of a finished run only re-evaluates; --force starts again
-    assert train(tiny_recipe, out, overrides=["train.max_steps=6"], resume=True).result["steps"] == 6
-    assert train(tiny_recipe, out, overrides=["train.max_steps=4"], force=True).result["steps"] == 4
+    assert train(tiny_recipe, out, overrides=["train.max_steps=6"], resume=True).result.steps == 6
+    assert train(tiny_recipe, out, overrides=["train.max_steps=4"], force=True).result.steps == 4
 
 
 def test_loss_falls_on_dyck(tiny_recipe, tmp_path):
@@ -116,7 +116,7 @@ def test_a_run_saved_before_an_option_existed_still_resumes(tiny_recipe, tmp_pat
     del old["train"]["test_checkpoint"]  # as an older lstmablate wrote it, with recipe metadata
     old.update(cells=["lstm"], seeds=[1], cell_seeds={"lstm": [1]}, reference={"lstm": {"accuracy": 1.0}})
     cfg_path.write_text(_yaml.safe_dump(old))
-    assert train(tiny_recipe, out, overrides=["train.max_steps=2"], resume=True).result["steps"] == 2
+    assert train(tiny_recipe, out, overrides=["train.max_steps=2"], resume=True).result.steps == 2
     with pytest.raises(RunDirError, match=r"train.max_steps \(2 -> 3\)"):
         train(tiny_recipe, out, overrides=["train.max_steps=3"], resume=True)
 
@@ -224,3 +224,33 @@ def test_a_damaged_config_is_named_and_the_cli_warns(two_seeds, tmp_path, capsys
     assert f"{out / 'tiny' / 'lstm' / 'seed-2' / 'config.yaml'} is not valid YAML" in captured.out
     assert "warning: skipped" in err and "is an empty object {}" in err
     assert "missing" in _row(captured.out, "lstm")  # no usable run of lstm is left
+
+
+def test_the_run_folder_spells_its_names_once_and_result_json_reads_back(tiny_recipe, tmp_path):
+    """RunFiles is the only place a run folder's file names are spelled (the modules that
+    read or write them ask it); result.json round-trips through RunResult, and one written
+    by an older version (a duplicate `dev`, fewer keys) still reads."""
+    import re
+    from pathlib import Path
+
+    import lstmablate
+    from lstmablate.run.runs import RunFiles, RunResult
+
+    names = [RunFiles.CONFIG, RunFiles.ENV, RunFiles.METRICS, RunFiles.RESULT, RunFiles.LAST,
+             RunFiles.BEST, RunFiles.MANIFEST]
+    root = Path(lstmablate.__file__).parent
+    for py in root.rglob("*.py"):
+        if py.name == "runs.py" and py.parent.name == "run":
+            continue
+        text = py.read_text(encoding="utf-8")
+        for name in names:
+            assert not re.search(rf"[\"']{re.escape(name)}[\"']", text), f"{py} spells {name}"
+    out = train(tiny_recipe, tmp_path / "runs", overrides=["train.max_steps=3"])
+    files = RunFiles.of(tmp_path / "runs", "tiny", "lstm", 1)
+    saved = json.loads(files.result.read_text())
+    assert "dev" not in saved and saved["best"]["dev"] == out.result.dev  # stored once
+    assert RunResult.from_json(saved) == out.result
+    old = dict(saved, dev=saved["best"]["dev"])
+    del old["world_size"], old["skipped_nonfinite"]
+    again = RunResult.from_json(old)
+    assert again.dev == out.result.dev and again.world_size == 1 and "dev" not in again.extra

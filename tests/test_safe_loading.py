@@ -146,7 +146,7 @@ def test_a_checkpoint_written_by_the_previous_format_still_loads_and_resumes(tmp
     resumed = train_run("dyck", "lstm", out=tmp_path / "part", resume=True, **args)
     assert (part.run_dir / "metrics.jsonl").read_text() == \
         (whole.run_dir / "metrics.jsonl").read_text()
-    assert resumed.result["test"] == whole.result["test"]
+    assert resumed.result.test == whole.result.test
 
 
 def test_recipes_run_configs_and_set_values_construct_no_python_objects(tmp_path, trained):

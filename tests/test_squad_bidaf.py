@@ -15,6 +15,7 @@ import torch
 from tolerance import assert_close
 from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.config import TrainConfig, resolve_config
+from lstmablate.run.runs import RunFiles
 from lstmablate.train import Trainer
 from lstmablate_tasks.squad.bidaf import (CharCNN, Highway, TrilinearSimilarity, attention_flow,
                                           token_char_ids)
@@ -150,7 +151,7 @@ def test_overfit_20_questions_through_the_trainer(tmp_path):
     task.loss = recording_loss
     cfg = TrainConfig(optimizer="adam", lr=0.01, betas=(0.9, 0.9), clip_norm=5.0, max_epochs=40,
                       eval_every=1000, eval_test=False)
-    Trainer(cfg, task, model, tmp_path / "run", seed=1, device=torch.device("cpu"),
+    Trainer(cfg, task, model, RunFiles(tmp_path / "run"), seed=1, device=torch.device("cpu"),
             identity={"task": "squad-bidaf"}, progress=False).fit()
     assert sum(losses[-4:]) < 0.1 * sum(losses[:4])
     model.eval()

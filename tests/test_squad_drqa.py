@@ -18,6 +18,7 @@ from tolerance import assert_close
 from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.config import TrainConfig, resolve_config
 from lstmablate.errors import ConfigError, DataError
+from lstmablate.run.runs import RunFiles
 from lstmablate.train import Trainer
 from lstmablate_tasks.squad.task import DrQAData, DrQAModel, DrQATask, SquadEval
 
@@ -142,7 +143,7 @@ def test_overfit_20_questions_through_the_trainer(tmp_path):
 
     task.loss = recording_loss
     cfg = TrainConfig(optimizer="adamax", lr=0.01, clip_norm=10.0, max_epochs=25, eval_test=False)
-    Trainer(cfg, task, model, tmp_path / "run", seed=1, device=torch.device("cpu"),
+    Trainer(cfg, task, model, RunFiles(tmp_path / "run"), seed=1, device=torch.device("cpu"),
             identity={"task": "squad-drqa"}, progress=False).fit()
     assert sum(losses[-4:]) / 4 < 0.05 * sum(losses[:4]) / 4
     model.eval()

@@ -62,10 +62,10 @@ def test_drqa_run_eval_and_predictions(tmp_path, squad_tasks):
     assert json.loads((run / "artefacts" / "n_tuned.json").read_text()) == 7
     vec.unlink()  # evaluation reads the embeddings from the checkpoint, not the vector file
     again = evaluate_run(run, split="dev", data_dir=str(FIXTURE))
-    assert again == pytest.approx(out.result["test"])
+    assert again == pytest.approx(out.result.test)
     preds_path = tmp_path / "preds.json"
     scored = evaluate_run(run, split="dev", data_dir=str(FIXTURE), write_predictions=preds_path)
-    assert scored == pytest.approx(out.result["test"])
+    assert scored == pytest.approx(out.result.test)
     preds = json.loads(preds_path.read_text(encoding="utf-8"))
     assert len(preds) == 13 and all(isinstance(v, str) for v in preds.values())
     longer = evaluate_run(run, split="dev", data_dir=str(FIXTURE), eval_overrides=["eval.max_span=1"])
@@ -76,7 +76,7 @@ def test_bidaf_run_on_the_standin_split(tmp_path, squad_tasks):
     out = _train(tmp_path, "squad-bidaf", [
         "data.splitting=dev-by-article", "data.standin_dev_articles=1", "model.word_dim=8",
         "model.char_filters=8", "model.hidden_size=8", "train.max_epochs=1"])
-    assert out.result["test"]["questions"] == 5  # the held-out article "Force"
-    assert out.result["primary"] == "em"
+    assert out.result.test["questions"] == 5  # the held-out article "Force"
+    assert out.result.primary == "em"
     assert evaluate_run(out.run_dir, split="dev", data_dir=str(FIXTURE)) == \
-        pytest.approx(out.result["test"])
+        pytest.approx(out.result.test)

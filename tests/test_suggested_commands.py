@@ -152,7 +152,7 @@ def test_unknown_names_suggest_listing_commands_that_work(tmp_path):
 
 
 def test_a_read_only_run_folder_during_resume_suggests_making_it_writable(tmp_path, run, monkeypatch):
-    from lstmablate import runlock
+    from lstmablate.run import runlock
     from lstmablate.run.runner import train_run
 
     run_dir, argv = run

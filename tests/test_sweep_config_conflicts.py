@@ -10,7 +10,7 @@ import io
 import pytest
 from rich.console import Console
 
-from lstmablate import sweep as S
+from lstmablate.run import sweep as S
 from lstmablate.errors import ConfigError, RunDirError
 
 from cli_in_process import run_cli

@@ -19,7 +19,7 @@ def test_without_the_package_it_says_what_to_install(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"pip install 'lstmablate\[tensorboard\]'"):
         require_tensorboard()
     with pytest.raises(UserError, match=r"pip install 'lstmablate\[tensorboard\]'"):
-        TensorBoardLogger(tmp_path, {"cell": "lstm"})
+        TensorBoardLogger(tmp_path / "tensorboard", {"cell": "lstm"})
     assert not (tmp_path / "tensorboard").exists()
 
 
@@ -46,12 +46,12 @@ def test_events_of_a_real_run_read_back(tiny_recipe, tmp_path):
     run = outcome.run_dir
     records = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     config = {"task": "dyck", "cell": "lstm", "train": {"lr": 0.02}}
-    with TensorBoardLogger(run, config, every=2) as tb:
+    with TensorBoardLogger(run / "tensorboard", config, every=2) as tb:
         for step, loss in zip(range(1, 7), [1.0, 3.0, 2.0, 2.0, 0.5, 1.5]):
             tb.log_train(step, loss, lr=0.02)
             if step % 2 == 0:
                 tb.log_eval(step, records[step // 2 - 1])
-        tb.log_metrics(6, "test", outcome.result["test"])
+        tb.log_metrics(6, "test", outcome.result.test)
     acc = _read(run / "tensorboard")
     tags = acc.Tags()["scalars"]
     assert {"dev/loss", "dev/accuracy", "train/loss", "train/lr", "train/loss_window",
@@ -63,7 +63,7 @@ def test_events_of_a_real_run_read_back(tiny_recipe, tmp_path):
         assert [v for _, v in got] == pytest.approx([r[key] for r in records], rel=1e-6)
     assert _scalars(acc, "train/loss_window") == [(2, 2.0), (4, 2.0), (6, 1.0)]  # mean of 2 steps
     ((step, acc_test),) = _scalars(acc, "test/accuracy")
-    assert step == 6 and acc_test == pytest.approx(outcome.result["test"]["accuracy"], rel=1e-6)
+    assert step == 6 and acc_test == pytest.approx(outcome.result.test["accuracy"], rel=1e-6)
     # the config, as text
     (text,) = acc.Tensors("config/text_summary")
     assert "cell: lstm" in text.tensor_proto.string_val[0].decode()
@@ -73,10 +73,10 @@ def test_resume_drops_what_an_interrupted_session_wrote_after_its_checkpoint(tmp
     pytest.importorskip("tensorboard")
     from lstmablate.train.tensorboard import TensorBoardLogger
 
-    with TensorBoardLogger(tmp_path, {}, every=1) as tb:
+    with TensorBoardLogger(tmp_path / "tensorboard", {}, every=1) as tb:
         for step in range(1, 9):  # checkpoint at step 4, killed after step 8
             tb.log_train(step, float(step), lr=1.0)
-    with TensorBoardLogger(tmp_path, {}, every=1, purge_step=5) as tb:
+    with TensorBoardLogger(tmp_path / "tensorboard", {}, every=1, purge_step=5) as tb:
         for step in range(5, 7):
             tb.log_train(step, 10.0 * step, lr=1.0)
     acc = _read(tmp_path / "tensorboard")
@@ -98,5 +98,5 @@ def test_train_tensorboard_flag_logs_the_run(tiny_recipe, tmp_path):
     assert [s for s, _ in dev] == [r["step"] for r in records]
     assert [v for _, v in dev] == pytest.approx([r["loss"] for r in records], rel=1e-6)
     (_, test_acc), = _scalars(acc, "test/accuracy")
-    assert test_acc == pytest.approx(outcome.result["test"]["accuracy"], rel=1e-6)
+    assert test_acc == pytest.approx(outcome.result.test["accuracy"], rel=1e-6)
     assert len(_scalars(acc, "train/loss")) >= 1

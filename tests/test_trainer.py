@@ -16,6 +16,7 @@ from lstmablate.cells import build_encoder
 from lstmablate.config import TrainConfig
 from lstmablate.errors import ConfigError
 from lstmablate.task import Metric, StepOutput, Task
+from lstmablate.run.runs import RunFiles
 from lstmablate.train import Trainer
 from lstmablate.train.checkpoint import load_checkpoint
 from lstmablate.train.optim import Schedule
@@ -86,7 +87,7 @@ def make_trainer(tmp_path, cfg: TrainConfig, name="run", seed=3, **kwargs):
     task.setup()
     model = task.build_model(functools.partial(build_encoder, "lstm"))
     kwargs.setdefault("progress", False)
-    return Trainer(cfg, task, model, tmp_path / name, seed=seed, device=torch.device("cpu"),
+    return Trainer(cfg, task, model, RunFiles(tmp_path / name), seed=seed, device=torch.device("cpu"),
                    identity={"task": "toy", "cell": "lstm", "experiment": "t", "seed": seed},
                    **kwargs)
 

@@ -238,7 +238,7 @@ def _metric_order(runs: list[RunRecord]) -> list[str]:
             pass
     for r in runs:
         for section in METRIC_SECTIONS:
-            names += sorted((r.result or {}).get(section) or {})
+            names += sorted((r.result.section(section) if r.result else None) or {})
     return list(dict.fromkeys(names))
 
 
@@ -246,12 +246,12 @@ def run_rows(runs: list[RunRecord]) -> tuple[list[str], list[dict[str, Any]]]:
     """(column names, one dict per run); absent and non-finite values are None."""
     metrics = _metric_order(runs)
     present = {f"{s}.{m}" for r in runs for s in METRIC_SECTIONS
-               for m in ((r.result or {}).get(s) or {})}
+               for m in ((r.result.section(s) if r.result else None) or {})}
     metric_cols = [f"{s}.{m}" for s in METRIC_SECTIONS for m in metrics if f"{s}.{m}" in present]
     columns = list(RUN_FIELDS) + metric_cols + ["caveats", "problem", "path"]
     rows = []
     for r in runs:
-        res = r.result or {}
+        res = r.result.to_json() if r.result else {}
         best = res.get("best") if isinstance(res.get("best"), dict) else {}
         row = {"experiment": r.experiment, "task": r.task, "cell": r.cell, "seed": r.seed,
                "status": r.status, "recipe": r.recipe,
@@ -261,7 +261,7 @@ def run_rows(runs: list[RunRecord]) -> tuple[list[str], list[dict[str, Any]]]:
                 row[key] = res.get(key)
         for col in metric_cols:
             section, name = col.split(".", 1)
-            row[col] = ((res.get(section) or {}).get(name))
+            row[col] = ((r.result.section(section) if r.result else None) or {}).get(name)
         notes = run_caveats(r) if r.status == "finished" else {}
         row["caveats"] = "; ".join(f"test.{m}: {why}" for m, why in notes.items()) or None
         row["problem"] = r.problem or None

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from lstmablate.errors import DataError, UnknownNameError, UserError, refuse_overwrite
-from lstmablate.run.runs import check_not_run_file
+from lstmablate.run.runs import RunFiles, check_not_run_file
 from lstmablate.io import atomic_write, atomic_write_text, check_can_write
 
 X_AXES = ("step", "epoch")
@@ -102,10 +102,9 @@ def find_runs(paths: list[Path], skipped: list[str] | None = None) -> list[RunLo
         if not p.exists():
             raise UserError(f"{p} does not exist; give run directories (runs/<experiment>/<cell>/"
                             "seed-<n>) or a folder that holds them.")
-        configs = [p / "config.yaml"] if (p / "config.yaml").exists() else sorted(p.rglob("config.yaml"))
-        for cfg_path in configs:
-            run_dir = cfg_path.parent
-            if run_dir in found or not (run_dir / "metrics.jsonl").exists():
+        for files in RunFiles.under(p):
+            run_dir, cfg_path = files.root, files.config
+            if run_dir in found or not files.metrics.exists():
                 continue
             try:
                 try:
@@ -119,7 +118,7 @@ def find_runs(paths: list[Path], skipped: list[str] | None = None) -> list[RunLo
                 seed = cfg.get("seed")
                 found[run_dir] = RunLog(run_dir, str(cfg["experiment"]), str(cfg["task"]),
                                         str(cfg["cell"]), seed if isinstance(seed, int) else None,
-                                        read_metrics(run_dir / "metrics.jsonl"),
+                                        read_metrics(files.metrics),
                                         cfg.get("recipe"), cfg.get("recipe_file"))
             except DataError as e:
                 damaged.append(str(e))

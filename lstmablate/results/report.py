@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from lstmablate.config import LEGACY_RUN_KEYS, grid_points, load_recipe, recipe_seeds
+from lstmablate.run.runs import RunFiles, RunResult
 from lstmablate.errors import UnknownNameError, UserError
 from lstmablate.task import Metric, get_task
 
@@ -49,7 +50,7 @@ class RunRecord:
     seed: int | None
     recipe: str | None = None
     recipe_file: str | None = None
-    result: dict[str, Any] | None = None  # result.json; None: unfinished or damaged
+    result: RunResult | None = None  # result.json; None: unfinished or damaged
     problem: str = ""  # why result.json was skipped (a damaged run), naming the file
     config: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -62,10 +63,10 @@ class RunRecord:
 
     @property
     def shortened(self) -> bool:
-        return bool((self.result or {}).get("shortened"))
+        return bool(self.result and self.result.shortened)
 
 
-def read_result(path: Path) -> tuple[dict[str, Any] | None, str]:
+def read_result(path: Path) -> tuple[RunResult | None, str]:
     """``(result, "")`` for a usable result.json, ``(None, why)`` for a damaged one.
 
     Usable: a UTF-8 JSON object with a ``test`` entry that is null (a run trained
@@ -91,11 +92,10 @@ def read_result(path: Path) -> tuple[dict[str, Any] | None, str]:
     if test is not None and not (isinstance(test, dict) and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in test.values())):
         return None, f"{path}: `test` must map metric names to numbers, got {test!r:.80}"
-    return result, ""
-
-
-def _looks_like_run(folder: Path) -> bool:
-    return any((folder / n).exists() for n in ("result.json", "metrics.jsonl", "last.pt", "best.pt"))
+    try:
+        return RunResult.from_json(result), ""
+    except (KeyError, TypeError) as e:
+        return None, f"{path} does not hold what lstmablate writes there ({e})"
 
 
 def find_runs(runs_dir: Path) -> tuple[list[RunRecord], list[str]]:
@@ -105,8 +105,8 @@ def find_runs(runs_dir: Path) -> tuple[list[RunRecord], list[str]]:
         raise UserError(f"runs directory {runs_dir} does not exist; train something first "
                         "(`lstmablate train ...`) or pass the right directory.")
     runs, skipped = [], []
-    for cfg_path in sorted(runs_dir.rglob("config.yaml")):
-        folder = cfg_path.parent
+    for files in RunFiles.under(runs_dir):
+        folder, cfg_path = files.root, files.config
         try:
             cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
         except (yaml.YAMLError, UnicodeDecodeError):
@@ -117,15 +117,15 @@ def find_runs(runs_dir: Path) -> tuple[list[RunRecord], list[str]]:
             continue
         missing = [k for k in ("experiment", "task", "cell") if not isinstance(cfg, dict) or k not in cfg]
         if missing:
-            if _looks_like_run(folder):  # else: some other tool's config.yaml
+            if files.looks_like_run():  # else: some other tool's config.yaml
                 skipped.append(f"{cfg_path} lacks {', '.join(missing)}: not a lstmablate run config")
             continue
         seed = cfg.get("seed")
         rec = RunRecord(folder, str(cfg["experiment"]), str(cfg["task"]), str(cfg["cell"]),
                         seed if isinstance(seed, int) else None, cfg.get("recipe"),
                         cfg.get("recipe_file"), config=cfg)
-        if (folder / "result.json").exists():
-            rec.result, rec.problem = read_result(folder / "result.json")
+        if files.is_finished():
+            rec.result, rec.problem = read_result(files.result)
         runs.append(rec)
     return runs, skipped
 
@@ -192,7 +192,7 @@ class RecipeLookup:
             try:
                 return Expectations.of(run.config), (
                     f"{why}; the expected cells, seeds and paper's numbers are those saved with "
-                    f"the run in {run.path / 'config.yaml'}")
+                    f"the run in {RunFiles(run.path).config}")
             except UserError:
                 pass
         return Expectations(), f"{why}; the expected cells and the paper's numbers are not shown"
@@ -338,7 +338,7 @@ class Table:
 def run_caveats(run: RunRecord) -> dict[str, str]:
     """The task's caveats on a finished run's test metrics (none if the task is not installed)."""
     try:
-        return get_task(run.task).caveats((run.result or {}).get("test") or {})
+        return get_task(run.task).caveats((run.result.test if run.result else None) or {})
     except UnknownNameError:
         return {}
 
@@ -355,7 +355,7 @@ def _caveats(runs: list[RunRecord], metric: Metric) -> list[str]:
 def _ours(runs: list[RunRecord], metric: Metric) -> Stat | None:
     if not runs:
         return None
-    vals = [(r.result.get("test") or {}).get(metric.name) for r in runs]
+    vals = [(r.result.test or {}).get(metric.name) for r in runs]
     return Stat([float(v) for v in vals if v is not None and math.isfinite(float(v))])
 
 
@@ -388,8 +388,8 @@ def _train_times(exp: Experiment, cells: list[str]) -> str:
     """``train_time_s`` (training and its dev evaluations, summed over resumed sessions) per cell."""
     parts = []
     for cell in cells:
-        secs = [float(r.result["train_time_s"]) for r in exp.runs_of(cell, "finished")
-                if isinstance(r.result.get("train_time_s"), (int, float))]
+        secs = [float(r.result.train_time_s) for r in exp.runs_of(cell, "finished")
+                if isinstance(r.result.train_time_s, (int, float))]
         if secs:
             parts.append(f"`{cell}` {format_duration(statistics.fmean(secs))}")
     return ", ".join(parts)
@@ -433,7 +433,7 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
             test_splits.append("test")
     table = Table(
         title=title, tasks=tasks, test_splits=sorted(set(test_splits)),
-        checkpoints=sorted({str(r.result.get("test_checkpoint", "best")) for r in all_finished})
+        checkpoints=sorted({str(r.result.test_checkpoint) for r in all_finished})
         or sorted({exp.expect.test_checkpoint for _, exp in groups} - {""}) or ["best"],
         columns=[c for _, c in columns], rows=rows,
         groups=list(dict.fromkeys(label for label, _ in groups)) if several else [],

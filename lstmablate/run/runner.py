@@ -32,10 +32,9 @@ from lstmablate.config import RunConfig, config_from_dict, resolve_config, with_
 from lstmablate.data import resolve_data_dir
 from lstmablate.errors import CheckpointError, ConfigError, DataError, RunDirError, UserError
 from .runlock import RunLock, lock_holder
-from .runs import (RunFiles, RunStart, check_not_run_file, check_out_dir, clear_run_dir,
-                   inspect_run_dir, read_artefacts,
-                   remove_interrupted_writes, run_dir, write_artefacts, write_config, write_env,
-                   write_result)
+from .runs import (RunFiles, RunResult, RunStart, check_not_run_file, check_out_dir,
+                   clear_run_dir, inspect_run_dir, read_artefacts, remove_interrupted_writes,
+                   write_artefacts, write_config, write_env, write_result)
 from lstmablate.task import Task, get_task
 from lstmablate.train import Trainer
 from lstmablate.train import distributed
@@ -166,11 +165,6 @@ def check_train_batches(task: Task, cfg: RunConfig) -> None:
                         "or larger than a batch); check the data and the data.* options.")
 
 
-def identity(cfg: RunConfig) -> dict[str, Any]:
-    """What a checkpoint must match to belong to a run."""
-    return {"task": cfg.task, "cell": cfg.cell, "experiment": cfg.experiment, "seed": cfg.seed}
-
-
 def make_task(cfg: RunConfig, data_dir: Path, run_dir: Path | None) -> Task:
     """The task object of a run (its data is not loaded yet)."""
     return get_task(cfg.task)(cfg.data, cfg.model, data_dir, seed=cfg.seed, eval_cfg=cfg.eval,
@@ -185,11 +179,12 @@ def run_splits(task: Task, cfg: RunConfig) -> tuple[str, ...]:
     return tuple(dict.fromkeys(splits))
 
 
-def run_artefacts(task: Task, files: RunFiles) -> dict[str, Any]:
-    """The artefacts saved with a run; for a run folder from before artefacts existed, built
-    again from the training data (and not saved: evaluation writes nothing)."""
-    saved = read_artefacts(files)
-    return saved if saved is not None else task.build_artefacts()
+def run_artefacts(task: Task, files: RunFiles, new_run: bool = False) -> tuple[dict[str, Any], bool]:
+    """(the run's artefacts, whether they were built now): those saved with the run, else
+    (a new run, or a run folder from before artefacts existed) built from the training data;
+    the caller saves built ones of a new run (evaluation writes nothing)."""
+    saved = None if new_run else read_artefacts(files)
+    return (saved, False) if saved is not None else (task.build_artefacts(), True)
 
 
 def build_model(task: Task, cfg: RunConfig) -> torch.nn.Module:
@@ -199,7 +194,7 @@ def build_model(task: Task, cfg: RunConfig) -> torch.nn.Module:
 @dataclass
 class TrainOutcome:
     run_dir: Path
-    result: dict[str, Any] | None
+    result: RunResult | None  # None: interrupted
     interrupted: bool
 
 
@@ -251,7 +246,7 @@ def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, re
     dev = distributed.device_for(dev, dist)
     if not dist.is_main:
         console, progress = Console(file=io.StringIO()), False
-    files = RunFiles(run_dir(out, cfg.experiment, cfg.cell, cfg.seed))
+    files = RunFiles.of(out, cfg.experiment, cfg.cell, cfg.seed)
     data_path = resolve_data_dir(data_dir)
     task_obj = make_task(cfg, data_path, files.root)
     # Everything that can be checked is checked before the run directory is written:
@@ -260,10 +255,9 @@ def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, re
         RunStart(resume=resume and files.last.exists(), replace=False)
     checkpoint = None  # last.pt, read once (other ranks read it in the trainer)
     if start.resume and dist.is_main:  # a checkpoint of another run is refused here
-        checkpoint = load_checkpoint(files.last, expect=identity(cfg), hint=(
+        checkpoint = load_checkpoint(files.last, expect=cfg.checkpoint_key(), hint=(
             "`--force` starts this run again from scratch (replacing the damaged file)."))
-    saved = read_artefacts(files) if start.resume else None
-    artefacts = saved if saved is not None else task_obj.build_artefacts()
+    artefacts, built = run_artefacts(task_obj, files, new_run=not start.resume)
     seed_everything(cfg.seed)
     use_artefacts(task_obj, artefacts, files)
     task_obj.setup(run_splits(task_obj, cfg))
@@ -285,7 +279,7 @@ def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, re
             env["world_size"] = dist.world_size
             env["deterministic"] = note
             write_env(files, env, resume=start.resume)
-            if saved is None:
+            if built:
                 write_artefacts(files, artefacts)
         distributed.barrier(dist)
         return _train(cfg, task_obj, model, files, dev, dist, start, checkpoint, console, progress,
@@ -304,8 +298,8 @@ def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFil
     console.print(f"[bold]{escape(cfg.experiment)}[/] task={cfg.task} cell={cfg.cell} seed={cfg.seed} "
                   f"params={n_params:,} device={dev} threads={torch.get_num_threads()} -> "
                   f"{escape(files.root)}", soft_wrap=True)
-    trainer = Trainer(cfg.train, task_obj, model, files.root, seed=cfg.seed, device=dev,
-                      identity=identity(cfg), console=console, progress=progress, dist_info=dist,
+    trainer = Trainer(cfg.train, task_obj, model, files, seed=cfg.seed, device=dev,
+                      identity=cfg.checkpoint_key(), console=console, progress=progress, dist_info=dist,
                       tensorboard=cfg.to_dict() if tensorboard else None, log_interval=log_interval)
     t0 = time.time()
     res = trainer.fit(resume=start.resume, checkpoint=checkpoint)
@@ -313,27 +307,17 @@ def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFil
         console.print(f"interrupted; continue with the same command plus --resume "
                       f"(run directory {escape(files.root)}).", soft_wrap=True)
         return TrainOutcome(files.root, None, True)
-    result = {
-        **identity(cfg),
-        "recipe": cfg.recipe,
-        "primary": task_cls.primary.name,
-        "higher_is_better": task_cls.primary.higher_is_better,
-        "best": res.best,
-        "dev": res.best.get("dev"),
-        "test": res.test,
-        **({"dev_final": res.dev_final} if res.dev_final is not None else {}),
-        "test_checkpoint": cfg.train.test_checkpoint,
-        "steps": res.steps,
-        "epochs": res.epochs_completed,
-        "train_time_s": round(res.train_time_s, 2),
-        "wall_time_s": round(time.time() - t0, 2),
-        "params": n_params,
-        "skipped_nonfinite": res.skipped_nonfinite,
+    result = RunResult(
+        **cfg.checkpoint_key(), recipe=cfg.recipe, primary=task_cls.primary.name,
+        higher_is_better=task_cls.primary.higher_is_better, best=res.best, test=res.test,
+        dev_final=res.dev_final, test_checkpoint=cfg.train.test_checkpoint, steps=res.steps,
+        epochs=res.epochs_completed, train_time_s=round(res.train_time_s, 2),
+        wall_time_s=round(time.time() - t0, 2), params=n_params,
+        skipped_nonfinite=res.skipped_nonfinite,
         # max_steps shortens a run unless the protocol itself is a number of steps (Parser-v1)
-        "shortened": bool(cfg.train.max_steps) and cfg.train.max_steps < task_cls.train_defaults.get(
+        shortened=bool(cfg.train.max_steps) and cfg.train.max_steps < task_cls.train_defaults.get(
             "max_steps", float("inf")),
-        "world_size": dist.world_size,
-    }
+        world_size=dist.world_size)
     if dist.is_main:
         write_result(files, result)
     shown = ", ".join(f"{task_obj.metric_name(k)} {task_obj.format_metric(k, v)}"
@@ -364,7 +348,7 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
     cfg = with_eval_overrides(load_run_config(run_path), eval_overrides or [])
     files = RunFiles(Path(run_path))
     checkpoint = checkpoint or cfg.train.test_checkpoint
-    ckpt_path = {"best": files.best, "last": files.last}.get(checkpoint)
+    ckpt_path = files.checkpoint(checkpoint)
     if ckpt_path is None:
         raise UserError(f"--checkpoint must be best or last, got {checkpoint!r}")
     holder = lock_holder(files.root)
@@ -374,8 +358,9 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
     seed_everything(cfg.seed)
     task = make_task(cfg, resolve_data_dir(data_dir), files.root)
     splits = tuple(_split_name(task, s) for s in splits)
-    ckpt = load_checkpoint(ckpt_path, expect=identity(cfg))  # before any data is read
-    use_artefacts(task, run_artefacts(task, files), files)
+    # before any data is read
+    ckpt = load_checkpoint(ckpt_path, expect=cfg.checkpoint_key(), hint=files.checkpoint_hint(ckpt_path))
+    use_artefacts(task, run_artefacts(task, files)[0], files)
     task.setup(splits)
     model = build_model(task, cfg)
     load_model_state(model, ckpt.get("model"), ckpt_path)
@@ -427,5 +412,5 @@ def evaluate_run_task(run_path: Path, split: str = "test", checkpoint: str | Non
     return task, {k: float(v) for k, v in metrics.items()}
 
 
-def read_result(run_path: Path) -> dict[str, Any]:
-    return read_json(RunFiles(Path(run_path)).result)
+def read_result(run_path: Path) -> RunResult:
+    return RunResult.from_json(read_json(RunFiles(Path(run_path)).result))

@@ -20,19 +20,16 @@ import hashlib
 import json
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from lstmablate.config import RunConfig
 from lstmablate.errors import ConfigError, DataError, RunDirError, UserError
 from .runlock import LOCK_NAME
 from lstmablate import io
 from lstmablate.io import atomic_write, atomic_write_json, atomic_write_yaml, read_json
-
-
-def run_dir(root: Path, experiment: str, cell: str, seed: int) -> Path:
-    return Path(root) / experiment / cell / f"seed-{seed}"
+from lstmablate.train.checkpoint import START_AGAIN
 
 
 def check_out_dir(out: str | Path, option: str = "--out") -> None:
@@ -52,56 +49,165 @@ def check_out_dir(out: str | Path, option: str = "--out") -> None:
                           "Nothing was written.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunFiles:
+    """A run folder, ``<runs>/<experiment>/<cell>/seed-<n>/``: the one place its file names
+    are spelled.  The trainer is handed these paths; reports, plots and sweeps ask it."""
+
     root: Path
+
+    CONFIG: ClassVar[str] = "config.yaml"
+    ENV: ClassVar[str] = "env.json"
+    METRICS: ClassVar[str] = "metrics.jsonl"
+    RESULT: ClassVar[str] = "result.json"
+    LAST: ClassVar[str] = "last.pt"
+    BEST: ClassVar[str] = "best.pt"
+    ARTEFACTS: ClassVar[str] = "artefacts"
+    TENSORBOARD: ClassVar[str] = "tensorboard"
+    #: sizes and sha256 of the artefacts, written after them (not a valid artefact key)
+    MANIFEST: ClassVar[str] = "_manifest.json"
+    #: the files a run folder owns (besides its ``artefacts/`` and ``tensorboard/`` folders)
+    FILE_NAMES: ClassVar[tuple[str, ...]] = (CONFIG, ENV, METRICS, RESULT, LAST, BEST, LOCK_NAME)
+    FOLDERS: ClassVar[tuple[str, ...]] = (ARTEFACTS, TENSORBOARD)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @classmethod
+    def of(cls, runs_root: str | Path, experiment: str, cell: str, seed: int) -> RunFiles:
+        return cls(Path(runs_root) / experiment / cell / f"seed-{seed}")
 
     @property
     def config(self) -> Path:
-        return self.root / "config.yaml"
+        return self.root / self.CONFIG
 
     @property
     def env(self) -> Path:
-        return self.root / "env.json"
+        return self.root / self.ENV
 
     @property
     def result(self) -> Path:
-        return self.root / "result.json"
+        return self.root / self.RESULT
 
     @property
     def metrics(self) -> Path:
-        return self.root / "metrics.jsonl"
+        return self.root / self.METRICS
 
     @property
     def last(self) -> Path:
-        return self.root / "last.pt"
+        return self.root / self.LAST
 
     @property
     def best(self) -> Path:
-        return self.root / "best.pt"
+        return self.root / self.BEST
+
+    def checkpoint(self, which: str) -> Path | None:
+        """``best`` or ``last``; None for any other name."""
+        return {"best": self.best, "last": self.last}.get(which)
 
     @property
     def artefacts(self) -> Path:
-        return self.root / "artefacts"
+        return self.root / self.ARTEFACTS
 
     @property
     def manifest(self) -> Path:
-        return self.artefacts / MANIFEST_NAME
+        return self.artefacts / self.MANIFEST
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / self.TENSORBOARD
 
     def is_finished(self) -> bool:
         return self.result.exists()
 
+    def checkpoint_hint(self, damaged: Path) -> str:
+        """What to do about a damaged checkpoint: evaluate the run's other one (if it exists),
+        or start the run again."""
+        other = {self.last: "best", self.best: "last"}.get(Path(damaged))
+        text = ""
+        if other and self.checkpoint(other).exists():
+            text = (f"The run's other checkpoint may still be good: `lstmablate eval {self.root} "
+                    f"--checkpoint {other}`. ")
+        return text + START_AGAIN
 
-#: the files a run folder owns (besides ``artefacts/`` and ``tensorboard/``)
-RUN_FILE_NAMES = ("config.yaml", "env.json", "metrics.jsonl", "result.json", "last.pt", "best.pt",
-                  LOCK_NAME)
-RUN_SUBDIRS = ("artefacts", "tensorboard")
-#: sizes and sha256 of the artefacts, written after them (not a valid artefact key: no clash)
-MANIFEST_NAME = "_manifest.json"
+    def looks_like_run(self) -> bool:
+        """Anything a training run writes is there (a result, metrics or a checkpoint)."""
+        return any(p.exists() for p in (self.result, self.metrics, self.last, self.best))
+
+    @classmethod
+    def under(cls, folder: str | Path) -> list[RunFiles]:
+        """The run folders (with a config) at or under ``folder``, in path order."""
+        folder = Path(folder)
+        if (folder / cls.CONFIG).is_file():
+            return [cls(folder)]
+        return [cls(p.parent) for p in sorted(folder.rglob(cls.CONFIG))]
+
+
+@dataclass
+class RunResult:
+    """``result.json``: a finished run's numbers and how they were obtained.
+
+    ``best`` is the selected checkpoint (``{"step", "epoch", "dev": metrics}``); ``test`` the
+    final evaluation of the test checkpoint (None with ``train.eval_test: false``);
+    ``dev_final`` the final evaluation of the dev split, for tasks whose final evaluation
+    differs from the selection one.  Keys a newer version wrote are kept in ``extra``.
+    """
+
+    task: str
+    cell: str
+    experiment: str
+    seed: int
+    recipe: str | None
+    primary: str
+    higher_is_better: bool
+    best: dict[str, Any]
+    test: dict[str, float] | None
+    test_checkpoint: str
+    steps: int
+    epochs: int
+    train_time_s: float
+    wall_time_s: float
+    params: int
+    skipped_nonfinite: int = 0
+    shortened: bool = False
+    world_size: int = 1
+    dev_final: dict[str, float] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dev(self) -> dict[str, float] | None:
+        """The best checkpoint's dev metrics."""
+        return (self.best or {}).get("dev")
+
+    def section(self, name: str) -> dict[str, float] | None:
+        """``dev``, ``dev_final`` or ``test`` metrics."""
+        return {"dev": self.dev, "dev_final": self.dev_final, "test": self.test}.get(name)
+
+    def to_json(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        if d["dev_final"] is None:
+            del d["dev_final"]
+        return {**self.extra, **d}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RunResult:
+        """A result.json read back; older files (with a duplicate ``dev``, without newer keys)
+        too.  Raises KeyError/TypeError for a mapping that is not a result."""
+        names = {f.name for f in fields(cls)} - {"extra"}
+        known = {k: v for k, v in d.items() if k in names}
+        extra = {k: v for k, v in d.items() if k not in names and k != "dev"}
+        if "best" not in known:  # only the duplicate survived
+            known["best"] = {"dev": d.get("dev")}
+        for key, default in (("recipe", None), ("primary", ""), ("higher_is_better", True),
+                             ("test_checkpoint", "best"), ("steps", 0), ("epochs", 0),
+                             ("train_time_s", 0.0), ("wall_time_s", 0.0), ("params", 0),
+                             ("experiment", ""), ("cell", ""), ("task", ""), ("seed", 0)):
+            known.setdefault(key, default)
+        return cls(**known, extra=extra)
 
 
 def _is_run_dir(path: Path) -> bool:
-    return (path / "config.yaml").is_file()
+    return RunFiles(path).config.is_file()
 
 
 def check_not_run_file(path: str | Path, option: str = "--out") -> None:
@@ -110,10 +216,10 @@ def check_not_run_file(path: str | Path, option: str = "--out") -> None:
     ``eval``, ``plot`` or ``visualize`` never damages a run."""
     p = Path(path).resolve()
     owner = None
-    if p.name in RUN_FILE_NAMES and _is_run_dir(p.parent):
+    if p.name in RunFiles.FILE_NAMES and _is_run_dir(p.parent):
         owner = p.parent
     for d in p.parents:
-        if d.name in RUN_SUBDIRS and _is_run_dir(d.parent):
+        if d.name in RunFiles.FOLDERS and _is_run_dir(d.parent):
             owner = d.parent
     if owner is not None:
         raise UserError(f"{option} {path}: that is a file of the run folder {owner}, which this "
@@ -124,7 +230,7 @@ def check_not_run_file(path: str | Path, option: str = "--out") -> None:
 def remove_interrupted_writes(files: RunFiles) -> list[Path]:
     """Delete the temporary files that writes of the run's own files left when a kill
     interrupted them (call it holding the run's lock); returns what was deleted."""
-    removed = io.remove_interrupted_writes(files.root, RUN_FILE_NAMES)
+    removed = io.remove_interrupted_writes(files.root, RunFiles.FILE_NAMES)
     if files.artefacts.is_dir():  # the run's alone
         removed += io.remove_interrupted_writes(files.artefacts)
     return removed
@@ -152,8 +258,6 @@ def inspect_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: boo
     nothing is ever silently overwritten.  A directory whose run never trained (a start
     that failed after writing its config) is simply started again.
     """
-    from .runlock import LOCK_NAME
-
     if files.root.exists() and not files.root.is_dir():
         raise RunDirError(f"{files.root} is a file, not a run directory. Choose another --out "
                           "(the runs tree is <out>/<experiment>/<cell>/seed-<n>/).")
@@ -191,7 +295,7 @@ def clear_run_dir(files: RunFiles) -> None:
     if files.artefacts.is_dir():
         for p in files.artefacts.glob("*.json"):
             p.unlink()  # (the manifest included)
-    shutil.rmtree(files.root / "tensorboard", ignore_errors=True)  # events of the replaced run
+    shutil.rmtree(files.tensorboard, ignore_errors=True)  # events of the replaced run
 
 
 def saved_config_differences(files: RunFiles, cfg: RunConfig) -> list[str] | None:
@@ -219,7 +323,7 @@ def _identity_of_saved(old: Any, cfg: RunConfig) -> Any:
     from lstmablate.task import get_task
 
     try:
-        return config_from_dict(get_task(cfg.task), old, "config.yaml").identity()
+        return config_from_dict(get_task(cfg.task), old, RunFiles.CONFIG).identity()
     except Exception:  # noqa: BLE001 - not comparable: report it as a difference
         return {k: old.get(k) for k in cfg.identity()}
 
@@ -254,8 +358,8 @@ def write_env(files: RunFiles, env: dict[str, Any], *, resume: bool = False) -> 
     atomic_write_json(files.env, env)
 
 
-def write_result(files: RunFiles, result: dict[str, Any]) -> None:
-    atomic_write_json(files.result, result)
+def write_result(files: RunFiles, result: RunResult) -> None:
+    atomic_write_json(files.result, result.to_json())
 
 
 _ARTEFACT_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

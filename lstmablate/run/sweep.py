@@ -23,7 +23,7 @@ from lstmablate.config import grid_points, load_recipe, recipe_seeds, resolve_co
 from lstmablate.console import escape
 from lstmablate.errors import ConfigError, RunDirError, UserError
 from .runlock import lock_holder
-from .runs import RunFiles, check_out_dir, has_started, run_dir, saved_config_differences
+from .runs import RunFiles, check_out_dir, has_started, saved_config_differences
 
 
 @dataclass
@@ -33,7 +33,8 @@ class SweepItem:
     experiment: str
     cell: str
     seed: int
-    run_dir: Path
+    out: Path  # the runs root
+    run_dir: Path  # its run folder under ``out``
     finished: bool
     started: bool
     overrides: list[str]
@@ -46,7 +47,7 @@ class SweepItem:
     @property
     def command(self) -> str:
         parts = ["lstmablate", "train", "--task", self.task, "--cell", self.cell, "--recipe",
-                 self.recipe, "--seed", str(self.seed), "--out", str(self.run_dir.parents[2])]
+                 self.recipe, "--seed", str(self.seed), "--out", str(self.out)]
         if self.experiment != self.recipe:
             parts += ["--experiment", self.experiment]
         for o in self.overrides:
@@ -113,11 +114,12 @@ def _plan(recipe: str, out: Path, *, overrides: list[str] | None, threads: int |
                 sets = grid_overrides + list(overrides or [])
                 cfg = resolve_config(task_cls, str(cell), recipe=recipe, overrides=sets, seed=seed,
                                      experiment=experiment)  # checked as `train` checks it
-                files = RunFiles(run_dir(out, cfg.experiment, cfg.cell, cfg.seed))
+                files = RunFiles.of(out, cfg.experiment, cfg.cell, cfg.seed)
                 # (a folder whose start failed before training is simply started again)
                 diff = saved_config_differences(files, cfg) if has_started(files) else []
                 conflict = ["config.yaml is damaged"] if diff is None else diff
-                items.append(SweepItem(recipe, r["task"], experiment, str(cell), seed, files.root,
+                items.append(SweepItem(recipe, r["task"], experiment, str(cell), seed, Path(out),
+                                       files.root,
                                        files.is_finished() and not conflict, files.config.exists(),
                                        sets, threads, device, data_dir, conflict))
     return items
@@ -203,7 +205,7 @@ def run_sweep(plan: list[SweepItem], console: Console | None = None, jobs: int =
         console.print(f"[bold]({i}/{len(todo)})[/] {escape(it.command)}", highlight=False)
         outcome = train_run(it.task, it.cell, recipe=it.recipe, overrides=it.overrides, seed=it.seed,
                             experiment=it.experiment,
-                            out=it.run_dir.parents[2], device=it.device, threads=it.threads,
+                            out=it.out, device=it.device, threads=it.threads,
                             resume=it.started, data_dir=it.data_dir, console=console)
         if outcome.interrupted:
             raise SweepInterrupted(

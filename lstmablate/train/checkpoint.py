@@ -94,17 +94,9 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     atomic_write(path, lambda f: f.write(buf.getvalue()))
 
 
-def other_checkpoint_hint(path: Path) -> str:
-    """What to do about a damaged checkpoint: evaluate the run's other one (if it exists), or
-    start the run again."""
-    path = Path(path)
-    other = {"last.pt": "best", "best.pt": "last"}.get(path.name)
-    text = ""
-    if other and (path.parent / f"{other}.pt").exists():
-        text = (f"The run's other checkpoint may still be good: `lstmablate eval {path.parent} "
-                f"--checkpoint {other}`. ")
-    return text + ("Starting the run again from scratch: the same `lstmablate train` command "
-                   "with --force.")
+#: what to do about a damaged checkpoint, unless the caller knows better
+#: (:meth:`lstmablate.run.runs.RunFiles.checkpoint_hint` names the run's other checkpoint)
+START_AGAIN = "Starting the run again from scratch: the same `lstmablate train` command with --force."
 
 
 def _refused_global(message: str) -> str | None:
@@ -135,10 +127,10 @@ def load_checkpoint(path: Path, expect: dict[str, Any] | None = None,
                 "run code. "
                 "Nothing in it was loaded or run. lstmablate never writes such a file; if you "
                 "did not make it, do not trust it. "
-                + (hint or other_checkpoint_hint(path))) from None
+                + (hint or START_AGAIN)) from None
         raise CheckpointError(
             f"checkpoint {path} is truncated or corrupt and cannot be read ({type(e).__name__}). "
-            + (hint or other_checkpoint_hint(path))) from None
+            + (hint or START_AGAIN)) from None
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("format"), int):
         raise CheckpointError(f"{path} is not a lstmablate checkpoint (no format version).")
     if ckpt["format"] > FORMAT_VERSION:

@@ -1,6 +1,6 @@
 """Optional TensorBoard logging of a run (``lstmablate train --tensorboard``).
 
-Writes ``<run_dir>/tensorboard/events.out.tfevents.*`` through
+Writes ``<log_dir>/events.out.tfevents.*`` (a run's ``tensorboard/``) through
 ``torch.utils.tensorboard.SummaryWriter``, which needs the ``tensorboard``
 package (``pip install 'lstmablate[tensorboard]'``); without it the logger
 refuses with a UserError saying what to install, and nothing else changes.
@@ -57,14 +57,14 @@ def _scalar(v: Any) -> float | None:
 class TensorBoardLogger:
     """Scalars and the config of one run, for TensorBoard; only the main process logs."""
 
-    def __init__(self, run_dir: Path, config: dict[str, Any], *, every: int = 50,
+    def __init__(self, log_dir: Path, config: dict[str, Any], *, every: int = 50,
                  purge_step: int | None = None):
         require_tensorboard()
         from torch.utils.tensorboard import SummaryWriter
 
         if every < 1:
             raise ValueError(f"every must be >= 1, got {every}")
-        self.log_dir = Path(run_dir) / "tensorboard"
+        self.log_dir = Path(log_dir)
         self.every = every
         self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge_step)
         self._loss_sum, self._loss_n = 0.0, 0

@@ -22,7 +22,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from rich.console import Console
@@ -79,6 +79,26 @@ class Position:
     # the learning rate in force: a schedule change decided by a mid-epoch evaluation (plateau)
     # takes effect at the next epoch, in a resumed run as in an uninterrupted one
     lr: float | None = None
+    best_dev: dict[str, float] | None = None  # the dev metrics of best.pt
+
+
+class RunPaths(Protocol):
+    """Where a run's files go (:class:`lstmablate.run.runs.RunFiles` is one): the trainer is
+    handed them and spells no file name itself."""
+
+    root: Path
+
+    @property
+    def last(self) -> Path: ...
+
+    @property
+    def best(self) -> Path: ...
+
+    @property
+    def metrics(self) -> Path: ...
+
+    @property
+    def tensorboard(self) -> Path: ...
 
 
 def data_generator(seed: int, epoch: int) -> torch.Generator:
@@ -92,7 +112,7 @@ class Trainer:
         cfg: TrainConfig,
         task: Any,
         model: nn.Module,
-        run_dir: Path,
+        files: RunPaths,
         *,
         seed: int,
         device: torch.device,
@@ -107,7 +127,8 @@ class Trainer:
         self.cfg, self.task, self.model = cfg, task, model
         self.dist = dist_info or DistInfo()
         self.train_model: nn.Module = model  # DDP-wrapped in fit() under torchrun
-        self.run_dir = Path(run_dir)
+        self.files = files
+        self.run_dir = Path(files.root)
         self.seed, self.device = seed, device
         self.identity = identity
         self.console = console or Console(stderr=True)
@@ -133,15 +154,15 @@ class Trainer:
     # -- paths ----------------------------------------------------------------------
     @property
     def last_path(self) -> Path:
-        return self.run_dir / "last.pt"
+        return self.files.last
 
     @property
     def best_path(self) -> Path:
-        return self.run_dir / "best.pt"
+        return self.files.best
 
     @property
     def metrics_path(self) -> Path:
-        return self.run_dir / "metrics.jsonl"
+        return self.files.metrics
 
     # -- checkpoints ------------------------------------------------------------------
     def _save_last(self) -> None:
@@ -240,6 +261,7 @@ class Trainer:
         if improved:
             self.pos.best_value, self.pos.best_step = value, self.pos.step
             self.pos.best_epoch = self._epoch_label()
+            self.pos.best_dev = dict(metrics)
             self.pos.evals_since_best = 0
             self._save_best(metrics)
         else:
@@ -269,7 +291,7 @@ class Trainer:
             if self.tb_config is not None and self.dist.is_main:
                 from .tensorboard import TensorBoardLogger
 
-                self.tb = TensorBoardLogger(self.run_dir, self.tb_config,
+                self.tb = TensorBoardLogger(self.files.tensorboard, self.tb_config,
                                             purge_step=self.pos.step + 1 if self.pos.step else None)
             self.model.to(self.device).train()
             if self.dist.enabled:
@@ -334,10 +356,15 @@ class Trainer:
                            skipped_nonfinite=self.pos.skipped_nonfinite)
 
     def _best_info(self) -> dict[str, Any]:
-        if not self.best_path.exists():
-            return {}
-        best = load_checkpoint(self.best_path)
-        return {"step": best["step"], "epoch": best["epoch"] + 1, "dev": best["dev"]}
+        """The selected checkpoint: its step, (1-based) epoch and dev metrics."""
+        pos = self.pos
+        if pos.best_dev is None:
+            if not self.best_path.exists():
+                return {}
+            # a run resumed from a checkpoint of an older version, which kept them in best.pt only
+            best = load_checkpoint(self.best_path)
+            return {"step": best["step"], "epoch": best["epoch"] + 1, "dev": best["dev"]}
+        return {"step": pos.best_step, "epoch": pos.best_epoch, "dev": dict(pos.best_dev)}
 
     def _epoch_label(self) -> int:
         """The 1-based epoch the last step belongs to (at an epoch boundary: the one ended)."""

@@ -1,10 +1,16 @@
-"""No import cycle in ``lstmablate/``: the package's modules form a directed acyclic graph.
+"""The house's structure, from its imports: ``lstmablate/`` and the built-in task plugins
+(``tasks/``, installed as ``lstmablate_tasks``) form a directed acyclic graph, and no module
+imports from a layer above its own.
 
 Every ``import`` statement of every module counts, at module level and inside functions
 (a lazy import is still a dependency: two modules that import each other, however late,
 are one tangled module); only imports under ``if TYPE_CHECKING:`` are left out (they
-never run).  A submodule's implicit import of its parent package is not an edge (every
-``a.b`` imports ``a`` first; that is how packages work, not a design choice).
+never run).  Importing ``a.b.c`` runs the ``__init__`` of ``a`` and of ``a.b`` first, so it
+is also an edge to those packages (a lazy ``from .train.distributed import x`` in a module
+the trainer imports is a cycle through ``train/__init__``); only a module's own enclosing
+packages are left out (every ``a.b`` imports ``a`` first; that is how packages work).
+
+The layers, bottom to top (docs/architecture.md draws them):
 """
 
 from __future__ import annotations
@@ -15,17 +21,48 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "lstmablate"
+#: other top-level folders that are packages of the house, and the name they install as
+PLUGINS = {"tasks": "lstmablate_tasks"}
+
+#: bottom to top; a module's layer is that of the longest prefix listed
+LAYERS: list[tuple[str, ...]] = [
+    ("lstmablate", "lstmablate.errors", "lstmablate.io", "lstmablate.console",
+     "lstmablate.batching"),
+    ("lstmablate.data", "lstmablate.cells"),
+    ("lstmablate.config", "lstmablate.recipes", "lstmablate.task"),
+    ("lstmablate.train",),
+    ("lstmablate_tasks",),
+    ("lstmablate.run", "lstmablate.results", "lstmablate.bench"),
+    ("lstmablate.cli", "lstmablate.__main__"),
+]
+
+
+def layer_of(module: str) -> int:
+    best, level = "", None
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > len(best):
+                best, level = name, i
+    assert level is not None, f"{module} is in no layer: add it to LAYERS"
+    return level
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    root = ROOT if path.is_relative_to(ROOT) else next(
+        ROOT.parent / folder for folder in PLUGINS if path.is_relative_to(ROOT.parent / folder))
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    parts[0] = PLUGINS.get(parts[0], parts[0])
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+    paths = sorted(ROOT.rglob("*.py"))
+    for folder in PLUGINS:
+        if (ROOT.parent / folder).is_dir():
+            paths += sorted((ROOT.parent / folder).rglob("*.py"))
+    return {_module_name(p): p for p in paths}
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -80,9 +117,17 @@ def import_graph() -> dict[str, set[str]]:
                 dep = _resolve(t, modules)
                 if dep is None or dep == mod:
                     continue
-                if mod.startswith(dep + ".") and t != dep:
-                    continue  # only the implicit import of an enclosing package
-                graph[mod].add(dep)  # (`from lstmablate.cells import Cell` in a submodule counts)
+                # the module and every package above it that is not one of mod's own
+                parts = dep.split(".")
+                for k in range(1, len(parts) + 1):
+                    d = ".".join(parts[:k])
+                    if d not in modules or d == mod:
+                        continue
+                    if mod.startswith(d + ".") and d != dep:
+                        continue  # the implicit import of an enclosing package
+                    if mod.startswith(d + ".") and t != dep:
+                        continue
+                    graph[mod].add(d)  # (`from lstmablate.cells import Cell` in a submodule counts)
     return graph
 
 
@@ -151,17 +196,21 @@ def test_the_walker_sees_lazy_imports_and_skips_type_checking(tmp_path, monkeypa
                                       "    from . import c\ndef f():\n    from .b import g\n")
     (pkg / "sub" / "b.py").write_text("from lstmablate.sub import a\ndef g(): pass\n")
     (pkg / "sub" / "c.py").write_text("import lstmablate.sub.a\n")
+    (pkg / "top.py").write_text("def f():\n    from .sub.c import x\n")
     monkeypatch.setitem(globals(), "ROOT", pkg)
+    monkeypatch.setitem(globals(), "PLUGINS", {})
     graph = import_graph()
     assert graph["lstmablate.sub.a"] == {"lstmablate.sub.b"}
     assert graph["lstmablate.sub.b"] == {"lstmablate.sub.a"}
     assert graph["lstmablate.sub.c"] == {"lstmablate.sub.a"}
+    # importing a submodule from outside its package runs the package's __init__ too
+    assert graph["lstmablate.top"] == {"lstmablate.sub", "lstmablate.sub.c"}
     assert cycles(graph) == [["lstmablate.sub.a", "lstmablate.sub.b"]]
 
 
 def test_no_import_cycle_in_the_package():
     graph = import_graph()
-    assert len(graph) > 20  # the walker found the package
+    assert len(graph) > 20 and any(m.startswith("lstmablate_tasks.") for m in graph)
     found = cycles(graph)
     msg = "\n".join(" -> ".join(_path_in(c, graph)) + f"   (modules: {', '.join(c)})"
                     for c in found)
@@ -175,3 +224,21 @@ def test_leaf_modules_import_no_cell(module):
     deps = import_graph()[module]
     assert not {d for d in deps if d.startswith("lstmablate.cells.")
                 and d not in ("lstmablate.cells.base",)}, deps
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    """cli -> run / results / bench -> tasks -> train -> config, task -> cells, data -> io,
+    errors: every arrow points down or sideways."""
+    graph = import_graph()
+    up = sorted(f"{m} ({layer_of(m)}) -> {d} ({layer_of(d)})"
+                for m, deps in graph.items() for d in deps if layer_of(d) > layer_of(m))
+    assert not up, "imports that run up the layers:\n" + "\n".join(up)
+
+
+def test_the_core_names_no_task():
+    """Nothing in lstmablate/ imports a task plugin: tasks come through the registry."""
+    graph = import_graph()
+    bad = sorted(f"{m} -> {d}" for m, deps in graph.items() if m.startswith("lstmablate")
+                 and not m.startswith("lstmablate_tasks")
+                 for d in deps if d.startswith("lstmablate_tasks"))
+    assert not bad, bad

@@ -22,8 +22,9 @@ from lstmablate.errors import ConfigError
 from lstmablate.run.sweep import plan_sweep
 from lstmablate.train.trainer import data_generator
 from lstmablate_tasks.ptb import data as P
-from lstmablate_tasks.ptb.task import (PTBData, PTBEval, PTBModel, PTBTask, read_predictions,
-                                       recipe_parameter_counts, sentence_logprobs)
+from lstmablate_tasks.ptb.evaluate import read_predictions, sentence_logprobs
+from lstmablate_tasks.ptb.params import recipe_parameter_counts
+from lstmablate_tasks.ptb.task import PTBData, PTBEval, PTBModel, PTBTask
 
 TRAIN = [" the cat sat on the mat ", " a dog ran ", " the dog sat on a <unk> near the cat ",
          " mr. <unk> ran to the mat ", " a cat "]

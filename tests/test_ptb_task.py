@@ -25,8 +25,9 @@ from lstmablate.errors import DataError
 from lstmablate.task import get_task
 from lstmablate.train.optim import Schedule, build_optimizer
 from lstmablate_tasks.ptb import data as P
-from lstmablate_tasks.ptb.task import (PTBData, PTBEval, PTBModel, PTBTask, read_predictions,
-                                       sequential_logprobs, stream_logprobs)
+from lstmablate_tasks.ptb.evaluate import (read_predictions, sentence_logprobs, sequential_logprobs,
+                                           stream_logprobs)
+from lstmablate_tasks.ptb.task import PTBData, PTBEval, PTBModel, PTBTask
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # Real data on developer machines and CI: ../shared/data from the project root.

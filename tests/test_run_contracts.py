@@ -17,7 +17,7 @@ from tolerance import rel_tol
 from lstmablate.errors import ConfigError, RunDirError
 from lstmablate.run.runner import evaluate_run, train_run
 from lstmablate_tasks.dyck.metrics import read_predictions as read_dyck_predictions
-from lstmablate_tasks.ptb.task import read_predictions as read_ptb_predictions
+from lstmablate_tasks.ptb.evaluate import read_predictions as read_ptb_predictions
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=open("/dev/null", "w"))  # noqa: SIM115

@@ -262,7 +262,7 @@ def list_(
         print_listing(("name", "primary metric", "description"), rows,
                       keep=("name", "primary metric"), plain=plain_or_auto, title="tasks")
     else:
-        from .config import available_recipes, load_recipe
+        from .recipes import available_recipes, load_recipe
 
         rows = []
         for name, path in available_recipes().items():

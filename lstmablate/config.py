@@ -1,28 +1,20 @@
-"""Run configuration: plain dataclasses, YAML recipes and typed ``--set`` overrides.
+"""Run configuration: plain dataclasses and typed ``--set`` overrides.
 
-Resolution order (later wins):
-
-1. the task's dataclass defaults (the original system's hyperparameters) and
-   its ``train_defaults``;
-2. the recipe YAML (``--recipe``), sections ``data``, ``model``, ``train``;
-3. ``--set section.key=value`` overrides from the command line.
-
-Every key is checked against the dataclass fields and every value converted to
-the field's type *before any data is loaded*; a mistake is a
-:class:`~lstmablate.errors.ConfigError` naming the file (and line for YAML
-syntax errors), the key and what was expected, with a did-you-mean.
+A run's config is the task's ``data``, ``model`` and ``eval`` dataclasses and the trainer's
+:class:`TrainConfig`, with task, cell and seed (:class:`RunConfig`).  Every key is checked
+against the dataclass fields and every value converted to the field's type *before any data
+is loaded*; a mistake is a :class:`~lstmablate.errors.ConfigError` naming where it came from,
+the key and what was expected, with a did-you-mean.  Recipes, and the resolution defaults ->
+recipe -> ``--set``, are :mod:`lstmablate.recipes`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import types
 import typing
-from dataclasses import dataclass, field, fields
-from importlib import resources
-from pathlib import Path
+from dataclasses import dataclass, fields
 from typing import Any
 
 import yaml
@@ -327,126 +319,6 @@ def update_dataclass(obj: Any, values: dict[str, Any], section: str, source: str
     return dataclasses.replace(obj, **changes)
 
 
-# -- recipes --------------------------------------------------------------------------------
-RECIPE_KEYS = ("task", "experiment", "description", "data", "model", "train", "eval", "reference",
-               "reference_source", "cells", "seeds", "cell_seeds", "cell_overrides", "grid", "table")
-#: keys of a table spec (a recipe with ``table:`` and no ``task:``)
-TABLE_KEYS = ("title", "experiments", "experiments_with_data", "metrics", "cells", "labels")
-
-
-def recipe_dirs() -> list[Path]:
-    """Where recipe names are looked up: $LSTMABLATE_RECIPES, then the shipped recipes."""
-    dirs = []
-    if os.environ.get("LSTMABLATE_RECIPES"):
-        dirs.append(Path(os.environ["LSTMABLATE_RECIPES"]))
-    dirs.append(Path(str(resources.files("lstmablate_recipes"))))
-    return dirs
-
-
-def available_recipes() -> dict[str, Path]:
-    found: dict[str, Path] = {}
-    for d in reversed(recipe_dirs()):
-        for p in sorted(d.glob("*.yaml")):
-            found[p.stem] = p
-    return dict(sorted(found.items()))
-
-
-def find_recipe(name_or_path: str) -> Path:
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.exists():
-            raise ConfigError(f"recipe file {p} does not exist.")
-        return p
-    recipes = available_recipes()
-    if name_or_path not in recipes:
-        raise UnknownNameError("recipe", name_or_path, recipes,
-                               hint="Run `lstmablate list recipes`, or pass a path to a .yaml file.")
-    return recipes[name_or_path]
-
-
-def load_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path} is not UTF-8 text (byte offset {e.start}).") from None
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror}.") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        loc = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
-        problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"YAML syntax error in {loc}: {problem}. "
-                          "Fix the file; recipes are plain YAML mappings.") from None
-
-
-def load_recipe(name_or_path: str) -> tuple[str, dict[str, Any]]:
-    """Read a recipe; returns (recipe name, mapping). Unknown top-level keys are errors."""
-    path = find_recipe(name_or_path)
-    data = load_yaml(path) or {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a recipe must be a YAML mapping with keys like "
-                          f"task, data, model, train; got {type(data).__name__}.")
-    for key in data:
-        if key not in RECIPE_KEYS:
-            raise UnknownNameError(f"top-level key in recipe {path}", str(key), RECIPE_KEYS)
-    if "table" in data:
-        if not isinstance(data["table"], dict):
-            raise ConfigError(f"{path}: `table` must be a mapping with keys {', '.join(TABLE_KEYS)}")
-        for key in data["table"]:
-            if key not in TABLE_KEYS:
-                raise UnknownNameError(f"key in `table` of {path}", str(key), TABLE_KEYS)
-    if "task" not in data and "table" not in data:
-        raise ConfigError(f"{path}: a recipe needs `task:` (or `table:` for a table spec).")
-    grid = data.get("grid") or {}
-    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
-        raise ConfigError(f"{path}: `grid` must map section.key to a non-empty list of values, "
-                          f"e.g. grid: {{data.m: [4, 6, 8]}}")
-    data["_path"] = str(path)
-    return path.stem, data
-
-
-def grid_points(recipe_name: str, recipe: dict[str, Any]) -> list[tuple[str, list[str], dict[str, Any]]]:
-    """Expand a recipe's ``grid`` into (experiment name, --set overrides, point) triples.
-
-    ``grid: {data.m: [4, 6, 8]}`` in recipe ``dyck-report`` gives the experiments
-    ``dyck-report-m4``, ``dyck-report-m6``, ``dyck-report-m8``.  Without a grid
-    there is one point: the recipe's own experiment.
-    """
-    import itertools
-
-    base = recipe_name
-    if recipe.get("experiment") is not None:
-        base = check_experiment(recipe["experiment"], f"{recipe.get('_path')}: experiment")
-    grid = recipe.get("grid") or {}
-    if not grid:
-        return [(base, [], {})]
-    keys = list(grid)
-    points = []
-    for values in itertools.product(*(grid[k] for k in keys)):
-        suffix = "-".join(f"{k.split('.')[-1].replace('_', '-')}{v}" for k, v in zip(keys, values))
-        points.append((f"{base}-{suffix}", [f"{k}={v}" for k, v in zip(keys, values)],
-                       dict(zip(keys, values))))
-    return points
-
-
-def recipe_seeds(recipe: dict[str, Any], cell: str) -> list[int]:
-    """The seeds a recipe runs for ``cell``: ``cell_seeds[cell]``, else ``seeds``.
-
-    (The paper ran 5 seeds of the LSTM and one run of each ablation:
-    ``seeds: [1]`` plus ``cell_seeds: {lstm: [1, 2, 3, 4, 5]}``.)
-    """
-    per_cell = recipe.get("cell_seeds") or {}
-    if not isinstance(per_cell, dict):
-        raise ConfigError(f"{recipe.get('_path')}: cell_seeds must map a cell to a list of seeds")
-    seeds = per_cell.get(cell) or recipe.get("seeds") or []
-    if not isinstance(seeds, list):
-        raise ConfigError(f"{recipe.get('_path')}: seeds must be a list of integers, e.g. "
-                          f"seeds: [1, 2, 3]; got {seeds!r}")
-    return [check_seed(s, f"{recipe.get('_path')}: seeds") for s in seeds]
-
-
 def parse_overrides(items: list[str], sections: tuple[str, ...] = SECTIONS) -> dict[str, dict[str, str]]:
     """``["train.lr=0.1", "model.hidden_size=200"]`` -> {"train": {"lr": "0.1"}, ...}."""
     out: dict[str, dict[str, str]] = {}
@@ -504,64 +376,6 @@ def check_experiment(name: Any, source: str = "--experiment") -> str:
         raise ConfigError(f"{source} {text[:60]!r}: an experiment name is one folder name under "
                           f"--out, e.g. ptb-small ({bad or 'it is not a string'}).")
     return text
-
-
-def resolve_config(
-    task_cls: Any,
-    cell: str,
-    *,
-    recipe: str | None = None,
-    overrides: list[str] | None = None,
-    seed: int | None = None,
-    experiment: str | None = None,
-) -> RunConfig:
-    """Defaults -> recipe -> overrides, validated; no data is touched."""
-    cfgs = {
-        "data": task_cls.DataConfig(),
-        "model": task_cls.ModelConfig(),
-        "train": update_dataclass(TrainConfig(), dict(task_cls.train_defaults), "train",
-                                  f"task {task_cls.name!r} defaults"),
-        "eval": task_cls.EvalConfig(),
-    }
-    recipe_name, rdata = None, {}
-    if recipe:
-        recipe_name, rdata = load_recipe(recipe)
-        src = rdata["_path"]
-        if rdata.get("task") and rdata["task"] != task_cls.name:
-            raise ConfigError(f"recipe {src} is for task {rdata['task']!r}, not {task_cls.name!r}; "
-                              f"use --task {rdata['task']} or another recipe.")
-        rdata = apply_renamed_keys(task_cls, rdata)
-        for section in SECTIONS:
-            cfgs[section] = update_dataclass(cfgs[section], rdata.get(section) or {}, section, src)
-        # per-cell changes the recipe documents (e.g. the paper's lr 0.1 for -GATES in NMT)
-        per_cell = (rdata.get("cell_overrides") or {}).get(cell) or {}
-        for section in per_cell:
-            if section not in SECTIONS:
-                raise UnknownNameError(f"section in cell_overrides of {src}", section, SECTIONS)
-        for section in SECTIONS:
-            cfgs[section] = update_dataclass(cfgs[section], per_cell.get(section) or {}, section, src)
-    for section, values in parse_overrides(overrides or []).items():
-        cfgs[section] = update_dataclass(cfgs[section], values, section, "--set")
-    _validate(cfgs)
-    src = rdata.get("_path", "the recipe")
-    seeds = recipe_seeds(rdata, cell)  # this cell's
-    if experiment is not None:
-        check_experiment(experiment)
-    elif rdata.get("experiment") is not None:
-        check_experiment(rdata["experiment"], f"{src}: experiment")
-    return RunConfig(
-        task=task_cls.name,
-        cell=cell,
-        experiment=check_experiment(experiment or rdata.get("experiment") or recipe_name
-                                    or task_cls.name),
-        seed=check_seed(seed) if seed is not None else (seeds[0] if seeds else 1),
-        data=cfgs["data"],
-        model=cfgs["model"],
-        train=cfgs["train"],
-        eval=cfgs["eval"],
-        recipe=recipe_name,
-        recipe_file=str(Path(rdata["_path"]).resolve()) if rdata else None,
-    )
 
 
 #: keys a config.yaml of an older version may hold that are no longer part of a run

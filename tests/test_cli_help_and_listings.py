@@ -107,7 +107,7 @@ def test_version():
 def test_listings_are_tab_separated_when_not_a_terminal():
     """Piped (the runner is not a terminal): a header line, then one row per line, every
     name whole."""
-    from lstmablate.config import available_recipes
+    from lstmablate.recipes import available_recipes
 
     r = invoke("list", "recipes")
     rows = list(csv.reader(io.StringIO(r.output), delimiter="\t"))

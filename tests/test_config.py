@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lstmablate.config import TrainConfig, convert, parse_overrides, resolve_config
+from lstmablate.config import TrainConfig, convert, parse_overrides
+
+from lstmablate.recipes import resolve_config
 from lstmablate.errors import ConfigError, UnknownNameError
 from lstmablate.task import get_task
 from lstmablate_tasks.dyck.task import DyckTask
@@ -80,7 +82,7 @@ def test_recipe_errors_name_file_and_line(tmp_path):
 
 
 def test_shipped_recipes_resolve():
-    from lstmablate.config import available_recipes, load_recipe
+    from lstmablate.recipes import available_recipes, load_recipe
 
     cfg = resolve_config(get_task("dyck"), "lstm", recipe="dyck-demo")
     cfg.data.validate()

@@ -30,7 +30,8 @@ from rich.console import Console
 
 from lstmablate.run import runner, sweep
 from lstmablate import task as task_module
-from lstmablate.config import TrainConfig, resolve_config
+from lstmablate.config import TrainConfig
+from lstmablate.recipes import resolve_config
 from lstmablate.errors import UserError
 from lstmablate.run.runs import RunFiles, write_config
 

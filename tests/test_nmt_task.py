@@ -203,7 +203,7 @@ def test_a_run_through_the_trainer(nmt_registered, tmp_path):
 
 
 def test_the_recipes_resolve():
-    from lstmablate.config import load_recipe, resolve_config
+    from lstmablate.recipes import load_recipe, resolve_config
 
     for name, size in (("nmt-multi30k", 500), ("nmt-multi30k-cpu", 256)):
         lstm = resolve_config(NMTTask, "lstm", recipe=name)
@@ -226,7 +226,7 @@ def test_visualization_inputs_are_the_encoder_and_its_embedded_tokens(overfit):
 
 
 def test_bad_config_values_are_named():
-    from lstmablate.config import resolve_config
+    from lstmablate.recipes import resolve_config
     from lstmablate.errors import ConfigError
 
     for override, match in (("model.encoder_type=bilstm", "model.encoder_type must be one of rnn, brnn"),

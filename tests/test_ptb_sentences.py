@@ -17,7 +17,7 @@ from tolerance import rel_tol
 
 from lstmablate.batching import BatchPlan, pooled_batches
 from lstmablate.cells import build_encoder
-from lstmablate.config import available_recipes, load_recipe, resolve_config
+from lstmablate.recipes import available_recipes, load_recipe, resolve_config
 from lstmablate.errors import ConfigError
 from lstmablate.run.sweep import plan_sweep
 from lstmablate.train.trainer import data_generator

@@ -20,7 +20,7 @@ from torch import nn
 from tolerance import assert_close
 
 from lstmablate.cells import build_encoder
-from lstmablate.config import recipe_seeds, load_recipe, resolve_config
+from lstmablate.recipes import recipe_seeds, load_recipe, resolve_config
 from lstmablate.errors import DataError
 from lstmablate.task import get_task
 from lstmablate.train.optim import Schedule, build_optimizer

@@ -12,7 +12,7 @@ import torch
 from rich.console import Console
 
 from lstmablate.cells import available_cells, build_encoder, get_cell
-from lstmablate.config import resolve_config
+from lstmablate.recipes import resolve_config
 from lstmablate.run.runner import train_run
 from lstmablate.train.trainer import data_generator
 from lstmablate.results.visualize import visualize_run

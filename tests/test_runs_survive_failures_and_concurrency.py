@@ -200,7 +200,8 @@ def test_every_config_field_rejects_bad_values_with_a_message(task, tiny_recipe,
     """Each field of each section, fed nan, inf, a negative number, zero, a string, a list:
     the run is refused with a message (a UserError: exit 2) or, where the value means
     something (dropout 0, clip_norm 0 = off), it trains — never another exception."""
-    from lstmablate.config import TrainConfig, resolve_config
+    from lstmablate.config import TrainConfig
+    from lstmablate.recipes import resolve_config
     from lstmablate.task import get_task
 
     cls = get_task(task)

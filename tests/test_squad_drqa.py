@@ -16,7 +16,8 @@ import torch
 
 from tolerance import assert_close
 from lstmablate.cells import available_cells, build_encoder, get_cell
-from lstmablate.config import TrainConfig, resolve_config
+from lstmablate.config import TrainConfig
+from lstmablate.recipes import resolve_config
 from lstmablate.errors import ConfigError, DataError
 from lstmablate.run.runs import RunFiles
 from lstmablate.train import Trainer

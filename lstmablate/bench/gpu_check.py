@@ -104,7 +104,7 @@ def run_models(device: str) -> list[dict]:
 
 
 def paper_cells() -> list[str]:
-    from lstmablate.config import load_recipe
+    from lstmablate.recipes import load_recipe
 
     return list(load_recipe("ptb-medium")[1]["cells"])
 

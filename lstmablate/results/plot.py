@@ -277,7 +277,7 @@ def _marker(curve: Curve) -> str | None:
 
 def figure_title(runs: list[RunLog]) -> str:
     """The recipe's description when every run comes from one recipe, else the experiments."""
-    from lstmablate.config import load_recipe
+    from lstmablate.recipes import load_recipe
 
     files = {r.recipe_file or r.recipe for r in runs}
     if len(files) == 1 and None not in files:

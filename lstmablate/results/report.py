@@ -32,7 +32,9 @@ from typing import Any
 
 import yaml
 
-from lstmablate.config import LEGACY_RUN_KEYS, grid_points, load_recipe, recipe_seeds
+from lstmablate.config import LEGACY_RUN_KEYS
+
+from lstmablate.recipes import grid_points, load_recipe, recipe_seeds
 from lstmablate.run.runs import RunFiles, RunResult
 from lstmablate.errors import UnknownNameError, UserError
 from lstmablate.task import Metric, get_task

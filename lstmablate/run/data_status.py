@@ -89,7 +89,7 @@ def check(data_dir: Path, task: str | None = None) -> DataReport:
 
 def recipe_needs(data_dir: Path) -> dict[str, tuple[str, set[str]]]:
     """recipe (or table spec) -> (its task(s), the catalogued files its runs read)."""
-    from lstmablate.config import available_recipes, load_recipe, resolve_config
+    from lstmablate.recipes import available_recipes, load_recipe, resolve_config
     from lstmablate.task import get_task
 
     needs: dict[str, tuple[str, set[str]]] = {}

@@ -28,7 +28,8 @@ from rich.console import Console
 from lstmablate.console import escape
 
 from lstmablate.cells import build_encoder, get_cell
-from lstmablate.config import RunConfig, config_from_dict, resolve_config, with_eval_overrides
+from lstmablate.config import RunConfig, config_from_dict, with_eval_overrides
+from lstmablate.recipes import resolve_config
 from lstmablate.data import resolve_data_dir
 from lstmablate.errors import CheckpointError, ConfigError, DataError, RunDirError, UserError
 from .runlock import RunLock, lock_holder

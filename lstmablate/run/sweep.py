@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from lstmablate.config import grid_points, load_recipe, recipe_seeds, resolve_config
+from lstmablate.recipes import grid_points, load_recipe, recipe_seeds, resolve_config
 from lstmablate.console import escape
 from lstmablate.errors import ConfigError, RunDirError, UserError
 from .runlock import lock_holder

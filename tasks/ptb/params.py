@@ -27,7 +27,7 @@ def count_parameters(cell: str, model_cfg: PTBModel, level: str) -> int:
 def recipe_parameter_counts(recipe: str) -> list[tuple[str, str, int, int, int]]:
     """``(experiment, cell, hidden_size, num_layers, parameters)`` of every run of a PTB recipe
     (its grid points and cells, each with its cell_overrides); reads no data."""
-    from lstmablate.config import grid_points, load_recipe, resolve_config
+    from lstmablate.recipes import grid_points, load_recipe, resolve_config
 
     name, r = load_recipe(recipe)
     rows = []

@@ -1,6 +1,6 @@
-"""Dyck-RNN: a hidden state that is a stack (Renganathan & Singh, 004 §4.2).
+"""Dyck-RNN: a hidden state that is a stack (Renganathan & Singh, §4.2).
 
-Equations 3-5 of ../shared/seeds/004_e34d98b8df34aaca.txt:
+Equations 3-5 of Renganathan & Singh, *Second-order RNNs: Resurgence of Recurrence*:
 
     g_t    = sigmoid(W_proj x_t)                               (3)  scalar push/pop gate
     W^hh_t = g_t W_1 + (1 - g_t) W_2                           (4)

@@ -1,6 +1,6 @@
 """The gated recurrent unit (Cho et al. 2014) as written in the Neubig notes.
 
-Equations 56-59 of ../shared/seeds/003_0f73f9782a2d98dc.txt:
+Equations 56-59 of Neubig's notes on RNN language models:
 
     r_t  = sigma(W_xr x_t + W_hr h_{t-1} + b_r)                 (56)  reset gate
     z_t  = sigma(W_xz x_t + W_hz h_{t-1} + b_z)                 (57)  update gate

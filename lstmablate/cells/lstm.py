@@ -1,6 +1,6 @@
 """The LSTM family: ONE implementation, every ablation a named flag set.
 
-Equations from Levy et al. (ACL 2018), ../shared/seeds/002_11d83580210422d1.txt:
+Equations from Levy, Lee, FitzGerald & Zettlemoyer (ACL 2018):
 
     c~_t = tanh(W_ch h_{t-1} + W_cx x_t + b_c)     (2)  content layer (an S-RNN)
     i_t  = sigma(W_ih h_{t-1} + W_ix x_t + b_i)     (3)  input gate
@@ -18,7 +18,7 @@ Switches (each registered name below is a fixed set of them):
 * ``gates_see_hidden``: gates as eqs 3, 4, 6, or sigma(W_gx x_t + b_g) ("- HIDDEN");
 * ``memory_cell``: False drops gates and memory cell, leaving eq 1 ("- GATES");
 * ``forget_gate``: False gives the 1997 LSTM, c_t = i_t * u_t + c_{t-1}
-  (eqs 47-51 of the Neubig notes, ../shared/seeds/003_0f73f9782a2d98dc.txt);
+  (eqs 47-51 of Neubig's notes on RNN language models);
 * ``proj_size``: h_t = W_hr (o_t * tanh(c_t)), the LSTM-2048-512 of the draft's
   Billion Word row (Sak et al. 2014, Józefowicz et al. 2016);
 * ``forget_bias``: initial value of b_f; None (default) leaves b_f uniform like

@@ -1,26 +1,26 @@
 """Second-order cells: input-dependent hidden-to-hidden transitions.
 
 Sources: Renganathan & Singh, *Second-order RNNs: Resurgence of Recurrence*
-(../shared/seeds/004_e34d98b8df34aaca.txt, "004" below) and the facts on
-mRNN / mLSTM in ../shared/reference/PROTOCOLS.md §7.
+(*Second-order RNNs: Resurgence of Recurrence*, "R&S" below) and the original papers of
+mRNN and mLSTM (Sutskever, Martens & Hinton 2011; Krause et al. 2016).
 
-mrnn — multiplicative RNN (Sutskever, Martens & Hinton 2011; PROTOCOLS §7.2)
+mrnn — multiplicative RNN (Sutskever, Martens & Hinton 2011)
     m_t = (W_mx x_t) * (W_mh h_{t-1})
     h_t = tanh(W_hm m_t + W_hx x_t + b_h)
   i.e. the transition matrix W_hm diag(W_mx x_t) W_mh depends on x_t.
 
-mlstm — multiplicative LSTM (Krause et al. 2016; PROTOCOLS §7.1)
+mlstm — multiplicative LSTM (Krause et al. 2016)
     m_t = (W_mx x_t) * (W_mh h_{t-1})
     [i; f; o; u] = W_x x_t + W_hm m_t + b       (m_t replaces h_{t-1} in all four)
     i, f, o = sigma(.), u = tanh(.)
     c_t = f_t * c_{t-1} + i_t * u_t;  h_t = o_t * tanh(c_t)
 
-mmrnn — multi-matrix RNN (004 eqs 6-8)
+mmrnn — multi-matrix RNN (R&S eqs 6-8)
     v_t   = softmax(W^proj [v_{t-1}; h_{t-1}; x_t])          (6)  key vector, K entries
     W^hh_t = sum_{i=1..K} v_t[i] W[i]                         (7)  K choice matrices
     h_t   = tanh(W^hh_t h_{t-1} + W^hx x_t)                  (8)
 
-mmlstm — multi-matrix LSTM (004 eqs 9-22): one key vector, one projection and
+mmlstm — multi-matrix LSTM (R&S eqs 9-22): one key vector, one projection and
 one set of choice matrices per block g in {c^, i, f, o}:
     v_g,t   = softmax(W_g^proj [v_g,t-1; h_{t-1}; x_t])       (9, 11, 13, 15)
     W_g^hh_t = sum_j v_g,t[j] W_g[j]                          (10, 12, 14, 16)
@@ -28,7 +28,7 @@ one set of choice matrices per block g in {c^, i, f, o}:
     c^_t    = tanh(W_c^hh_t h_{t-1} + W_c^hx x_t)             (20)
     c_t = f_t * c_{t-1} + i_t * c^_t;  h_t = o_t * tanh(c_t)  (21, 22)
 
-Notes on the report (004), and the choices made here:
+Notes on the report (R&S), and the choices made here:
 
 * **Number of choice matrices per gate.**  §4.3 fixes K = 4 "through empirical
   analysis", and eqs 10 and 12 sum over j = 1..4, but eq 14 (forget gate) sums
@@ -56,7 +56,7 @@ Notes on the report (004), and the choices made here:
 * mRNN and mLSTM have a factor size F = ``factor_size`` (the "m" of Table 1,
   default F = H as in the report's "h = m" rows).  Table 1's parameter counts
   for these two rows do not match either formula; we follow the original
-  papers (PROTOCOLS §7).  Krause et al. initialise b_f to 1 (``forget_bias=1``);
+  papers (Sutskever et al. 2011; Krause et al. 2016).  Krause et al. initialise b_f to 1 (``forget_bias=1``);
   our default leaves it uniform like every other parameter.
 
 Initialisation (every cell here): all parameters uniform(±1/sqrt(H)) as
@@ -119,7 +119,7 @@ class _FactoredCell(Cell):
 
 
 @register_cell("mrnn", family="multiplicative",
-               equations="Sutskever et al. 2011 (PROTOCOLS §7.2; 004 §3)",
+               equations="Sutskever et al. 2011 (R&S §3)",
                summary="m=(W_mx x)∘(W_mh h'); h=tanh(W_hm m+W_hx x+b)")
 class MRNNCell(_FactoredCell):
     """Multiplicative RNN: h_t = tanh(W_hm ((W_mx x_t) * (W_mh h_{t-1})) + W_hx x_t + b)."""
@@ -138,7 +138,7 @@ class MRNNCell(_FactoredCell):
 
 
 @register_cell("mlstm", family="multiplicative",
-               equations="Krause et al. 2016 (PROTOCOLS §7.1; 004 §3)",
+               equations="Krause et al. 2016 (R&S §3)",
                summary="m=(W_mx x)∘(W_mh h'); i,f,o,u from W_x x+W_hm m+b; c=f∘c'+i∘u; h=o∘tanh(c)")
 class MLSTMCell(MemoryTraceMixin, _FactoredCell):
     """Multiplicative LSTM: m_t replaces h_{t-1} in all four pre-activations.
@@ -180,7 +180,7 @@ class MLSTMCell(MemoryTraceMixin, _FactoredCell):
 
 
 # ---------------------------------------------------------------------------------
-# mmRNN and mmLSTM: a key vector chooses a mixture of K matrices (004 eqs 6-22)
+# mmRNN and mmLSTM: a key vector chooses a mixture of K matrices (R&S eqs 6-22)
 # ---------------------------------------------------------------------------------
 
 class _MultiMatrixCell(Cell):
@@ -281,7 +281,7 @@ class _MultiMatrixCell(Cell):
 @register_cell("mmrnn", family="multiplicative", equations="Renganathan & Singh eqs 6-8",
                summary="v=softmax(W_p[v';h';x]); W_hh=Σ_i v_i W_i (K=4); h=tanh(W_hh h'+W_hx x)")
 class MMRNNCell(_MultiMatrixCell):
-    """Multi-matrix RNN (004 eqs 6-8); state (h, key).
+    """Multi-matrix RNN (R&S eqs 6-8); state (h, key).
 
     ``num_matrices`` is K (default 4, §4.3); ``bias`` adds biases the equations
     do not print (default off).
@@ -311,7 +311,7 @@ class MMRNNCell(_MultiMatrixCell):
 @register_cell("mmlstm", family="multiplicative", equations="Renganathan & Singh eqs 9-22",
                summary="per gate g: v_g=softmax(W_g[v_g';h';x]), W_g,hh=Σ_j v_g,j W_g,j (K=4); LSTM gates")
 class MMLSTMCell(MemoryTraceMixin, _MultiMatrixCell):
-    """Multi-matrix LSTM (004 eqs 9-22); state (h, c, key_i, key_f, key_o, key_c).
+    """Multi-matrix LSTM (R&S eqs 9-22); state (h, c, key_i, key_f, key_o, key_c).
 
     Blocks in order i, f, o, c (the content c^ last, as in ``lstm.py``).
     ``num_matrices`` sets K for every block (default 4); ``input_matrices``,

@@ -1,6 +1,6 @@
 """The ``bwb`` task plugin: the One Billion Word Benchmark (Chelba et al. 2014) as Józefowicz et
 al. (2016) train it, with any registered cell — the Billion Word row of Levy et al.'s earlier
-draft (../shared/seeds/000_f974d1a3be1b89f6.txt, Table 1: LSTM-2048-512, 5 epochs).
+draft (Levy et al., the earlier version of the ACL 2018 paper, Table 1: LSTM-2048-512, 5 epochs).
 
 Data (:mod:`lstmablate_tasks.bwb.corpus`): the benchmark's training shards, held-out shard 0 as
 the test set (as the public code's ``eval_test`` mode), held-out shard 1 as our development set

@@ -3,7 +3,7 @@
 Dyck-(k, m) is the set of well-nested strings over k bracket types whose nesting depth never
 exceeds m (Hewitt, Hahn, Ganguli, Liang & Manning, EMNLP 2020).  This module reproduces the
 data side of their public code (john-hewitt/dyckkm-learning, ``generate_mbounded_dyck.py``);
-the facts it follows are listed in ``PROTOCOLS.md`` §6.1.
+the second-order report (Renganathan & Singh, §5.1) uses the same language.
 
 Vocabulary
     Bracket type ``i`` (0-based) is named by the letter ``"abc...z"[i % 26]`` repeated

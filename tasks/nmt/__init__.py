@@ -1,7 +1,7 @@
 """Machine translation, Multi30k English -> German, as OpenNMT-py's early-2018 recipe did it.
 
 Levy et al. (ACL 2018), Table 4: OpenNMT's default attentional encoder-decoder with its
-recurrent *encoder* replaced by each ablated cell (PROTOCOLS.md §5). The pieces:
+recurrent *encoder* replaced by each ablated cell (Levy et al. 2018, §4.4). The pieces:
 
 * :mod:`.data` — the Multi30k task 1 files, the recipe's last-line rule, pairs;
 * :mod:`.tokenise` — Moses tokenisation (``tokenizer.perl -a -no-escape``) and detokenisation;

@@ -1,6 +1,6 @@
 """BLEU the two ways: what the paper reported, and sacreBLEU's standard score.
 
-``bleu`` — the paper's number (PROTOCOLS.md §5.2 step 7): ``perl tools/multi-bleu.perl
+``bleu`` — the paper's number (OpenNMT-py's Multi30k recipe, step 7): ``perl tools/multi-bleu.perl
 test.de.atok < pred.atok``, i.e. corpus BLEU-4 of the *Moses-tokenised* hypotheses against the
 Moses-tokenised reference, case-sensitive (no ``-lc``), words = whitespace-separated tokens,
 clipped n-gram precisions p_1..p_4 with no smoothing (a zero precision gives BLEU 0), brevity

@@ -4,7 +4,7 @@ Files (raw, untokenised; ``.gz`` accepted) under the data directory, as distribu
 multi30k/dataset repository (data/task1/raw): ``multi30k/{train,val,test_2016_flickr}.{en,de}``,
 29,000 / 1,014 / 1,000 line-aligned sentence pairs. Checksums are in :data:`MULTI30K`.
 
-OpenNMT-py's Multi30k recipe (docs/source/extended.md at 18d3d2e1; PROTOCOLS.md §5.2):
+OpenNMT-py's Multi30k recipe (docs/source/extended.md at 18d3d2e1):
 
 1. *Delete the last line of every non-test file* (``sed -i "$ d"``): :func:`read_split` with
    ``drop_last_line`` removes the last line of the train and val files exactly as ``sed`` does

@@ -1,4 +1,4 @@
-"""OpenNMT-py's default model of early 2018 (ONMT @ 18d3d2e1; PROTOCOLS.md §5.1).
+"""OpenNMT-py's default model of early 2018 (OpenNMT-py @ 18d3d2e1).
 
     source ids -> embedding (500) -> encoder (2 layers x 500, from the registry) -> memory h_s
     target ids -> embedding (500) ─┐

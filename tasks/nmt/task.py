@@ -1,5 +1,5 @@
 """The ``nmt`` task plugin: Multi30k En->De with OpenNMT-py's early-2018 default model
-(Levy et al. 2018, Table 4; PROTOCOLS.md §5).
+(Levy et al. 2018, Table 4; OpenNMT-py @ 18d3d2e1).
 
 Which layers the cell replaces: Levy et al. write "We use OpenNMT's default model and
 hyperparameters, replacing the stacked bidirectional LSTM encoder with the simplified
@@ -7,7 +7,7 @@ architectures" (seed 002, §3, Machine Translation; the earlier draft, 000: "rep
 stacked bidirectional LSTM of its encoder") — the *encoder* only, so ``model.cell_layers``
 defaults to ``encoder`` and the decoder stays OpenNMT's LSTM (``encoder+decoder`` swaps both).
 The same sentence calls the encoder bidirectional, but OpenNMT-py's default ``-encoder_type``
-was ``rnn``, unidirectional (PROTOCOLS.md §5.1), and "default model" is what they ran:
+was ``rnn``, unidirectional (OpenNMT-py's ``opts.py`` at 18d3d2e1), and "default model" is what they ran:
 ``model.encoder_type`` defaults to ``rnn``; ``brnn`` gives the bidirectional reading (each
 direction hidden/2, as OpenNMT's ``brnn``).
 

@@ -1,11 +1,11 @@
 """Moses tokenisation as the recipe ran it, and detokenisation for sacreBLEU.
 
-The recipe (PROTOCOLS.md §5.2, step 3): ``perl tools/tokenizer.perl -a -no-escape -l {en,de} -q``
+OpenNMT-py's Multi30k recipe (``docs/source/extended.md`` at 18d3d2e1, step 3): ``perl tools/tokenizer.perl -a -no-escape -l {en,de} -q``
 — ``-a`` splits hyphens inside words aggressively (``port-a-potty`` -> ``port @-@ a @-@
 potty``), ``-no-escape`` leaves ``& < > ' " [ ]`` as they are (no ``&amp;``/``&apos;``
 entities). :mod:`sacremoses` is the Python port of that script; ``aggressive_dash_splits=True,
 escape=False`` are the two flags. The ``-lower`` of the recipe's preprocess step did nothing in
-that OpenNMT-py version (PROTOCOLS.md §5.2), so text stays cased.
+that OpenNMT-py version, so text stays cased.
 
 Detokenisation (for the sacreBLEU column, which scores detokenised text against the raw
 reference) is sacremoses' port of ``detokenizer.perl``, which also joins ``@-@`` back.

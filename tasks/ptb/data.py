@@ -43,7 +43,7 @@ Batching
     target shifted one to the right. Consecutive minibatches continue each
     row, so a model can carry its state across them (truncated BPTT).
 
-Sentences (``data.sentences: true``; the second-order report, 004 §5.3 and §6.1)
+Sentences (``data.sentences: true``; the second-order report, Renganathan & Singh ("R&S"), §5.3 and §6.1)
     Each line of the file is one sequence, scored on its own from the zero
     state (:class:`Sentences`). The report does not say how a sentence is
     framed; we use the line's own ``<eos>`` twice (no new symbol, so the
@@ -60,7 +60,7 @@ Sentences (``data.sentences: true``; the second-order report, 004 §5.3 and §6.
       to the encoder, so padding changes no real token's state, output or loss
       (tested: a padded batch scores each sentence exactly as alone).
 
-    Partial sentences (``data.max_chars: N``, 004 §6.1 / Table 3, training
+    Partial sentences (``data.max_chars: N``, R&S §6.1 / Table 3, training
     split only; valid and test stay whole): "we cut off sentences at N
     characters (including whitespaces)". :func:`cut_length` keeps the first N
     characters of the character-level line, the word-boundary ``_`` (the
@@ -395,7 +395,7 @@ def sentence_spans(stream: torch.Tensor, eos_id: int) -> list[tuple[int, int]]:
 
 def cut_length(tokens: Sequence[str], max_chars: int, level: str) -> int:
     """How many of a sentence's ``tokens`` (without ``<eos>``) the first ``max_chars``
-    characters hold (004 §6.1: "cut off sentences at N characters (including whitespaces)").
+    characters hold (R&S §6.1: "cut off sentences at N characters (including whitespaces)").
 
     Character level: one token is one character (``_`` is the whitespace), so
     ``min(len(tokens), max_chars)``. Word level: the longest prefix of whole words whose

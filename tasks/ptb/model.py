@@ -17,12 +17,12 @@ run time to a uniformly initialised bias, i.e. it adds nothing), and lets a cell
 with a documented special initialisation (e.g. a ``forget_bias`` cell option)
 apply it.
 
-Options for the second-order report's protocol (Renganathan & Singh, 004 §5.3):
+Options for the second-order report's protocol (Renganathan & Singh, §5.3):
 
-* ``embedding_size``: an embedding size of its own (004: 128 for characters, 64 for
+* ``embedding_size``: an embedding size of its own (R&S: 128 for characters, 64 for
   words) instead of the tutorial's ``hidden_size``; the encoder then reads it;
 * ``dropout_scope="softmax"``: dropout only "to the hidden state before passing it
-  through the softmax at each timestep" (004 §5.3), i.e. on the top layer's output:
+  through the softmax at each timestep" (R&S §5.3), i.e. on the top layer's output:
   not on the embedding, not between layers (the task then builds its encoder with
   ``dropout=0``); ``"all"`` is the tutorial's three places;
 * ``init_weights(None)``: each module's PyTorch default (``nn.Embedding`` N(0, 1),
@@ -44,7 +44,7 @@ from torch import Tensor, nn
 State = tuple[Tensor, ...]
 
 #: where dropout goes: "all" = embedding output, between layers, top output (the tutorial);
-#: "softmax" = only the top layer's output, before the softmax (004 §5.3)
+#: "softmax" = only the top layer's output, before the softmax (R&S §5.3)
 DROPOUT_SCOPES = ("all", "softmax")
 
 

@@ -13,7 +13,7 @@ Model (:mod:`lstmablate_tasks.ptb.model`): embedding (hidden_size) ->
 ``make_encoder(hidden, hidden, num_layers=2, dropout=1-keep_prob)`` -> untied
 softmax; every parameter uniform(±init_scale); dropout on the embedding output,
 between layers and on the top layer's output, never on the recurrent state.
-For the second-order report (004 §5.3) ``model.embedding_size`` gives the embedding its
+For the second-order report (Renganathan & Singh, "R&S", §5.3) ``model.embedding_size`` gives the embedding its
 own size, ``model.dropout_scope: softmax`` keeps dropout to the top output only, and
 ``model.init: pytorch`` uses PyTorch's module defaults (:func:`build_language_model`;
 :func:`count_parameters` / ``python -m lstmablate_tasks.ptb.task RECIPE`` count a
@@ -24,13 +24,13 @@ tensors (``h`` first, then ``c`` for cells with a memory cell), detached after
 every batch; ``None`` (= zeros) at the start of every epoch and of every
 evaluation pass.
 
-Loss (the tutorial's cost; PROTOCOLS.md §1.2): the SUM over the ``num_steps``
+Loss (the tutorial's cost, ``ptb_word_lm.py``): the SUM over the ``num_steps``
 time steps of the batch-mean NLL, i.e. ``num_steps`` x the mean token NLL, so
 that plain SGD at lr 1.0 trains as in the tutorial. The logged training loss
 is therefore on that scale; evaluation reports per-token averages.
 
 Sentences (``data.sentences: true``; the second-order report, Renganathan & Singh,
-004 §5.3 / §6.1; see :mod:`lstmablate_tasks.ptb.data` and docs/secondorder-lm.md):
+R&S §5.3 / §6.1; see :mod:`lstmablate_tasks.ptb.data` and docs/secondorder-lm.md):
 every line is a sequence of its own, ``<eos> t_1 .. t_n`` -> ``t_1 .. t_n <eos>``,
 scored from the zero state (no carry); a training epoch is the sentences in a random
 order drawn from the epoch's generator (the seed fixes it), ``batch_size`` sentences
@@ -92,7 +92,7 @@ class PTBData:
     # one sequence per line (padded batches of batch_size sentences, each from the zero
     # state; the second-order report) instead of the tutorial's continuous stream
     sentences: bool = False
-    # sentences only: cut every training sentence to its first N characters (004 Table 3;
+    # sentences only: cut every training sentence to its first N characters (R&S Table 3;
     # valid/test stay whole); 0 = no cut
     max_chars: int = 0
     # sentences only: 0 = batches cut from a random permutation; N > 0 = torchtext's pool
@@ -156,9 +156,9 @@ class PTBModel:
     dropout: float = 0.0  # 1 - keep_prob: embedding output, between layers, top output
     init_scale: float = 0.1  # every parameter uniform(±init_scale)
     cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
-    embedding_size: int = 0  # 0 = hidden_size (tutorial); 004: 128 (char), 64 (word)
+    embedding_size: int = 0  # 0 = hidden_size (tutorial); R&S: 128 (char), 64 (word)
     # where `dropout` applies: all = embedding output, between layers, top output (tutorial);
-    # softmax = only the top layer's output before the softmax (004 §5.3)
+    # softmax = only the top layer's output before the softmax (R&S §5.3)
     dropout_scope: str = "all"
     init: str = "uniform"  # uniform (±init_scale, tutorial) | pytorch (module defaults)
 
@@ -248,7 +248,7 @@ class PTBTask(Task):
         self.corpus = ptb_data.load_corpus(self.data_dir, level=d.level, verify=d.verify,
                                            vocab=self.vocab, splits=tuple(splits))
         if d.sentences:
-            # one sequence per line; max_chars cuts the training split only (004 §6.1)
+            # one sequence per line; max_chars cuts the training split only (R&S §6.1)
             self.sentences = {
                 split: ptb_data.Sentences(self.corpus.split(split), self.corpus.eos_id,
                                           self.corpus.vocab, d.level,
@@ -392,7 +392,7 @@ class PTBTask(Task):
 def build_language_model(make_encoder, vocab_size: int, m: PTBModel) -> PTBLanguageModel:
     """The language model of config ``m`` over ``vocab_size`` tokens (see model.py)."""
     emb = m.embedding_size or m.hidden_size
-    between = m.dropout if m.dropout_scope == "all" else 0.0  # 004: dropout before the softmax only
+    between = m.dropout if m.dropout_scope == "all" else 0.0  # R&S: dropout before the softmax only
     enc = make_encoder(emb, m.hidden_size, num_layers=m.num_layers, dropout=between,
                        **m.cell_options)
     model = PTBLanguageModel(vocab_size, m.hidden_size, enc, m.dropout, embedding_size=emb,

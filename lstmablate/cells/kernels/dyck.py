@@ -1,5 +1,5 @@
 """The fast path of the Dyck-RNN (``lstmablate/cells/dyck.py``; Renganathan & Singh,
-"004", eqs 3-5): h_t = (g_t W_1 + (1 - g_t) W_2) h_{t-1} + g_t W^hx x_t, with the shift
+"R&S", eqs 3-5): h_t = (g_t W_1 + (1 - g_t) W_2) h_{t-1} + g_t W^hx x_t, with the shift
 matrices W_1, W_2 fixed buffers.
 
 ``project_inputs`` (g_t and g_t W^hx x_t for all steps) stays ordinary autograd; per step

@@ -1,6 +1,6 @@
 """The fast paths of mRNN and mLSTM (``lstmablate/cells/multiplicative.py``): the factored,
 input-dependent transition m_t = (W_mx x_t) * (W_mh h_{t-1}) (Sutskever et al. 2011;
-Krause et al. 2016; PROTOCOLS §7).
+Krause et al. 2016).
 
 Up front: A = x W_mx^T (T, B, F) and Z = x W_x^T + b (T, B, n*H).  Per step:
 P_t = h'_{t-1} W_mh^T, M_t = A_t * P_t, Z_t += M_t W_hm^T, then tanh (mRNN) or the LSTM

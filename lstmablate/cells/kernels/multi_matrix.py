@@ -1,5 +1,5 @@
 """The fast paths of mmRNN and mmLSTM (``lstmablate/cells/multiplicative.py``; Renganathan
-& Singh, "004", eqs 6-22): a key vector v_g per block chooses a mixture of K_g matrices,
+& Singh, "R&S", eqs 6-22): a key vector v_g per block chooses a mixture of K_g matrices,
 W_g^hh_t = sum_j v_g,t[j] W_g[j].
 
 The key recurrences of all blocks are one: v_{t-1} (B, K) is the concatenated keys and

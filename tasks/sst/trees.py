@@ -70,6 +70,8 @@ def parse_tree(line: str, path: str | Path = "<text>", lineno: int | None = None
     while i < n:
         tok, col = tokens[i]
         if closed_root:
+            if tok == ")":
+                raise fail(col, "')' closes no open bracket")
             raise fail(col, f"{tok!r} after the tree's closing bracket (one tree per line)")
         if tok == "(":
             if stack:

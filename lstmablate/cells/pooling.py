@@ -11,8 +11,8 @@ over its *real* positions only (t <= L, the sequence's length):
 * ``mean``: u = (1/L) sum_{t <= L} h_t (InferSent's mean pooling);
 * ``last``: the state after reading the whole sequence, per direction.  Forward: h_L, the
   output at the sequence's own last real token.  Backward (bidirectional encoders): the
-  backward half of the output at position 1, which is the backward cell's state after
-  reading the sequence from its last token back to its first.  For a single-layer encoder
+  backward half of the output at the first position (t = 1, index 0), which is the
+  backward cell's state after reading the sequence from its last token back to its first.  For a single-layer encoder
   without residual connections this is the top layer's final ``h`` of every direction, as
   ``torch.nn.LSTM``'s ``h_n`` concatenates them (Tai et al. 2015's LSTM / BiLSTM sentence
   vector).  The split is by feature halves (first half forward, second half backward),
@@ -74,7 +74,7 @@ def pool(outputs: Tensor, lengths: Tensor | None, how: str, bidirectional: bool)
         # u = (1/L) Σ_{t <= L} h_t
         total = (outputs * valid.unsqueeze(-1).to(outputs.dtype)).sum(0)
         return total / n.clamp(min=1).unsqueeze(-1).to(outputs.dtype)
-    # last: forward h at t = L (the last real token); backward half at t = 1 (its final state)
+    # last: forward half at t = L (the last real token); backward half at t = 1 (its final state)
     if T == 0:
         return outputs.new_zeros(B, D)
     last = (n - 1).clamp(min=0)  # (B,)

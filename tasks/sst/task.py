@@ -269,9 +269,9 @@ class SSTTask(Task):
         lines = read_lines(path)
         gold = self.gold(split)
         if len(lines) != len(gold):
+            which = " (SST-2: the non-neutral ones)" if self.data_cfg.classes == 2 else ""
             raise DataError(f"{path} has {len(lines)} lines, but the {split} split has "
-                            f"{len(gold)} sentences{' (SST-2: neutral ones dropped)' if self.data_cfg.classes == 2 else ''}; "
-                            "expected one predicted label per line.")
+                            f"{len(gold)} sentences{which}; expected one predicted label per line.")
         labels = [str(k) for k in range(self.data_cfg.classes)]
         pred = []
         for k, line in enumerate(lines, start=1):

@@ -75,7 +75,7 @@ class SSTModel:
     # directory (Tai et al. and InferSent: glove.840B.300d.txt); "" = random embeddings
     pretrained: str = ""
     freeze_embeddings: bool = False  # Tai et al. update them (lr 0.1); InferSent keeps them fixed
-    hidden_size: int = 150  # per direction; Tai et al.'s BiLSTM: 150 (InferSent: 2048)
+    hidden_size: int = 150  # per direction; Tai et al.'s code: mem_dim 150 (InferSent: 2048)
     num_layers: int = 1
     bidirectional: bool = True
     pooling: str = "max"  # max (InferSent's BiLSTM-max) | mean | last (Tai et al.: final states)

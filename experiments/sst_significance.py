@@ -42,7 +42,8 @@ def per_sentence(run: Path, data_dir: str | None) -> np.ndarray:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("runs", type=Path)
-    ap.add_argument("experiments", nargs="*", default=["sst5-bilstm-max-cpu", "sst2-bilstm-max-cpu"])
+    ap.add_argument("experiments", nargs="*",
+                    default=["sst5-bilstm-max-cpu", "sst2-bilstm-max-cpu"])
     ap.add_argument("--data-dir")
     args = ap.parse_args()
     torch.set_num_threads(1)

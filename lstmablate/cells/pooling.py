@@ -9,14 +9,14 @@ over its *real* positions only (t <= L, the sequence's length):
   even where every real h_{t,k} is negative (InferSent's version-1 code took the maximum
   over the zero padding too);
 * ``mean``: u = (1/L) sum_{t <= L} h_t (InferSent's mean pooling);
-* ``last``: the state after reading the whole sequence, per direction.  Forward: h_L, the
-  output at the sequence's own last real token.  Backward (bidirectional encoders): the
-  backward half of the output at the first position (t = 1, index 0), which is the
-  backward cell's state after reading the sequence from its last token back to its first.  For a single-layer encoder
-  without residual connections this is the top layer's final ``h`` of every direction, as
-  ``torch.nn.LSTM``'s ``h_n`` concatenates them (Tai et al. 2015's LSTM / BiLSTM sentence
-  vector).  The split is by feature halves (first half forward, second half backward),
-  which is the layout of every bidirectional layer's output.
+* ``last``: the state after reading the whole sequence, per direction. Forward: h_L, the
+  output at the sequence's own last real token. Backward (bidirectional encoders): the
+  backward half of the output at the first position (t = 1, index 0), which is the backward
+  cell's state after reading the sequence from its last token back to its first. For a
+  single-layer encoder without residual connections this is the top layer's final ``h`` of
+  every direction, as ``torch.nn.LSTM``'s ``h_n`` concatenates them (Tai et al. 2015's LSTM
+  / BiLSTM sentence vector). The split is by feature halves (first half forward, second half
+  backward), which is the layout of every bidirectional layer's output.
 * ``none``: no pooling (the default): the encoder is a sequence encoder.
 
 A sequence of length 0 pools to zeros.

@@ -64,7 +64,8 @@ def parse_tree(line: str, path: str | Path = "<text>", lineno: int | None = None
         raise fail(None, "the line is empty")
     words: list[str] = []
     spans: list[list[int]] = []  # [start, end, label], filled in pre-order
-    stack: list[tuple[int, str]] = []  # (index into spans, what the node holds: "" | "word" | "tree")
+    # the open nodes: (index into spans, what the node holds so far: "" | "word" | "tree")
+    stack: list[tuple[int, str]] = []
     i, n = 0, len(tokens)
     closed_root = False
     while i < n:

@@ -26,7 +26,7 @@ SWEEP_ARGS ?=   # e.g. SWEEP_ARGS="--device cuda"
 
 .PHONY: install install-torch demo test readme-check bench gpu-check report reproduce-dyck reproduce-table1 \
 	reproduce-table2 reproduce-table2-standin reproduce-table3 reproduce-table3-cpu \
-	reproduce-table4 reproduce-table4-cpu reproduce-secondorder clean-demo
+	reproduce-table4 reproduce-table4-cpu reproduce-secondorder reproduce-sst clean-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -126,6 +126,15 @@ reproduce-secondorder:
 	$(PY) -m lstmablate report $(RUNS) --table secondorder-table2-char$(if $(CPU),-cpu)
 	$(PY) -m lstmablate report $(RUNS) --table secondorder-table2-word$(if $(CPU),-cpu)
 	$(PY) -m lstmablate report $(RUNS) --table secondorder-table3$(if $(CPU),-cpu)
+
+# The Stanford Sentiment Treebank (SST-5 and SST-2, sentence accuracy): the five paper cells in an
+# InferSent-style BiLSTM-max classifier with Tai et al. (2015)'s training. For the published
+# setting add GloVe 840B: SWEEP_ARGS="--set model.pretrained=PATH/glove.840B.300d.txt"; without
+# it the embeddings are random. `make reproduce-sst CPU=1` runs the CPU-scale recipes
+# (sst{5,2}-bilstm-max-cpu: random 100-d embeddings, three seeds; docs/results/sst.md).
+reproduce-sst:
+	$(PY) -m lstmablate sweep sst$(if $(CPU),-cpu) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
+	$(PY) -m lstmablate report $(RUNS) --table sst$(if $(CPU),-cpu)
 
 clean-demo:
 	rm -rf $(RUNS)/dyck-demo

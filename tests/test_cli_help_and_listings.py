@@ -158,7 +158,11 @@ def test_data_check_without_data_gives_the_advice_once_per_dataset(tmp_path):
     assert r.exit_code == 0, r.output  # nothing damaged: missing data is not an error here
     lines = r.output.splitlines()
     advice = [line for line in lines if "To get them" in line]
-    assert len(advice) == 5  # bwb, multi30k, ud-ewt, ptb, squad: once each
+    from lstmablate.task import available_datasets
+
+    catalogue = available_datasets()  # bwb, multi30k, ptb, squad, sst, ud-ewt, ...
+    assert {"bwb", "multi30k", "ptb", "squad", "sst", "ud-ewt"} <= set(catalogue)
+    assert len(advice) == len(catalogue)  # once each
     assert "ready to run (dyck): dyck-demo" in r.output
     rows = [line.split("\t") for line in lines if line.count("\t") == 4]
     assert rows[0] == ["dataset", "tasks", "file", "status", "blocks / note"]

@@ -21,12 +21,18 @@ def build_encoder(
     residual: bool = False,
     batch_first: bool = True,
     variational_dropout: bool = False,
+    pooling: str = "none",
+    layer_mix: str = "none",
+    layer_mix_input: bool = False,
     **cell_options: Any,
 ) -> Encoder:
     """Build a (stacked, optionally bidirectional) encoder of cell ``name``.
 
     The returned module's ``forward(x, lengths=None, state=None)`` gives
     ``(outputs, final_state)``; see :class:`lstmablate.cells.encoder.Encoder`.
+    ``pooling`` (none | max | mean | last) is what ``enc.encode(x, lengths)`` /
+    ``enc.pool(outputs, lengths)`` return; ``layer_mix`` (none | scalar) makes the outputs
+    ELMo's mix of the layers (see :mod:`lstmablate.cells.pooling`).
     """
     spec = get_cell(name)
     if bidirectional and not spec.bidirectional:
@@ -35,4 +41,5 @@ def build_encoder(
                    bidirectional=bidirectional, dropout=dropout,
                    recurrent_dropout=recurrent_dropout, residual=residual,
                    batch_first=batch_first, variational_dropout=variational_dropout,
+                   pooling=pooling, layer_mix=layer_mix, layer_mix_input=layer_mix_input,
                    **cell_options)

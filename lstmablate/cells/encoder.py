@@ -17,7 +17,12 @@ here, so every cell gets the same options:
   its own length*, so it starts at that sequence's last real token;
 * ``lengths``: padded positions produce zero outputs and never change the
   state, so each sequence's outputs and final state equal those of running it
-  alone.
+  alone;
+* ``layer_mix="scalar"``: the outputs are ELMo's γ · Σ_j softmax(s)_j h_j over the layers
+  (optionally the input too, ``layer_mix_input``) instead of the top layer's; and
+  ``pooling`` (``max | mean | last``): what :meth:`Encoder.pool` / :meth:`Encoder.encode`
+  make of a sequence's outputs, over its real positions only — both in
+  :mod:`lstmablate.cells.pooling`, equations there.
 
 State layout follows ``torch.nn.LSTM``: a tuple with one tensor per state
 component (``h`` first, then e.g. ``c``), each ``(num_layers * directions, B, size)``
@@ -43,6 +48,12 @@ What an encoder gives a task (the cell contract, seen from outside):
   encoder has ``variational_dropout=True``, which uses one mask per sequence
   (held in ``masks``) in both APIs.
 
+Sentence vectors (an encoder built with ``pooling`` other than ``none``; ``forward`` and
+``step`` are unchanged by it)::
+
+      vec = enc.encode(x, lengths)           # (B, output_size), e.g. BiLSTM-max
+      vec = enc.pool(outputs, lengths)       # the same from outputs of enc(x, lengths)
+
 What a cell must provide to be stepped: ``project_inputs`` and ``step`` (see
 :class:`~lstmablate.cells.base.Cell`), which every cell's reference loop already
 uses; a fast sequence kernel is optional.
@@ -59,6 +70,7 @@ from torch import Tensor, nn
 from lstmablate.errors import ConfigError
 
 from .base import Cell, NoMemoryCellError, State, weighted_sum
+from .pooling import LAYER_MIXES, POOLINGS, ScalarMix, check_choice, pool
 
 if TYPE_CHECKING:
     from .registry import CellSpec
@@ -120,9 +132,14 @@ class Encoder(nn.Module):
         residual: bool = False,
         batch_first: bool = True,
         variational_dropout: bool = False,
+        pooling: str = "none",
+        layer_mix: str = "none",
+        layer_mix_input: bool = False,
         **cell_options: Any,
     ):
         super().__init__()
+        check_choice("pooling", pooling, POOLINGS)
+        check_choice("layer_mix", layer_mix, LAYER_MIXES)
         if num_layers < 1:
             raise ConfigError(f"num_layers must be at least 1, got {num_layers}")
         for name, p in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
@@ -145,6 +162,20 @@ class Encoder(nn.Module):
             size = cells[0].output_size * self.num_directions
         self.layers = nn.ModuleList(layers)
         self.output_size = size
+        self.pooling = pooling
+        self.layer_mix = layer_mix
+        self.layer_mix_input = layer_mix_input
+        self.mix: ScalarMix | None = None
+        if layer_mix == "scalar":
+            if layer_mix_input and input_size not in (size, size // self.num_directions):
+                raise ConfigError(
+                    f"layer_mix_input mixes the encoder's input with its layers' outputs, so the "
+                    f"input size must equal the output size {size}"
+                    + (" (or half of it, taken twice as ELMo's [x; x])" if bidirectional else "")
+                    + f"; got {input_size}")
+            self.mix = ScalarMix(num_layers + int(layer_mix_input))
+        elif layer_mix_input:
+            raise ConfigError("layer_mix_input needs layer_mix='scalar'")
 
     # -- introspection -------------------------------------------------------
     @property
@@ -165,6 +196,8 @@ class Encoder(nn.Module):
         """Re-initialise every cell (uniform(±init_scale) when given; see each cell)."""
         for cell in self.cells():
             cell.reset_parameters(init_scale)
+        if self.mix is not None:
+            self.mix.reset_parameters()
 
     # -- forward ---------------------------------------------------------------
     def _prepare(self, x: Tensor, lengths: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor | None]:
@@ -284,6 +317,7 @@ class Encoder(nn.Module):
             state = self.initial_state(B, like=x_t)
         per_layer = self._split_state(state, B)
         finals: list[State] = []
+        outs: list[Tensor] = []
         inp = x_t
         for li, layer in enumerate(self.layers):
             if li > 0 and self.dropout > 0:
@@ -295,6 +329,9 @@ class Encoder(nn.Module):
             if self.residual and out.shape[-1] == inp.shape[-1]:
                 out = out + inp
             inp = out
+            outs.append(out)
+        if self.mix is not None:
+            inp = self._mix(x_t, outs, None)
         return inp, tuple(torch.stack([f[k] for f in finals]) for k in range(len(finals[0])))
 
     def forward(
@@ -317,6 +354,7 @@ class Encoder(nn.Module):
             return (out.transpose(0, 1) if self.batch_first else out), final_state
         init = self._split_state(state, B)
         finals: list[State] = []
+        layer_outputs: list[Tensor] = []
         inp = x
         sizes = self._layer_input_sizes()
         for li, layer in enumerate(self.layers):
@@ -342,6 +380,9 @@ class Encoder(nn.Module):
                 if mask is not None:
                     out = out * mask.unsqueeze(-1)
             inp = out
+            layer_outputs.append(out)
+        if self.mix is not None:
+            inp = self._mix(x, layer_outputs, mask)
         final_state = tuple(torch.stack([f[j] for f in finals]) for j in range(len(finals[0])))
         if self.batch_first:
             inp = inp.transpose(0, 1)
@@ -355,13 +396,46 @@ class Encoder(nn.Module):
         from .kernels.interface import family_of
 
         family = family_of(self.layers[0][0])
-        if family is None:
+        if family is None or self.mix is not None:  # a layer mix needs every layer's output
             return None
         if isinstance(state, Tensor):
             state = (state,)
         if state is not None:
             self._split_state(state, x.shape[1])  # the same checks as the layer-by-layer path
         return family.stack(self, x, lengths, state, masks)
+
+    def _mix(self, x: Tensor, layer_outputs: list[Tensor], mask: Tensor | None) -> Tensor:
+        """ELMo's γ · Σ_j softmax(s)_j h_j (see :mod:`.pooling`); ``x`` is the encoder's input,
+        layer 0 with ``layer_mix_input`` ([x; x] where the output is twice its size)."""
+        layers = list(layer_outputs)
+        if self.layer_mix_input:
+            h0 = x if x.shape[-1] == self.output_size else torch.cat([x, x], dim=-1)
+            if mask is not None:  # padding stays zero
+                h0 = h0 * mask.unsqueeze(-1)
+            layers.insert(0, h0)
+        return self.mix(layers)
+
+    # -- sentence vectors ---------------------------------------------------------
+    def _require_pooling(self) -> None:
+        if self.pooling == "none":
+            raise ConfigError(
+                f"this {self.cell_name!r} encoder was built with pooling='none'; build it with "
+                "pooling='max', 'mean' or 'last' to get sentence vectors")
+
+    def pool(self, outputs: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """The ``pooling`` of this encoder (max | mean | last, over real positions only; see
+        :mod:`.pooling`) applied to ``outputs`` of ``enc(x, lengths)`` -> (B, output_size)."""
+        self._require_pooling()
+        if self.batch_first:
+            outputs = outputs.transpose(0, 1)
+        return pool(outputs, lengths, self.pooling, self.bidirectional)
+
+    def encode(self, x: Tensor, lengths: Tensor | None = None, state: State | None = None,
+               masks: StepMasks | None = None) -> Tensor:
+        """One vector per sequence: ``pool(enc(x, lengths, state, masks)[0], lengths)``."""
+        self._require_pooling()
+        out, _ = self(x, lengths, state, masks)
+        return self.pool(out, lengths)
 
     # -- the weighted-sum view (equation 8) -------------------------------------
     @torch.no_grad()

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from lstmablate.results.significance import compare_seeds, paired_bootstrap
-from lstmablate.runner import load_run_model
+from lstmablate.run.runner import load_run_model
 
 CELLS = ["lstm", "lstm-srnn", "lstm-srnn-out", "lstm-srnn-hidden", "lstm-gates"]
 

@@ -286,7 +286,7 @@ class SSTTask(Task):
         """One predicted label per line, the split's sentences in file order (SST-2: its
         non-neutral sentences); returns the accuracy computed from that file (and the loss,
         which the file cannot hold)."""
-        from lstmablate.train.atomic import atomic_write_text
+        from lstmablate.io import atomic_write_text
 
         pred, nll = self.predict(model, split)
         atomic_write_text(path, "".join(f"{y}\n" for y in pred))

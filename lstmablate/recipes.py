@@ -11,8 +11,10 @@ Resolution order (later wins):
 3. ``--set section.key=value`` overrides from the command line.
 
 **Inheritance.**  ``base: NAME`` makes a recipe extend another (a shipped recipe's name, or
-a path relative to the recipe's folder) and list only what differs: mappings merge key by
-key (the child's value wins; nested mappings merge too), anything else is replaced.  A
+a path relative to the recipe's folder) and list only what differs.  The config sections
+(``data``, ``model``, ``train``, ``eval``) merge field by field (the child's value wins);
+every other key — ``cells``, ``seeds``, ``reference``, ``cell_overrides``, ``grid``,
+``table`` ... — is taken whole from the child when it gives one, else from the base.  A
 top-level key set to ``null`` removes what the base had (``grid: null``).  ``experiment`` is
 never inherited: a recipe's runs go to its own experiment (its name, unless it says
 otherwise).  A chain of bases is followed to the root; a cycle is an error naming it.
@@ -37,6 +39,8 @@ RECIPE_KEYS = ("base", "task", "experiment", "description", "data", "model", "tr
                "grid", "table")
 #: what a recipe never takes from its base
 NOT_INHERITED = ("experiment",)
+#: the sections a recipe merges field by field with its base's (everything else is replaced)
+MERGED = ("data", "model", "train", "eval")
 #: keys of a table spec (a recipe with ``table:`` and no ``task:``)
 TABLE_KEYS = ("title", "experiments", "experiments_with_data", "metrics", "cells", "labels")
 
@@ -136,23 +140,11 @@ def _read_with_bases(path: Path, chain: list[Path]) -> dict[str, Any]:
     for key, value in data.items():
         if value is None:
             merged.pop(key, None)  # `key: null` removes what the base had
-        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
+        elif key in MERGED and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
         else:
             merged[key] = value
     return merged
-
-
-def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
-    """``child`` over ``base``: nested mappings merge, anything else is replaced (a null is a
-    value here: ``train.stop_at: null``)."""
-    out = dict(base)
-    for key, value in child.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def _find_base(base: str, path: Path) -> Path:

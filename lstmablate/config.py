@@ -458,8 +458,15 @@ LEGACY_RUN_KEYS = ("reference", "reference_source", "cells", "seeds", "cell_seed
 def migrate_saved_config(task_cls: Any, d: dict[str, Any]) -> dict[str, Any]:
     """A saved config.yaml brought to this version: keys the task renamed since
     (``Task.renamed_keys``, e.g. ``data.eval_chunk`` -> ``eval.chunk``) moved, legacy
-    recipe metadata dropped.  Keys added since are filled by :func:`config_from_dict`."""
-    return apply_renamed_keys(task_cls, {k: v for k, v in d.items() if k not in LEGACY_RUN_KEYS})
+    recipe metadata dropped, keys added since with the value the old run behaved as
+    (``Task.added_keys``); other keys added since are filled with their defaults by
+    :func:`config_from_dict`."""
+    d = apply_renamed_keys(task_cls, {k: v for k, v in d.items() if k not in LEGACY_RUN_KEYS})
+    for key, old_value in (getattr(task_cls, "added_keys", None) or {}).items():
+        section, name = key.split(".", 1)
+        if isinstance(d.get(section), dict) and name not in d[section]:
+            d[section][name] = old_value
+    return d
 
 
 def apply_renamed_keys(task_cls: Any, d: dict[str, Any]) -> dict[str, Any]:

@@ -107,6 +107,10 @@ class Task:
     datasets: ClassVar[tuple[Dataset, ...]] = ()
     #: config keys renamed since older run folders were saved: "data.old" -> "eval.new"
     renamed_keys: ClassVar[dict[str, str]] = {}
+    #: config keys added since older run folders were saved, with the value those runs
+    #: behaved as ("model.new_option" -> "old behaviour"); a saved config.yaml without the
+    #: key reads it (the dataclass default may differ: it is the original system's)
+    added_keys: ClassVar[dict[str, Any]] = {}
     #: True: evaluate(final=True) differs from the selection evaluation, and the trainer
     #: also reports it on the dev split at the end of training
     final_differs: ClassVar[bool] = False

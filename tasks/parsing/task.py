@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from lstmablate.batching import BatchPlan
 from lstmablate.config import check_range
 from lstmablate.data import check_file
-from lstmablate.errors import ConfigError, DataError, UserError
+from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserError
 from lstmablate.task import Metric, StepOutput, Task
 
 from . import data as pdata
@@ -44,7 +44,7 @@ from .buckets import assign_buckets, epoch_groups, eval_groups, kmeans_splits
 from .conllu import Sentence, read_conllu, write_conllu
 from .decode import DECODERS, decode_heads, parser_v1_rels
 from .metrics import AttachmentCounter, score_files
-from .model import BiaffineParser, pad_ids, parser_loss
+from .model import ENCODER_LENGTHS, BiaffineParser, pad_ids, parser_loss
 from .vocab import ROOT, UNK, Vocabs, build_vocabs
 
 
@@ -80,9 +80,15 @@ class ParsingModel:
     arc_mlp: int = 500  # attn_mlp_size
     rel_mlp: int = 100  # class_mlp_size
     mlp_dropout: float = 0.33  # 1 - mlp_keep_prob: MLP input and both biaffine inputs
+    # parser-v1: the encoder reads ROOT and the first n-1 of n words, as Parser-v1 does (its
+    # sequence length counts words, ROOT sits at position 0): the last word's encoder output
+    # is zero. all: every word is encoded (see model.py)
+    encoder_lengths: str = "parser-v1"
     cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
 
     def validate(self) -> None:
+        if self.encoder_lengths not in ENCODER_LENGTHS:
+            raise UnknownNameError("model.encoder_lengths", self.encoder_lengths, ENCODER_LENGTHS)
         for name in ("word_size", "tag_size", "hidden_size", "num_layers", "arc_mlp", "rel_mlp"):
             check_range("model", self, name, low=1)
         for name in ("word_dropout", "tag_dropout", "input_dropout", "recurrent_dropout",
@@ -125,6 +131,8 @@ class ParsingTask(Task):
     ModelConfig = ParsingModel
     EvalConfig = ParsingEval
     datasets = (pdata.UD_EWT,)
+    # run folders saved before model.encoder_lengths existed encoded every word
+    added_keys = {"model.encoder_lengths": "all"}
     train_defaults = {"optimizer": "adam", "lr": 2e-3, "betas": (0.9, 0.9), "eps": 1e-12,
                       "schedule": "exponential", "decay": 0.75, "decay_steps": 5000,
                       "clip_norm": 5.0, "max_steps": 50_000, "max_epochs": 100_000,
@@ -249,7 +257,8 @@ class ParsingTask(Task):
                               enc, word_size=word_size, tag_size=m.tag_size, arc_mlp=m.arc_mlp,
                               rel_mlp=m.rel_mlp, word_dropout=m.word_dropout,
                               tag_dropout=m.tag_dropout, input_dropout=m.input_dropout,
-                              mlp_dropout=m.mlp_dropout, pretrained=table)
+                              mlp_dropout=m.mlp_dropout, pretrained=table,
+                              encoder_lengths=m.encoder_lengths)
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor], carry: Any) -> StepOutput:
         arc, _, _, rel = model(batch["words"], batch["tags"], batch["lengths"], batch.get("pret"),

@@ -128,6 +128,14 @@ class Task:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.artefacts: dict[str, Any] = {}
 
+    @classmethod
+    def run_deviations(cls, config: dict[str, Any]) -> list[str]:
+        """How a run departs from the original system in ways its results should say next
+        to the numbers (``lstmablate report`` marks the run's row with them), e.g. "no
+        pretrained vectors (Parser-v1 adds GloVe 6B 100d)".  ``config`` is the run's saved
+        config.yaml as a mapping (it may predate keys added since)."""
+        return []
+
     # -- data ------------------------------------------------------------------------
     def check_data(self) -> list[str]:
         """Verify this task's data files; return human-readable lines. Raise DataError."""

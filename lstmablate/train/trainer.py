@@ -105,7 +105,7 @@ class Trainer:
         self.console = console or Console(stderr=True)
         self.show_progress = self.console.is_terminal if progress is None else progress
         self.primary: Metric = task.primary
-        self.optimizer = build_optimizer(cfg, model.parameters())
+        self.optimizer = build_optimizer(cfg, model)
         self.clipped = clip_scope_parameters(model, cfg.clip_scope)
         self.schedule = Schedule(cfg, self.optimizer)
         self.pos = Position()
@@ -419,13 +419,22 @@ class Trainer:
             loss = loss * (out.weight * self.dist.world_size / total)
             loss_value = all_reduce_sum(loss_value * out.weight, self.dist, self.device) / total
         finite = math.isfinite(loss_value)
-        if finite:
+        if finite or cfg.nonfinite == "zero":
             loss.backward()
             params = [p for p in self.model.parameters() if p.grad is not None]
+            if cfg.nonfinite == "zero":  # Dozat & Manning: non-finite gradient entries -> 0
+                bad = [p.grad for p in params if not bool(torch.isfinite(p.grad).all())]
+                for g in bad:
+                    g.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+                if bad or not finite:
+                    pos.skipped_nonfinite += 1
+                    self.console.print(f"[yellow]non-finite gradient at step {pos.step + 1}: its "
+                                       f"non-finite entries set to 0 ({pos.skipped_nonfinite} so far)[/]")
+            clip_grads = cfg.clip_norm > 0 and cfg.clip_on == "gradient"  # else: the optimiser's
             clipped = [p for p in self.clipped if p.grad is not None] if cfg.clip_scope else params
-            if cfg.clip_norm > 0:
+            if clip_grads:
                 norm = torch.nn.utils.clip_grad_norm_(clipped, cfg.clip_norm)
-            if cfg.clip_norm <= 0 or cfg.clip_scope:
+            if not clip_grads or cfg.clip_scope:
                 norm = torch.linalg.vector_norm(
                     torch.stack([p.grad.detach().norm() for p in params])) if params else torch.tensor(0.0)
             finite = bool(torch.isfinite(norm))
@@ -448,6 +457,7 @@ class Trainer:
         self.optimizer.step()
         self.carry = out.carry
         pos.step += 1
-        pos.last_finite_loss = loss_value
+        if math.isfinite(loss_value):
+            pos.last_finite_loss = loss_value
         return loss_value
 

@@ -35,10 +35,11 @@ from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan
 from lstmablate.config import check_range
-from lstmablate.data import check_file
+from lstmablate.data import check_file, verify_datasets
 from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserError
 from lstmablate.task import Metric, StepOutput, Task
 
+from ..vectors import GLOVE_6B_100D, catalogue_entry
 from . import data as pdata
 from .buckets import assign_buckets, epoch_groups, eval_groups, kmeans_splits
 from .conllu import Sentence, read_conllu, write_conllu
@@ -130,10 +131,16 @@ class ParsingTask(Task):
     DataConfig = ParsingData
     ModelConfig = ParsingModel
     EvalConfig = ParsingEval
-    datasets = (pdata.UD_EWT,)
+    # GloVe 6B 100d: read when model.pretrained names it (the recipe parsing-ewt does)
+    datasets = (pdata.UD_EWT, GLOVE_6B_100D)
     # run folders saved before model.encoder_lengths existed encoded every word
     added_keys = {"model.encoder_lengths": "all"}
+    # Parser-v1's optimiser (lib/optimizers): Adam with b1 = b2 = 0.9, eps 1e-12 inside the
+    # square root, embedding rows updated lazily, the global norm of the update steps clipped
+    # at 5, non-finite gradient entries set to zero
     train_defaults = {"optimizer": "adam", "lr": 2e-3, "betas": (0.9, 0.9), "eps": 1e-12,
+                      "eps_in_sqrt": True, "lazy_embeddings": True, "clip_on": "update",
+                      "nonfinite": "zero",
                       "schedule": "exponential", "decay": 0.75, "decay_steps": 5000,
                       "clip_norm": 5.0, "max_steps": 50_000, "max_epochs": 100_000,
                       "eval_every": 100, "test_checkpoint": "last"}
@@ -158,9 +165,25 @@ class ParsingTask(Task):
     # -- data ------------------------------------------------------------------------
     def check_data(self) -> list[str]:
         if self.data_cfg.files:
-            return [f"{pdata.split_file(self.data_dir, s, self.data_cfg.files)}: present "
-                    "(data.files: not checksummed)" for s in pdata.SPLITS]
-        return super().check_data()
+            lines = [f"{pdata.split_file(self.data_dir, s, self.data_cfg.files)}: present "
+                     "(data.files: not checksummed)" for s in pdata.SPLITS]
+        else:
+            lines = verify_datasets(self.data_dir, [pdata.UD_EWT])
+        if self.model_cfg.pretrained:
+            path = pdata.resolve_pretrained(self.data_dir, self.model_cfg.pretrained)
+            lines.append(f"{path}: present" + (" and verified" if catalogue_entry(
+                self.model_cfg.pretrained) else " (not a catalogued file: not checksummed)"))
+        return lines
+
+    @classmethod
+    def run_deviations(cls, config: dict[str, Any]) -> list[str]:
+        model = config.get("model") or {}
+        out = []
+        if not model.get("pretrained"):
+            out.append("no pretrained vectors (Parser-v1 adds GloVe 6B 100d)")
+        if model.get("encoder_lengths", cls.added_keys["model.encoder_lengths"]) == "all":
+            out.append("every word encoded (Parser-v1 never encodes a sentence's last word)")
+        return out
 
     def _read(self, split: str, keep_lines: bool = False) -> list[Sentence]:
         """The split's sentences (read once per task object: build_artefacts and setup both
@@ -179,7 +202,8 @@ class ParsingTask(Task):
         vocabs = build_vocabs(self._read("train"), self.data_cfg.min_word_count)
         out = vocabs.to_artefacts()
         if self.model_cfg.pretrained:
-            path = pdata.resolve_pretrained(self.data_dir, self.model_cfg.pretrained)
+            path = pdata.resolve_pretrained(self.data_dir, self.model_cfg.pretrained,
+                                            verify=self.data_cfg.verify)
             out["pretrained_sha256"] = pdata.file_sha256(path)
         return out
 
@@ -193,7 +217,8 @@ class ParsingTask(Task):
     def _load_pretrained(self) -> None:
         if not self.model_cfg.pretrained or self.pretrained_table is not None:
             return
-        path = pdata.resolve_pretrained(self.data_dir, self.model_cfg.pretrained)
+        path = pdata.resolve_pretrained(self.data_dir, self.model_cfg.pretrained,
+                                        verify=self.data_cfg.verify)
         expected = self.artefacts.get("pretrained_sha256")
         if expected and pdata.file_sha256(path) != expected:
             raise DataError(f"model.pretrained: {path} is not the file this run was trained with "

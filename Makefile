@@ -24,7 +24,7 @@ THREADS ?= 2
 PYTEST_ARGS ?= -q
 SWEEP_ARGS ?=   # e.g. SWEEP_ARGS="--device cuda"
 
-.PHONY: install install-torch demo test bench report reproduce-dyck reproduce-table1 \
+.PHONY: install install-torch demo test readme-check bench report reproduce-dyck reproduce-table1 \
 	reproduce-table2 reproduce-table2-standin reproduce-table3 reproduce-table3-cpu \
 	reproduce-table4 reproduce-table4-cpu reproduce-secondorder clean-demo
 
@@ -54,6 +54,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The README's "Using it" commands, in order, in a fresh folder after the demo (CI runs it).
+readme-check: install
+	$(PY) tests/readme_check.py
 
 report:
 	$(PY) -m lstmablate report $(RUNS)

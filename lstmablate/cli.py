@@ -1,7 +1,8 @@
 """The ``lstmablate`` command line. Thin: it parses, then calls library functions.
 
 Every :class:`~lstmablate.errors.UserError` becomes one paragraph on stderr and
-exit code 2; no traceback.
+exit code 2; no traceback.  Help texts are rich markup: a literal square bracket is
+written ``\\[``; messages built from data are escaped (:func:`lstmablate.console.escape`).
 """
 
 from __future__ import annotations
@@ -9,110 +10,205 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
+from typer.core import TyperCommand
 
+from .console import err, escape, out, print_listing
 from .errors import UserError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
-                  help="Reproduce and extend the LSTM ablations of Levy et al. (ACL 2018).")
-data_app = typer.Typer(no_args_is_help=True,
-                       help="Data directory: where it is, checks, downloads, and the tasks' own tools.")
+
+class HelpCommand(TyperCommand):
+    """Help that reads as a user types: no type placeholder after a flag (``--resume``, not
+    ``--resume <bool>``), arguments by their metavar (``RUN_DIR``, ``[RUNS_DIR]``), a value
+    placeholder from the option's name where none is given."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for p in params:
+            if getattr(p, "param_type_name", "") == "argument":
+                # the metavar names it already; Typer would add a type column (<path>)
+                p.display_type_rich = lambda ctx: None
+                continue
+            if getattr(p, "param_type_name", "") != "option" or getattr(p, "metavar", None) is not None:
+                continue
+            if getattr(p, "is_flag", False) or getattr(p, "count", False):
+                p.metavar = ""
+            else:
+                p.metavar = (p.name or "value").upper()
+        return params
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for p in self.get_params(ctx):
+            if getattr(p, "param_type_name", "") != "argument":
+                continue
+            name = p.metavar or (p.name or "arg").upper()
+            name += "..." if p.nargs != 1 else ""
+            pieces.append(name if p.required else f"[{name}]")
+        return pieces
+
+
+class App(typer.Typer):
+    """A Typer whose commands (the plugins' ``data`` subcommands too) use :class:`HelpCommand`."""
+
+    def command(self, *args: Any, cls: Any = None, **kwargs: Any) -> Any:
+        return super().command(*args, cls=cls or HelpCommand, **kwargs)
+
+
+def _version(value: bool) -> None:
+    if not value:
+        return
+    from . import __version__
+    from .runs import git_commit
+
+    git = git_commit()
+    where = ""
+    if git.get("commit"):
+        where = f" (git {git['commit'][:12]}{', uncommitted changes' if git.get('dirty') else ''})"
+    out.print(f"lstmablate {__version__}{where}")
+    raise typer.Exit()
+
+
+app = App(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+          help="Reproduce and extend the LSTM ablations of Levy et al. (ACL 2018): train any "
+               "registered cell on any task plugin, then print paper-ready tables.\n\n"
+               "Start with: lstmablate list recipes; lstmablate sweep dyck-demo; "
+               "lstmablate report runs --table dyck-demo")
+data_app = App(no_args_is_help=True,
+               help="Data directory: where it is, what is there, checks, downloads, and the "
+                    "tasks' own tools.")
 app.add_typer(data_app, name="data")
 
-out = Console()
-err = Console(stderr=True)
-# tables too wide for 80 columns: full width when printing to a file or pipe
-wide = out if out.is_terminal else Console(width=220)
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version (and git commit) and exit.")) -> None:
+    """Reproduce and extend the LSTM ablations of Levy et al. (ACL 2018)."""
+
 
 DATA_DIR_HELP = "Data directory (default: $LSTMABLATE_DATA, else ./data)."
+DEVICE_HELP = "cpu, cuda, cuda:N or auto (cuda when available)."
+THREADS_HELP = "torch CPU threads (default: torch's choice, usually the number of cores)."
+PLAIN_HELP = "Tab-separated values, one row per line (the default when output is not a terminal)."
 
 
 @app.command()
 def train(
-    task: str = typer.Option(..., "--task", "-t", help="Task plugin, e.g. dyck, ptb."),
-    cell: str = typer.Option("lstm", "--cell", "-c", help="Registered cell name."),
-    recipe: Optional[str] = typer.Option(None, "--recipe", "-r", help="Recipe name or YAML path."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", help="Override: section.key=value (repeatable)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed (default: the recipe's first, else 1)."),
-    out_dir: Path = typer.Option(Path("runs"), "--out", help="Root of the runs tree."),
-    experiment: Optional[str] = typer.Option(None, "--experiment", help="Experiment name (default: recipe name)."),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or auto."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads."),
+    task: str = typer.Option(..., "--task", "-t", metavar="TASK",
+                             help="Task plugin (`lstmablate list tasks`), e.g. dyck, ptb."),
+    cell: str = typer.Option("lstm", "--cell", "-c", metavar="CELL",
+                             help="Registered cell (`lstmablate list cells`)."),
+    recipe: Optional[str] = typer.Option(None, "--recipe", "-r", metavar="NAME|FILE.yaml",
+                                         help="Recipe name (`lstmablate list recipes`) or a YAML file."),
+    set_: Optional[list[str]] = typer.Option(
+        None, "--set", metavar="SECTION.KEY=VALUE",
+        help="Override one config value (repeatable); sections data, model, train, eval."),
+    seed: Optional[int] = typer.Option(None, "--seed", metavar="N",
+                                       help="Seed (default: the recipe's first, else 1)."),
+    out_dir: Path = typer.Option(Path("runs"), "--out", metavar="DIR", help="Root of the runs tree."),
+    experiment: Optional[str] = typer.Option(None, "--experiment", metavar="NAME",
+                                             help="Experiment name (default: the recipe's name)."),
+    device: str = typer.Option("cpu", "--device", metavar="DEVICE", help=DEVICE_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", metavar="N", help=THREADS_HELP),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run."),
     force: bool = typer.Option(False, "--force", help="Replace whatever run is in the directory."),
-    data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", metavar="DIR", help=DATA_DIR_HELP),
     deterministic: bool = typer.Option(False, "--deterministic",
                                        help="Deterministic CUDA kernels where they exist (CPU is already)."),
     tensorboard: bool = typer.Option(False, "--tensorboard", help="Also log to <run>/tensorboard "
-                                     "(needs: pip install 'lstmablate[tensorboard]')."),
+                                     "(needs: pip install 'lstmablate\\[tensorboard]')."),
+    log_interval: float = typer.Option(30.0, "--log-interval", metavar="SECONDS",
+                                       help="Seconds between progress lines when the output is not "
+                                            "a terminal (a log file, a pipe)."),
 ) -> None:
-    """Train one run: runs/<experiment>/<cell>/seed-<n>/."""
+    """Train one run into OUT/EXPERIMENT/CELL/seed-N/ and print its directory.
+
+    Ctrl-C saves the run; the same command with --resume continues it exactly.
+
+    Examples:
+
+    lstmablate train --task dyck --cell lstm-srnn --recipe dyck-demo --experiment quickstart
+    lstmablate train --task ptb --cell lstm-srnn --recipe ptb-small --device cuda
+    lstmablate train --task ptb --cell lstm-srnn --recipe ptb-small --device cuda --resume
+    """
     from .runner import train_run
 
     outcome = train_run(task, cell, recipe=recipe, overrides=set_ or [], seed=seed, out=out_dir,
                         experiment=experiment, device=device, threads=threads, resume=resume,
                         force=force, data_dir=data_dir, console=err, deterministic=deterministic,
-                        tensorboard=tensorboard)
+                        tensorboard=tensorboard, log_interval=log_interval)
     if outcome.result is not None:
-        out.print(str(outcome.run_dir))
+        out.print(escape(outcome.run_dir), soft_wrap=True)
 
 
 @app.command("eval")
 def eval_(
-    run_dir: Path = typer.Argument(..., help="A run directory (with config.yaml)."),
-    split: str = typer.Option("test", "--split", help="dev or test."),
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run directory (with config.yaml)."),
+    split: str = typer.Option("test", "--split", metavar="SPLIT", help="dev or test."),
     checkpoint: Optional[str] = typer.Option(
-        None, "--checkpoint", help="best or last (default: the one the run's test numbers use, "
-        "train.test_checkpoint)."),
+        None, "--checkpoint", metavar="best|last", help="Which checkpoint (default: the one the "
+        "run's test numbers use, train.test_checkpoint)."),
     set_: Optional[list[str]] = typer.Option(
-        None, "--set", help="Evaluation option: eval.key=value (repeatable), e.g. eval.batch_size=32."),
+        None, "--set", metavar="eval.KEY=VALUE",
+        help="Evaluation option (repeatable), e.g. eval.batch_size=32."),
     write_predictions: Optional[Path] = typer.Option(
-        None, "--write-predictions", help="Also write the predictions here, in the format of the "
-        "task's official scorer; the metrics shown are computed from that file."),
-    device: str = typer.Option("cpu", "--device"),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads."),
-    data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the metrics as JSON."),
+        None, "--write-predictions", metavar="FILE", help="Also write the predictions here, in "
+        "the format of the task's official scorer; the metrics shown are computed from that file."),
+    device: str = typer.Option("cpu", "--device", metavar="DEVICE", help=DEVICE_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", metavar="N", help=THREADS_HELP),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", metavar="DIR", help=DATA_DIR_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the metrics as one JSON object."),
 ) -> None:
-    """Recompute a run's final metrics from its checkpoint (and write its predictions)."""
-    from .runner import evaluate_run
+    """Recompute a run's final metrics from its checkpoint (and write its predictions).
+
+    Examples:
+
+    lstmablate eval runs/dyck-demo/lstm-srnn/seed-1
+    lstmablate eval runs/dyck-demo/lstm-srnn/seed-1 --split dev --checkpoint last --json
+    lstmablate eval RUN_DIR --set eval.batch_size=16 --write-predictions preds.jsonl
+    """
+    from .runner import evaluate_model, load_run_model
 
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    metrics = evaluate_run(run_dir, split=split, checkpoint=checkpoint, data_dir=data_dir,
-                           device=device, eval_overrides=set_ or [],
-                           write_predictions=write_predictions)
+    cfg, task, model = load_run_model(run_dir, checkpoint, data_dir, device, splits=(split,),
+                                      eval_overrides=set_ or [])
+    metrics = evaluate_model(task, model, split, write_predictions=write_predictions)
     if write_predictions is not None:
-        err.print(f"wrote {write_predictions}", highlight=False)
+        err.print(f"wrote {escape(write_predictions)}", soft_wrap=True)
     if as_json:
         out.print_json(json.dumps(metrics))
         return
-    which = f"{checkpoint}.pt" if checkpoint else "the run's test checkpoint"
-    table = Table(title=f"{run_dir} — {split} ({which})")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for k, v in metrics.items():
-        table.add_row(k, f"{v:.4f}")
-    out.print(table)
+    which = f"{checkpoint}.pt" if checkpoint else f"{cfg.train.test_checkpoint}.pt, the run's test checkpoint"
+    err.print(f"{escape(run_dir)}: {split} split, {which}", soft_wrap=True)  # stdout: the table
+    rows = [(task.metric_name(k), task.format_metric(k, v), task.metric_description(k))
+            for k, v in metrics.items()]
+    print_listing(("metric", "value", "meaning"), rows, keep=("metric", "value"))
 
 
 @app.command()
 def report(
-    runs_dir: Path = typer.Argument(Path("runs"), help="Root of the runs tree."),
-    table: Optional[str] = typer.Option(None, "--table",
+    runs_dir: Path = typer.Argument(Path("runs"), metavar="RUNS_DIR", help="Root of the runs tree."),
+    table: Optional[str] = typer.Option(None, "--table", metavar="NAME",
                                         help="Only this experiment, recipe or table spec."),
-    fmt: str = typer.Option("markdown", "--format", "-f", help="markdown, latex (booktabs), "
-                            "csv or json (csv/json: one row per run)."),
-    out_file: Optional[Path] = typer.Option(None, "--out", help="Also write the report here."),
+    fmt: str = typer.Option("markdown", "--format", "-f", metavar="FORMAT",
+                            help="markdown, latex (booktabs), csv or json (csv/json: one row per run)."),
+    out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE",
+                                            help="Also write the report to this file."),
 ) -> None:
     """Ours (mean ± std over seeds) beside the paper's numbers, as markdown or LaTeX tables;
-    or every run as a CSV/JSON row. Damaged run folders are named and skipped."""
+    or every run as a CSV/JSON row. Damaged run folders are named and skipped.
+
+    Examples:
+
+    lstmablate report runs --table dyck-demo
+    lstmablate report runs --table table1 --format latex --out table1.tex
+    lstmablate report runs --format csv > runs.csv
+    """
     from .errors import UnknownNameError
     from .report import build_report
     from .report_formats import FORMATS, render
@@ -122,7 +218,7 @@ def report(
     built = build_report(runs_dir, table=table)
     text = render(built, fmt)
     for why in built.damaged:
-        err.print(f"[yellow]warning:[/] skipped {why}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]warning:[/] skipped {escape(why)}", soft_wrap=True)
     if out_file:
         from .train.atomic import atomic_write_text
 
@@ -131,109 +227,218 @@ def report(
 
 
 @app.command("list")
-def list_(what: str = typer.Argument(..., help="cells, tasks or recipes.")) -> None:
-    """List registered cells, tasks or recipes."""
+def list_(
+    what: str = typer.Argument(..., metavar="cells|tasks|recipes", help="What to list."),
+    plain: bool = typer.Option(False, "--plain", help=PLAIN_HELP),
+) -> None:
+    """List the registered cells, the task plugins or the shipped recipes.
+
+    Names are never shortened; descriptions wrap.  Piped or with --plain, the listing is
+    tab-separated (a header line, then one row per line).
+
+    Examples:
+
+    lstmablate list cells
+    lstmablate list recipes --plain | cut -f1
+    """
     from .errors import UnknownNameError
 
     kinds = ("cells", "tasks", "recipes")
     if what not in kinds:
         raise UnknownNameError("thing to list", what, kinds)
+    plain_or_auto = True if plain else None
     if what == "cells":
-        _list_cells()
+        from .cells.describe import describe_cells
+
+        rows = describe_cells()
+        cols = list(rows[0]) if rows else ["name"]
+        print_listing(cols, [[r[c] for c in cols] for r in rows], keep=("name",),
+                      plain=plain_or_auto,
+                      title="cells (params: one layer, one direction, input = hidden = 650)")
     elif what == "tasks":
         from .task import available_tasks, get_task
 
-        t = Table(title="tasks")
-        for c in ("name", "primary metric", "description"):
-            t.add_column(c)
+        rows = []
         for name in available_tasks():
             cls = get_task(name)
             arrow = "↑" if cls.primary.higher_is_better else "↓"
-            t.add_row(name, f"{cls.primary.name} {arrow}", cls.description)
-        out.print(t)
+            rows.append([name, f"{cls.primary.name} {arrow}", cls.description])
+        print_listing(("name", "primary metric", "description"), rows,
+                      keep=("name", "primary metric"), plain=plain_or_auto, title="tasks")
     else:
         from .config import available_recipes, load_recipe
 
-        t = Table(title="recipes")
-        for c in ("name", "task", "description", "file"):
-            t.add_column(c)
+        rows = []
         for name, path in available_recipes().items():
             try:
                 _, r = load_recipe(str(path))
             except UserError as e:
-                t.add_row(name, "[red]invalid[/]", str(e), str(path))
+                rows.append([name, "invalid", str(e)])
                 continue
             kind = r.get("task") or "table: " + ", ".join(r["table"].get("experiments") or [])
-            t.add_row(name, kind, str(r.get("description", "")), str(path))
-        out.print(t)
-
-
-def _list_cells() -> None:
-    from rich.markup import escape
-    try:
-        from .cells.describe import describe_cells
-    except ImportError:  # pragma: no cover - describe.py is optional
-        describe_cells = None
-    from .cells import available_cells, get_cell
-
-    t = Table(title="cells (params at input = hidden = 650, one layer, one direction)")
-    if describe_cells is None:
-        for c in ("name", "family", "summary"):
-            t.add_column(c)
-        for name in available_cells():
-            s = get_cell(name)
-            t.add_row(name, s.family, s.summary)
-    else:
-        rows = describe_cells()
-        cols = list(rows[0].keys()) if rows else []
-        for c in cols:
-            t.add_column(c, overflow="fold", no_wrap=(c == "name"))
-        for r in rows:
-            t.add_row(*(escape(str(r[c])) for c in cols))
-    wide.print(t)
+            rows.append([name, kind, str(r.get("description", ""))])
+        print_listing(("name", "task", "description"), rows, keep=("name",), plain=plain_or_auto,
+                      title="recipes")
 
 
 @data_app.command("path")
-def data_path(data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP)) -> None:
-    """Print the data directory in use and how it was chosen."""
+def data_path(data_dir: Optional[str] = typer.Option(None, "--data-dir", metavar="DIR",
+                                                     help=DATA_DIR_HELP)) -> None:
+    """Print the data directory in use and how it was chosen.
+
+    Example:
+
+    LSTMABLATE_DATA=/data/nlp lstmablate data path
+    """
     from .data import describe_data_dir, resolve_data_dir
 
     path = resolve_data_dir(data_dir)
-    out.print(f"{path} ({describe_data_dir(path)})", highlight=False, soft_wrap=True)
+    out.print(f"{escape(path)} ({escape(describe_data_dir(path))})", soft_wrap=True)
+
+
+@data_app.command("list")
+def data_list(
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", metavar="DIR", help=DATA_DIR_HELP),
+    plain: bool = typer.Option(False, "--plain", help=PLAIN_HELP + " One row per file."),
+) -> None:
+    """The datasets the installed tasks read: their files, which are present in the data
+    directory, where they come from and their licence.
+
+    On a terminal, numbered shards are one line in shell brace notation.
+
+    Examples:
+
+    lstmablate data list
+    lstmablate data list --plain | awk -F'\\t' '$4 == "missing"'
+    """
+    from . import data_status as ds
+    from .data import describe_data_dir, resolve_data_dir
+
+    root = resolve_data_dir(data_dir)
+    rows = ds.presence(root)
+    catalogue = ds.task_datasets()
+    if plain or not out.is_terminal:
+        print_listing(("dataset", "tasks", "file", "status", "source", "licence"),
+                      [[r.dataset, ", ".join(r.tasks), r.relpath, r.status,
+                        catalogue[r.dataset][0].url, catalogue[r.dataset][0].licence]
+                       for r in rows], plain=True)
+        return
+    err.print(f"data directory: {escape(root)} ({escape(describe_data_dir(root))})", soft_wrap=True)
+    print_listing(("dataset", "tasks", "file", "status"), _grouped(rows, lambda group: (
+        (group[0].status if len(group) == 1 else
+         f"{sum(r.status == 'present' for r in group)} of {len(group)} present"), )),
+        keep=("dataset", "file", "status"), plain=False)
+    out.print("Sources and licences:")
+    for name, (d, _) in catalogue.items():
+        out.print(f"  {name}: {escape(d.url)} — {escape(d.licence)}", soft_wrap=True)
+
+
+def _grouped(rows: list[Any], columns: Any) -> list[list[str]]:
+    """Table rows for file statuses: per dataset, numbered shards folded into one line
+    (``columns(group)`` gives the last columns of a folded line); the dataset and its tasks
+    only on its first line."""
+    from . import data_status as ds
+
+    table: list[list[str]] = []
+    by_ds: dict[str, list[Any]] = {}
+    for r in rows:
+        by_ds.setdefault(r.dataset, []).append(r)
+    for name, files in by_ds.items():
+        index = {f.relpath: f for f in files}
+        for i, (shown, members) in enumerate(ds.summarise([f.relpath for f in files])):
+            group = [index[m] for m in members]
+            table.append([name if i == 0 else "", ", ".join(files[0].tasks) if i == 0 else "",
+                          shown, *columns(group)])
+    return table
 
 
 @data_app.command("check")
 def data_check(
-    task: Optional[str] = typer.Argument(None, help="Only this task's data."),
-    data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+    task: Optional[str] = typer.Argument(None, metavar="TASK", help="Only this task's data."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", metavar="DIR", help=DATA_DIR_HELP),
+    plain: bool = typer.Option(False, "--plain", help=PLAIN_HELP + " One row per file."),
 ) -> None:
-    """Verify data files (presence, checksums) for one or all tasks."""
-    from .data import resolve_data_dir
-    from .task import available_tasks, get_task
+    """Verify the data files (presence and checksums): a line per file (numbered shards
+    folded on a terminal); for what is missing or damaged, the recipes it blocks and how to
+    get it (once per dataset); which recipes are ready to run.
 
+    Exits with 2 when a present file is damaged, or when TASK is given and a file its
+    default configuration reads is missing.
+
+    Examples:
+
+    lstmablate data check
+    lstmablate data check squad-drqa
+    """
+    from . import data_status as ds
+    from .data import describe_data_dir, resolve_data_dir
+    from .task import get_task
+
+    if task:
+        get_task(task)  # an unknown task name: the usual message
     root = resolve_data_dir(data_dir)
-    names = [task] if task else available_tasks()
-    failed = False
-    for name in names:
-        cls = get_task(name)
-        try:
-            lines = cls(cls.DataConfig(), cls.ModelConfig(), root).check_data()
-            out.print(f"[green]ok[/] {name}: " + "; ".join(lines))
-        except UserError as e:
-            if task:
-                raise
-            failed = True
-            out.print(f"[red]FAILED[/] {name}: {e}")
-    if failed:
-        raise typer.Exit(2)
+    report = ds.check(root, task)
+    rows = report.rows
+    err.print(f"data directory: {escape(root)} ({escape(describe_data_dir(root))})", soft_wrap=True)
+    note = (lambda r: ", ".join(r.blocks) if r.status == "missing" else
+            (r.message if not r.usable else ""))
+    if plain or not out.is_terminal:
+        print_listing(("dataset", "tasks", "file", "status", "blocks / note"),
+                      [[r.dataset, ", ".join(r.tasks), r.relpath, r.status, note(r)] for r in rows],
+                      plain=True)
+    else:
+        def columns(group: list[Any]) -> tuple[str]:
+            states = {r.status for r in group}
+            return (group[0].status if len(states) == 1 else
+                    ", ".join(f"{sum(r.status == s for r in group)} {s}" for s in sorted(states)),)
+        print_listing(("dataset", "tasks", "file", "status"), _grouped(rows, columns),
+                      keep=("dataset", "file", "status"), plain=False)
+    for name, (d, _) in ds.task_datasets(task).items():
+        bad = [r for r in rows if r.dataset == name and not r.usable]
+        if not bad:
+            continue
+        what = "damaged" if any(r.damaged for r in bad) else "missing"
+        blocks = sorted({b for r in bad for b in r.blocks})
+        files = ", ".join(shown for shown, _ in ds.summarise([r.relpath for r in bad]))
+        err.print(f"{name}: {len(bad)} of {len(d.files)} file(s) {what} ({escape(files)})"
+                  + (f"; this blocks {', '.join(blocks)}" if blocks else "")
+                  + f". To get them: {escape(ds.advice(d))}", soft_wrap=True)
+    if all(r.usable for r in rows):
+        err.print("every catalogued file is present and verified.")
+    for t, names in report.ready.items():
+        err.print(f"ready to run ({escape(t)}): {', '.join(names)}", soft_wrap=True)
+    needed: set[str] = set()
+    if task:
+        cls = get_task(task)
+        needed = set(cls(cls.DataConfig(), cls.ModelConfig(), root).required_files())
+    damaged = [r for r in rows if r.damaged]
+    if damaged:
+        from .errors import DataError
+
+        raise DataError(" ".join(r.message for r in damaged))
+    missing = [r.relpath for r in rows if not r.usable and r.relpath in needed]
+    if missing:
+        from .errors import DataError
+
+        raise DataError(f"task {task!r} (its default configuration) reads {', '.join(missing)}, "
+                        "which the data directory does not hold; see above for how to get "
+                        "them and which recipes are ready to run without them.")
 
 
 @data_app.command("fetch")
 def data_fetch(
-    dataset: str = typer.Argument(..., help="Dataset name (`lstmablate data list`)."),
-    data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+    dataset: str = typer.Argument(..., metavar="DATASET", help="Dataset name (`lstmablate data list`)."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", metavar="DIR", help=DATA_DIR_HELP),
 ) -> None:
-    """Download a dataset from its canonical location and verify its checksums."""
+    """Download a dataset from its canonical location and verify its checksums.
+
+    Files already present that verify are kept; a download that does not verify is never
+    written.
+
+    Example:
+
+    lstmablate data fetch ptb
+    """
     from .data import fetch, resolve_data_dir
     from .task import available_datasets
 
@@ -243,69 +448,85 @@ def data_fetch(
 
         raise UnknownNameError("dataset", dataset, datasets,
                                "`lstmablate data list` shows what each task reads.")
-    for p in fetch(datasets[dataset], resolve_data_dir(data_dir)):
-        out.print(str(p))
-
-
-@data_app.command("list")
-def data_list() -> None:
-    """The datasets the installed tasks read: files, source and licence."""
-    from .task import available_tasks, get_task
-
-    t = Table(title="datasets")
-    for c in ("dataset", "task", "files", "source", "licence"):
-        t.add_column(c, overflow="fold")
-    for name in available_tasks():
-        for ds in get_task(name).datasets:
-            t.add_row(ds.name, name, "\n".join(f.relpath for f in ds.files), ds.url, ds.licence)
-    wide.print(t)
+    for p in fetch(datasets[dataset], resolve_data_dir(data_dir),
+                   log=lambda msg: err.print(escape(msg), soft_wrap=True)):
+        out.print(escape(p), soft_wrap=True)
 
 
 @app.command()
 def sweep(
-    recipe: str = typer.Argument(..., help="A recipe with `cells` and `seeds`."),
-    list_only: bool = typer.Option(False, "--list", help="Print one command per missing run."),
-    out_dir: Path = typer.Option(Path("runs"), "--out"),
-    set_: Optional[list[str]] = typer.Option(None, "--set", help="Override for every run."),
-    threads: Optional[int] = typer.Option(None, "--threads"),
-    device: str = typer.Option("cpu", "--device"),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Runs at once (subprocesses)."),
-    data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+    recipe: str = typer.Argument(..., metavar="RECIPE", help="A recipe with `cells` and `seeds`, "
+                                 "or a table spec (e.g. table1)."),
+    list_only: bool = typer.Option(False, "--list", help="Print one `lstmablate train` command per "
+                                   "missing or interrupted run (for any scheduler), run nothing."),
+    out_dir: Path = typer.Option(Path("runs"), "--out", metavar="DIR", help="Root of the runs tree."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", metavar="SECTION.KEY=VALUE",
+                                             help="Override for every run (repeatable)."),
+    threads: Optional[int] = typer.Option(None, "--threads", metavar="N",
+                                          help="torch CPU threads per run (default with --jobs: "
+                                               "the cores divided among the jobs)."),
+    device: str = typer.Option("cpu", "--device", metavar="DEVICE", help=DEVICE_HELP),
+    jobs: int = typer.Option(1, "--jobs", "-j", metavar="N",
+                             help="Runs at once (subprocesses, each logging beside its run)."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", metavar="DIR", help=DATA_DIR_HELP),
 ) -> None:
-    """Run every (cell, seed) of a recipe that is not finished; resume interrupted ones."""
+    """Run every (cell, seed) of a recipe that is not finished; resume interrupted ones.
+
+    Running a sweep twice is harmless: finished runs are skipped.
+
+    Examples:
+
+    lstmablate sweep dyck-demo
+    lstmablate sweep ptb-medium --device cuda --jobs 2
+    lstmablate sweep table1 --list
+    """
     from .sweep import plan_sweep, run_sweep
 
     plan = plan_sweep(recipe, out_dir, overrides=set_ or [], threads=threads, device=device,
                       data_dir=data_dir)
     if list_only:
-        for item in plan:
-            if not item.finished:
-                out.print(item.command, highlight=False, soft_wrap=True)
+        missing = [item for item in plan if not item.finished]
+        for item in missing:
+            out.print(escape(item.command), soft_wrap=True)
+        if not missing:
+            err.print(f"every run of {escape(recipe)} is finished ({len(plan)} runs under "
+                      f"{escape(out_dir)}); `lstmablate report {escape(out_dir)} --table "
+                      f"{escape(recipe)}` prints its table.", soft_wrap=True)
         return
     run_sweep(plan, console=err, jobs=jobs)
 
 
 @app.command()
 def bench(
-    cells: Optional[list[str]] = typer.Option(None, "--cell", help="Only these cells (repeatable)."),
-    shapes: Optional[list[str]] = typer.Option(None, "--shape",
-                                               help="ptb-200, ptb-650, parser-400 or BxTxHxL[xbi]."),
-    threads: int = typer.Option(2, "--threads"),
-    device: str = typer.Option("cpu", "--device"),
-    repeats: int = typer.Option(7, "--repeats"),
+    cells: Optional[list[str]] = typer.Option(None, "--cell", metavar="CELL",
+                                              help="Only these cells (repeatable)."),
+    shapes: Optional[list[str]] = typer.Option(None, "--shape", metavar="SHAPE",
+                                               help="ptb-200, ptb-650, parser-400 or BxTxHxL\\[xbi] "
+                                                    "(repeatable)."),
+    threads: int = typer.Option(2, "--threads", metavar="N", help="torch CPU threads."),
+    device: str = typer.Option("cpu", "--device", metavar="DEVICE", help=DEVICE_HELP),
+    repeats: int = typer.Option(7, "--repeats", metavar="N",
+                                help="Timed repetitions per row (the median is reported)."),
     quick: bool = typer.Option(False, "--quick", help="Fewer shapes and repeats."),
     models: bool = typer.Option(True, "--models/--no-models", help="Also PTB training tokens/s."),
     model_sizes: Optional[list[str]] = typer.Option(
-        None, "--model-size", help="PTB model sizes for --models: small (default), medium, large."),
+        None, "--model-size", metavar="SIZE",
+        help="PTB model sizes for --models: small (default), medium, large (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
 ) -> None:
-    """Forward+backward tokens/s and memory per cell against torch.nn.LSTM, same process."""
+    """Forward+backward tokens/s and memory per cell against torch.nn.LSTM, same process.
+
+    Examples:
+
+    lstmablate bench --quick --cell lstm-srnn --shape ptb-650
+    lstmablate bench --model-size small --model-size medium --device cuda --json
+    """
     from . import bench as b
 
     for size in model_sizes or []:  # before anything is timed
         if size not in b.MODEL_SIZES:
             raise UserError(f"--model-size {size!r}: expected one of {', '.join(b.MODEL_SIZES)}")
-    note = (lambda msg: err.print(msg, highlight=False)) if not as_json else None
+    note = (lambda msg: err.print(escape(msg), soft_wrap=True)) if not as_json else None
     rows = b.bench_cells(cells or None, shapes or None, threads=threads, device=device,
                          repeats=repeats, quick=quick, progress=note)
     if models:
@@ -315,25 +536,37 @@ def bench(
     if as_json:
         sys.stdout.write(b.to_json(rows) + "\n")
     else:
-        wide.print(b.render(rows))
+        from rich.console import Console
+
+        (out if out.is_terminal else Console(width=220)).print(b.render(rows))
 
 
 @app.command()
 def visualize(
-    run_dir: Path = typer.Argument(..., help="A trained run directory."),
-    text: str = typer.Option(..., "--text", help="Input to visualise (task-specific tokens)."),
-    layer: int = typer.Option(0, "--layer", help="Encoder layer (0-based)."),
-    out_file: Path = typer.Option(Path("weights.png"), "--out", help="PNG to write (CSV beside it)."),
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A trained run directory."),
+    text: str = typer.Option(..., "--text", metavar="TEXT",
+                             help="Input to visualise (the task's tokens, separated by spaces)."),
+    layer: int = typer.Option(1, "--layer", metavar="N",
+                              help="Encoder layer, 1 = the one reading the embeddings."),
+    out_file: Path = typer.Option(Path("weights.png"), "--out", metavar="FILE.png",
+                                  help="PNG to write (its CSV beside it)."),
     checkpoint: Optional[str] = typer.Option(
-        None, "--checkpoint", help="best or last (default: train.test_checkpoint)."),
-    data_dir: Optional[str] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+        None, "--checkpoint", metavar="best|last", help="Which checkpoint (default: train.test_checkpoint)."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", metavar="DIR", help=DATA_DIR_HELP),
+    force: bool = typer.Option(False, "--force", help="Replace FILE.png and its CSV if they exist."),
 ) -> None:
-    """Appendix A: heatmap of ||w_j^t|| (the memory cell as a weighted sum)."""
+    """Appendix A: the heatmap of ||w_j^t|| (the memory cell as a weighted sum of its content).
+
+    Examples:
+
+    lstmablate visualize runs/dyck-demo/lstm-srnn/seed-1 --text "(a (b b) a)" --out fig.png
+    lstmablate visualize runs/parsing-ewt-cpu/lstm-srnn-out/seed-1 --text "The/DET stock/NOUN fell/VERB"
+    """
     from .visualize_run import visualize_run
 
-    png, csv = visualize_run(run_dir, text, layer=layer, out=out_file, checkpoint=checkpoint,
-                             data_dir=data_dir)
-    out.print(f"wrote {png} and {csv}")
+    png, csv = visualize_run(run_dir, text, layer=layer - 1, out=out_file, checkpoint=checkpoint,
+                             data_dir=data_dir, force=force)
+    out.print(f"wrote {escape(png)} and {escape(csv)}", soft_wrap=True)
 
 
 def _add_plugin_commands() -> None:
@@ -355,37 +588,45 @@ _add_plugin_commands()
 
 @app.command()
 def plot(
-    runs: list[Path] = typer.Argument(..., help="Run directories, or folders holding runs."),
+    runs: list[Path] = typer.Argument(..., metavar="RUNS...", help="Run directories, or folders holding runs."),
     metric: Optional[list[str]] = typer.Option(
-        None, "--metric", "-m", help="A column of metrics.jsonl (repeatable): a dev metric, "
-        "train_loss or lr. Default: the task's primary metric and train_loss."),
-    x: str = typer.Option("step", "--x", help="step or epoch."),
-    out_file: Path = typer.Option(Path("curves.png"), "--out",
+        None, "--metric", "-m", metavar="COLUMN", help="A column of metrics.jsonl (repeatable): a "
+        "dev metric, train_loss or lr. Default: the task's primary metric and train_loss."),
+    x: str = typer.Option("step", "--x", metavar="step|epoch", help="The x axis."),
+    out_file: Path = typer.Option(Path("curves.png"), "--out", metavar="FILE.png|FILE.pdf",
                                   help="PNG or PDF; both are written, and the curves' CSV beside."),
     log_y: bool = typer.Option(False, "--log-y", help="Logarithmic y axis (e.g. perplexity)."),
+    force: bool = typer.Option(False, "--force", help="Replace the PNG, PDF and CSV if they exist."),
 ) -> None:
-    """Learning curves from metrics.jsonl: one colour per cell, seeds thin, their mean bold."""
+    """Learning curves from metrics.jsonl: one colour per cell, seeds thin, their mean bold.
+
+    Examples:
+
+    lstmablate plot runs/dyck-demo --out curves.png
+    lstmablate plot runs/ptb-small --metric ppl --x epoch --log-y --out ptb.pdf --force
+    """
     from .plot import plot_runs
 
-    res = plot_runs(runs, out_file, metrics=metric or None, x=x, log_y=log_y)
-    out.print(f"wrote {res['png']}, {res['pdf']} and {res['csv']}", highlight=False)
+    res = plot_runs(runs, out_file, metrics=metric or None, x=x, log_y=log_y, force=force)
+    out.print(f"wrote {escape(res['png'])}, {escape(res['pdf'])} and {escape(res['csv'])}",
+              soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=True)
     except UserError as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=False)
+        err.print(f"[bold red]error:[/] {escape(e)}", soft_wrap=False)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:  # before training started (the trainer saves and exits cleanly)
         err.print("interrupted; no training step was lost (a run saves its progress once it has "
-                  "started training, and `--resume` continues it).", highlight=False)
+                  "started training, and `--resume` continues it).")
         sys.exit(130)
     except OSError as e:  # the file system refused: read-only, full, a file where a directory goes
         where = f" ({e.filename})" if e.filename else ""
-        err.print(f"[bold red]error:[/] the operating system refused a file operation{where}: "
-                  f"{e.strerror or e}. Files already written were written atomically and are "
-                  "intact; fix the cause and run the same command again.", highlight=False)
+        err.print(f"[bold red]error:[/] the operating system refused a file operation"
+                  f"{escape(where)}: {escape(e.strerror or e)}. Files already written were written "
+                  "atomically and are intact; fix the cause and run the same command again.")
         sys.exit(2)
 
 

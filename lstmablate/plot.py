@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from .errors import DataError, UnknownNameError, UserError
+from .errors import DataError, UnknownNameError, UserError, refuse_overwrite
 from .train.atomic import atomic_write, atomic_write_text
 
 X_AXES = ("step", "epoch")
@@ -237,10 +237,11 @@ def draw(panels: list[tuple[str, list[CurveGroup]]], x: str, log_y: bool = False
             colour = colours.setdefault(g.label, palette[len(colours) % len(palette)])
             if len(g.seeds) > 1:
                 for c in g.seeds:
-                    ax.plot(c.x, c.y, color=colour, linewidth=0.8, alpha=0.45)
+                    ax.plot(c.x, c.y, color=colour, linewidth=0.8, alpha=0.45,
+                            marker=_marker(c), markersize=3)
             if g.mean is not None and g.mean.x:
-                ax.plot(g.mean.x, g.mean.y, color=colour, linewidth=2.4,
-                        label=f"{g.label} (n={len(g.seeds)})")
+                ax.plot(g.mean.x, g.mean.y, color=colour, linewidth=2.4, marker=_marker(g.mean),
+                        markersize=6, label=f"{g.label} (n={len(g.seeds)})")
         ax.set_xlabel(x)
         ax.set_ylabel(ylabel)
         if log_y:
@@ -252,6 +253,26 @@ def draw(panels: list[tuple[str, list[CurveGroup]]], x: str, log_y: bool = False
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def _marker(curve: Curve) -> str | None:
+    """Points are marked on short curves: a run evaluated once is a point, not nothing."""
+    return "o" if len(curve.x) <= 25 else None
+
+
+def figure_title(runs: list[RunLog]) -> str:
+    """The recipe's description when every run comes from one recipe, else the experiments."""
+    from .config import load_recipe
+
+    files = {r.recipe_file or r.recipe for r in runs}
+    if len(files) == 1 and None not in files:
+        try:
+            _, recipe = load_recipe(str(files.pop()))
+            if recipe.get("description"):
+                return str(recipe["description"])
+        except UserError:  # the recipe moved or changed since: fall back to the names
+            pass
+    return ", ".join(sorted({r.experiment for r in runs}))
 
 
 def curves_csv(panels: list[tuple[str, list[CurveGroup]]], x: str) -> str:
@@ -270,15 +291,19 @@ def curves_csv(panels: list[tuple[str, list[CurveGroup]]], x: str) -> str:
 
 
 def plot_runs(paths: list[Path], out: Path, metrics: list[str] | None = None, x: str = "step",
-              log_y: bool = False) -> dict[str, Any]:
+              log_y: bool = False, force: bool = True) -> dict[str, Any]:
     """Learning curves of the runs under ``paths``: ``out`` (.png or .pdf) and its PNG, PDF and
-    CSV siblings.  Returns {"png", "pdf", "csv": paths, "figure": the Figure, "panels"}."""
+    CSV siblings (without ``force``, existing ones are refused before anything is read).
+    Returns {"png", "pdf", "csv": paths, "figure": the Figure, "panels"}."""
     out = Path(out)
     if out.suffix.lower() not in (".png", ".pdf"):
         raise UserError(f"--out {out}: give a file name ending in .png or .pdf (both are "
                         "written, and the CSV of the curves beside them).")
     if x not in X_AXES:
         raise UnknownNameError("x axis", x, X_AXES)
+    png, pdf, csv_path = out.with_suffix(".png"), out.with_suffix(".pdf"), out.with_suffix(".csv")
+    if not force:
+        refuse_overwrite([png, pdf, csv_path])
     runs = find_runs(paths)
     metrics = list(dict.fromkeys(metrics or default_metrics(runs)))
     have = available_metrics(runs)
@@ -287,10 +312,8 @@ def plot_runs(paths: list[Path], out: Path, metrics: list[str] | None = None, x:
             raise UnknownNameError("metric in metrics.jsonl", m, have,
                                    hint="`train_loss` is the training loss, `lr` the learning rate.")
     panels = [(m, group_curves(runs, m, x)) for m in metrics]
-    experiments = sorted({r.experiment for r in runs})
     fig = draw([(metric_label(runs, m), groups) for m, groups in panels], x, log_y=log_y,
-               title=", ".join(experiments))
-    png, pdf, csv_path = out.with_suffix(".png"), out.with_suffix(".pdf"), out.with_suffix(".csv")
+               title=figure_title(runs))
     atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=150))
     atomic_write(pdf, lambda f: fig.savefig(f, format="pdf"))
     atomic_write_text(csv_path, curves_csv(panels, x))

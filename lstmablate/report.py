@@ -311,6 +311,8 @@ class Row:
     # columns (indices) of an experiment whose recipe does not list this cell and that has
     # no run of it: shown as "—" (not part of that experiment), unlike "missing"
     not_run: set[int] = field(default_factory=set)
+    # columns (indices) whose value rests on too little evidence (Task.caveats): why, per seed
+    caveats: dict[int, list[str]] = field(default_factory=dict)
     # how its finished runs depart from the original system (Task.run_deviations), marked ‡
     deviations: list[str] = field(default_factory=list)
 
@@ -343,6 +345,23 @@ class Table:
             return set()
         best = max(values.values()) if column.metric.higher_is_better else min(values.values())
         return {i for i, v in values.items() if v == best}
+
+
+def run_caveats(run: RunRecord) -> dict[str, str]:
+    """The task's caveats on a finished run's test metrics (none if the task is not installed)."""
+    try:
+        return get_task(run.task).caveats((run.result or {}).get("test") or {})
+    except UnknownNameError:
+        return {}
+
+
+def _caveats(runs: list[RunRecord], metric: Metric) -> list[str]:
+    notes = []
+    for r in runs:
+        why = run_caveats(r).get(metric.name)
+        if why:
+            notes.append(f"seed {r.seed}: {why}" if r.seed is not None else why)
+    return notes
 
 
 def _ours(runs: list[RunRecord], metric: Metric) -> Stat | None:
@@ -402,7 +421,7 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
                 columns.append((exp, Column(label if several else "", m, True)))
     rows = []
     for cell in cells:
-        entries, not_run = [], set()
+        entries, not_run, caveats = [], set(), {}
         for j, (exp, col) in enumerate(columns):
             if col.paper:
                 entries.append((exp.expect.reference.get(cell) or {}).get(col.metric.name))
@@ -410,10 +429,13 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
                 entries.append(_ours(exp.runs_of(cell, "finished"), col.metric))
                 if exp.expect.cells and cell not in exp.expect.cells and not exp.runs_of(cell):
                     not_run.add(j)
+                notes = _caveats(exp.runs_of(cell, "finished"), col.metric)
+                if notes:
+                    caveats[j] = notes
         finished = [r for _, exp in groups for r in exp.runs_of(cell, "finished")]
         deviations = list(dict.fromkeys(d for r in finished for d in r.deviations))
         rows.append(Row(cell, entries, any(r.shortened for r in finished), len(finished), not_run,
-                        deviations))
+                        caveats, deviations))
     all_finished = [r for _, exp in groups for r in exp.runs if r.status == "finished"]
     tasks = sorted({exp.task for _, exp in groups})
     test_splits = []

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UnknownNameError
-from .report import Report, RunRecord, Stat, Table, build_report
+from .report import Report, RunRecord, Stat, Table, build_report, run_caveats
 from .task import get_task
 
 FORMATS = ("markdown", "latex", "csv", "json")
@@ -32,7 +32,7 @@ CHECKPOINTS = {"best": "best-dev", "last": "last (end of training)"}
 NOT_RUN_LEGEND = ("— in our columns: the cell is not part of that experiment (its recipe does not "
                   "list it); `missing`: listed, but no finished run.")
 #: rows whose runs depart from the original system (Task.run_deviations)
-DEVIATION_LEGEND = "‡ not the original system's setup:"
+DEVIATION_LEGEND = "§ not the original system's setup:"
 
 
 def render_report(runs_dir: Path, table: str | None = None, fmt: str = "markdown") -> str:
@@ -69,16 +69,18 @@ def markdown_table(table: Table) -> str:
              "checkpoint; ours = mean ± std over seeds (n).", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in table.rows:
-        cells = [f"`{row.cell}`" + (" †" if row.shortened else "") + (" ‡" if row.deviations else "")]
+        cells = [f"`{row.cell}`" + (" †" if row.shortened else "") + (" §" if row.deviations else "")]
         for j, (col, entry) in enumerate(zip(table.columns, row.entries)):
             if col.paper:
                 cells.append(str(entry) if entry is not None else "—")
             else:
-                cells.append("—" if j in row.not_run else format_stat(entry, col.metric.fmt))
+                cells.append("—" if j in row.not_run else format_stat(entry, col.metric.fmt)
+                             + (" ‡" if j in row.caveats else ""))
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     if any(r.shortened for r in table.rows):
         lines.append("† includes shortened runs (`train.max_steps` set): not the full protocol.")
+    lines += [f"‡ `{cell}` {metric}, {note}." for cell, metric, note in caveat_notes(table)]
     if any(r.not_run for r in table.rows):
         lines.append(NOT_RUN_LEGEND)
     lines += [f"{DEVIATION_LEGEND} `{r.cell}`: {'; '.join(r.deviations)}."
@@ -88,6 +90,12 @@ def markdown_table(table: Table) -> str:
     lines += [f"- training time per run{f' ({group})' if group else ''}, mean over finished "
               f"seeds: {times}" for group, times in table.train_times]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def caveat_notes(table: Table) -> list[tuple[str, str, str]]:
+    """(cell, metric, why) of every entry that rests on too little evidence (``‡``)."""
+    return [(row.cell, table.columns[j].metric.name, note)
+            for row in table.rows for j, notes in sorted(row.caveats.items()) for note in notes]
 
 
 def damaged_section(report: Report) -> list[str]:
@@ -172,10 +180,12 @@ def latex_table(table: Table) -> str:
         caption += r" \dag{} includes shortened runs (\texttt{train.max\_steps} set)."
     if any(r.not_run for r in table.rows):
         caption += " " + tex_escape(NOT_RUN_LEGEND.replace("`", ""))
+    for cell, metric, note in caveat_notes(table):
+        caption += r" \ddag{} " + tex_escape(f"{cell} {metric}, {note}.")
     for r in table.rows:
         if r.deviations:
-            caption += (r" \ddag{} " + tex_escape(f"{DEVIATION_LEGEND[2:]} {r.cell}: "
-                                                   f"{'; '.join(r.deviations)}."))
+            caption += (r" \S{} " + tex_escape(f"{DEVIATION_LEGEND[2:]} {r.cell}: "
+                                                f"{'; '.join(r.deviations)}."))
     for src in table.sources:
         caption += f" Paper numbers: {tex_escape(src)}."
     lines = ["% lstmablate report; needs \\usepackage{booktabs} in the preamble",
@@ -195,11 +205,12 @@ def latex_table(table: Table) -> str:
     best = [table.best_rows(j) for j in range(ncol)]
     for i, row in enumerate(table.rows):
         cells = [rf"\texttt{{{tex_escape(row.cell)}}}" + (r"\textsuperscript{\dag}" if row.shortened else "")
-                 + (r"\textsuperscript{\ddag}" if row.deviations else "")]
+                 + (r"\textsuperscript{\S}" if row.deviations else "")]
         for j, (col, entry) in enumerate(zip(table.columns, row.entries)):
             cells.append(_tex_paper(entry, i in best[j]) if col.paper
                          else "--" if j in row.not_run
-                         else _tex_stat(entry, col.metric.fmt, i in best[j]))
+                         else _tex_stat(entry, col.metric.fmt, i in best[j])
+                         + (r"\textsuperscript{\ddag}" if j in row.caveats else ""))
         lines.append(" & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     lines += [f"% {n}" for n in table.notes]
@@ -218,6 +229,7 @@ def to_latex(report: Report) -> str:
 RUN_FIELDS = ("experiment", "task", "cell", "seed", "status", "recipe", "test_checkpoint", "steps",
               "epochs", "best_step", "best_epoch", "shortened", "train_time_s", "wall_time_s",
               "params", "world_size", "skipped_nonfinite")
+# after the metrics: test metrics that rest on too little evidence (Task.caveats), and why
 METRIC_SECTIONS = ("dev", "dev_final", "test")  # best-dev metrics, final dev, test
 
 
@@ -245,7 +257,7 @@ def run_rows(runs: list[RunRecord]) -> tuple[list[str], list[dict[str, Any]]]:
     present = {f"{s}.{m}" for r in runs for s in METRIC_SECTIONS
                for m in ((r.result or {}).get(s) or {})}
     metric_cols = [f"{s}.{m}" for s in METRIC_SECTIONS for m in metrics if f"{s}.{m}" in present]
-    columns = list(RUN_FIELDS) + metric_cols + ["deviations", "problem", "path"]
+    columns = list(RUN_FIELDS) + metric_cols + ["caveats", "deviations", "problem", "path"]
     rows = []
     for r in runs:
         res = r.result or {}
@@ -259,6 +271,8 @@ def run_rows(runs: list[RunRecord]) -> tuple[list[str], list[dict[str, Any]]]:
         for col in metric_cols:
             section, name = col.split(".", 1)
             row[col] = ((res.get(section) or {}).get(name))
+        notes = run_caveats(r) if r.status == "finished" else {}
+        row["caveats"] = "; ".join(f"test.{m}: {why}" for m, why in notes.items()) or None
         row["deviations"] = "; ".join(r.deviations) or None
         row["problem"] = r.problem or None
         row["path"] = str(r.path)

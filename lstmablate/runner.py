@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import yaml
 from rich.console import Console
+from .console import escape
 
 from .cells import build_encoder, get_cell
 from .config import RunConfig, config_from_dict, resolve_config, with_eval_overrides
@@ -129,6 +130,7 @@ def train_run(
     progress: bool | None = None,
     deterministic: bool = False,
     tensorboard: bool = False,
+    log_interval: float = 30.0,
 ) -> TrainOutcome:
     console = console or Console(stderr=True)
     task_cls = get_task(task)
@@ -183,7 +185,7 @@ def train_run(
                 write_artefacts(files, artefacts)
         distributed.barrier(dist)
         return _train(cfg, task_obj, model, files, dev, dist, start, checkpoint, console, progress,
-                      tensorboard)
+                      tensorboard, log_interval)
     finally:
         if lock is not None:  # (the OS releases it too, however the process ends)
             lock.release()
@@ -191,19 +193,21 @@ def train_run(
 
 def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFiles,
            dev: torch.device, dist: Any, start: RunStart, checkpoint: dict[str, Any] | None,
-           console: Console, progress: bool | None, tensorboard: bool = False) -> TrainOutcome:
+           console: Console, progress: bool | None, tensorboard: bool = False,
+           log_interval: float = 30.0) -> TrainOutcome:
     task_cls = type(task_obj)
     n_params = sum(p.numel() for p in model.parameters())
-    console.print(f"[bold]{cfg.experiment}[/] task={cfg.task} cell={cfg.cell} seed={cfg.seed} "
-                  f"params={n_params:,} device={dev} threads={torch.get_num_threads()} -> {files.root}")
+    console.print(f"[bold]{escape(cfg.experiment)}[/] task={cfg.task} cell={cfg.cell} seed={cfg.seed} "
+                  f"params={n_params:,} device={dev} threads={torch.get_num_threads()} -> "
+                  f"{escape(files.root)}", soft_wrap=True)
     trainer = Trainer(cfg.train, task_obj, model, files.root, seed=cfg.seed, device=dev,
                       identity=identity(cfg), console=console, progress=progress, dist_info=dist,
-                      tensorboard=cfg.to_dict() if tensorboard else None)
+                      tensorboard=cfg.to_dict() if tensorboard else None, log_interval=log_interval)
     t0 = time.time()
     res = trainer.fit(resume=start.resume, checkpoint=checkpoint)
     if res.interrupted:
         console.print(f"interrupted; continue with the same command plus --resume "
-                      f"(run directory {files.root}).")
+                      f"(run directory {escape(files.root)}).", soft_wrap=True)
         return TrainOutcome(files.root, None, True)
     result = {
         **identity(cfg),
@@ -228,8 +232,9 @@ def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFil
     }
     if dist.is_main:
         write_result(files, result)
-    shown = ", ".join(f"{k} {v:.4g}" for k, v in (res.test or {}).items())
-    console.print(f"[bold green]done[/] {files.root}: test {shown}")
+    shown = ", ".join(f"{task_obj.metric_name(k)} {task_obj.format_metric(k, v)}"
+                      for k, v in (res.test or {}).items())
+    console.print(f"[bold green]done[/] {escape(files.root)}: test {escape(shown)}", soft_wrap=True)
     return TrainOutcome(files.root, result, False)
 
 
@@ -290,6 +295,12 @@ def evaluate_run(run_path: Path, split: str = "test", checkpoint: str | None = N
     format and the metrics are those computed from that file."""
     cfg, task, model = load_run_model(run_path, checkpoint, data_dir, device, splits=(split,),
                                       eval_overrides=eval_overrides)
+    return evaluate_model(task, model, split, write_predictions=write_predictions)
+
+
+def evaluate_model(task: Task, model: torch.nn.Module, split: str,
+                   write_predictions: Path | None = None) -> dict[str, float]:
+    """:func:`evaluate_run` on a run already loaded (:func:`load_run_model`)."""
     name = _split_name(task, split)
     with torch.no_grad():
         if write_predictions is not None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 
 from .config import grid_points, load_recipe, recipe_seeds
+from .console import escape
 from .errors import ConfigError, UserError
 from .runlock import lock_holder
 from .runs import RunFiles, run_dir
@@ -123,12 +124,12 @@ def claim(item: SweepItem, console: Console, busy: list[str]) -> SweepItem | Non
     rather than fail on its lock); else the item, marked to resume if it was started since."""
     files = RunFiles(item.run_dir)
     if files.is_finished():
-        console.print(f"finished meanwhile (elsewhere): {item.run_dir}", highlight=False)
+        console.print(f"finished meanwhile (elsewhere): {escape(item.run_dir)}", highlight=False)
         return None
     holder = lock_holder(item.run_dir)
     if holder:
         busy.append(f"{item.run_dir} ({holder})")
-        console.print(f"[yellow]left alone[/] {item.run_dir}: being trained by {holder}",
+        console.print(f"[yellow]left alone[/] {escape(item.run_dir)}: being trained by {holder}",
                       highlight=False)
         return None
     return replace(item, started=files.config.exists())
@@ -137,7 +138,7 @@ def claim(item: SweepItem, console: Console, busy: list[str]) -> SweepItem | Non
 def _report_busy(busy: list[str], console: Console) -> None:
     if busy:
         console.print(f"[yellow]{len(busy)} run(s) were being trained by other processes and were "
-                      "left to them[/]: " + "; ".join(busy) + ". Run the same sweep command again "
+                      "left to them[/]: " + escape("; ".join(busy)) + ". Run the same sweep command again "
                       "after they end to check that every run finished.", highlight=False)
 
 
@@ -161,7 +162,7 @@ def run_sweep(plan: list[SweepItem], console: Console | None = None, jobs: int =
         it = claim(it, console, busy)
         if it is None:
             continue
-        console.print(f"[bold]({i}/{len(todo)})[/] {it.command}", highlight=False)
+        console.print(f"[bold]({i}/{len(todo)})[/] {escape(it.command)}", highlight=False)
         outcome = train_run(it.task, it.cell, recipe=it.recipe, overrides=it.overrides, seed=it.seed,
                             experiment=it.experiment,
                             out=it.run_dir.parents[2], device=it.device, threads=it.threads,
@@ -196,7 +197,7 @@ def _run_parallel(todo: list[SweepItem], console: Console, jobs: int, busy: list
                 args = shlex.split(it.command)[1:]
                 proc = subprocess.Popen([sys.executable, "-m", "lstmablate", *args],
                                         stdout=log, stderr=subprocess.STDOUT)
-                console.print(f"started {it.run_dir} (log {log_path})", highlight=False)
+                console.print(f"started {escape(it.run_dir)} (log {escape(log_path)})", highlight=False)
                 running.append((it, proc, log))
             for entry in list(running):
                 it, proc, log = entry
@@ -206,13 +207,13 @@ def _run_parallel(todo: list[SweepItem], console: Console, jobs: int, busy: list
                 running.remove(entry)
                 status = run_status(it)
                 if status == "finished":
-                    console.print(f"[green]finished[/] {it.run_dir}", highlight=False)
+                    console.print(f"[green]finished[/] {escape(it.run_dir)}", highlight=False)
                 elif proc.returncode == 0:  # it saved its progress and stopped (a signal)
                     interrupted.append(it)
-                    console.print(f"[yellow]interrupted[/] {it.run_dir}", highlight=False)
+                    console.print(f"[yellow]interrupted[/] {escape(it.run_dir)}", highlight=False)
                 else:
                     failed.append(it)
-                    console.print(f"[red]failed[/] {it.run_dir} (exit {proc.returncode}; see its .log)",
+                    console.print(f"[red]failed[/] {escape(it.run_dir)} (exit {proc.returncode}; see its .log)",
                                   highlight=False)
             if interrupted and not running:
                 break

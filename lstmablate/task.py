@@ -79,9 +79,16 @@ class Metric:
 class StepOutput:
     loss: Tensor  # what is back-propagated
     carry: Any = None  # state handed to the next batch (detached by the task)
-    # what ``loss`` is a mean over (e.g. the number of target tokens): lets data-parallel
-    # training weigh each process's slice of the batch exactly
-    weight: float = 1.0
+    # what ``loss`` is a mean over (e.g. the number of target tokens; a number or a device
+    # tensor): lets data-parallel training weigh each process's slice of the batch exactly
+    weight: float | Tensor = 1.0
+    # the training loss as shown and logged (``train_loss`` in metrics.jsonl), on the scale
+    # of the evaluation's loss, e.g. the mean NLL per token where the optimised loss is summed
+    # over time steps (PTB) or sentences (NMT); None: ``loss`` itself.  May stay on the device.
+    logged: Tensor | None = None
+    # tokens in this batch, for the tokens/s of progress reports (a number or a device
+    # tensor); None: ``weight``
+    tokens: float | Tensor | None = None
 
 
 @dataclass
@@ -128,6 +135,33 @@ class Task:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.artefacts: dict[str, Any] = {}
 
+    # -- how metrics are shown ---------------------------------------------------------
+    @classmethod
+    def caveats(cls, metrics: dict[str, float]) -> dict[str, str]:
+        """Metrics of one evaluation (``result.json``'s ``test``) that rest on too little
+        evidence to compare, each with why (``lstmablate report`` footnotes them).
+        Default: none."""
+        return {}
+
+    def metric_name(self, key: str) -> str:
+        """The short name of metric ``key`` in progress lines and tables (default: the key;
+        e.g. PTB's ``bpc`` is "bits/word" at word level)."""
+        return key
+
+    def metric_description(self, key: str) -> str:
+        """What metric ``key`` is, in words (default: the declared :class:`Metric`'s label)."""
+        return next((m.label for m in self.metrics if m.name == key), "")
+
+    def format_metric(self, key: str, value: float) -> str:
+        """``value`` as a person reads it: a declared metric with its format, a count as an
+        integer, anything else to four significant digits."""
+        fmt = next((m.fmt for m in self.metrics if m.name == key), None)
+        if fmt is not None:
+            return f"{value:{fmt}}"
+        if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+            return f"{int(value):d}"
+        return f"{value:.4g}"
+
     @classmethod
     def run_deviations(cls, config: dict[str, Any]) -> list[str]:
         """How a run departs from the original system in ways its results should say next
@@ -137,6 +171,12 @@ class Task:
         return []
 
     # -- data ------------------------------------------------------------------------
+    def required_files(self) -> list[str]:
+        """The catalogued files (paths relative to the data directory) that this
+        configuration reads; ``lstmablate data check`` names the recipes a missing file
+        blocks from it.  Default: every file of :attr:`datasets`."""
+        return [f.relpath for ds in self.datasets for f in ds.files]
+
     def check_data(self) -> list[str]:
         """Verify this task's data files; return human-readable lines. Raise DataError."""
         from .data import verify_datasets

@@ -6,23 +6,29 @@ from pathlib import Path
 
 import torch
 
-from .errors import UserError
+from .errors import UserError, refuse_overwrite
 from .runner import load_run_model
 from .viz import visualize
 
 
 def visualize_run(run_dir: Path, text: str, *, layer: int = 0, out: Path = Path("weights.png"),
-                  checkpoint: str | None = None, data_dir: str | None = None) -> tuple[Path, Path]:
-    """Heatmap of ||w_j^t|| (PNG) and its values (CSV beside it) for ``text``."""
+                  checkpoint: str | None = None, data_dir: str | None = None,
+                  force: bool = True) -> tuple[Path, Path]:
+    """Heatmap of ||w_j^t|| (PNG) and its values (CSV beside it) for ``text``; ``layer`` is
+    0-based (the command line's ``--layer`` counts from 1).  Without ``force``, existing
+    output files are refused before anything is computed."""
+    out = Path(out)
+    csv_path = out.with_suffix(".csv")
+    if not force:
+        refuse_overwrite([out, csv_path])
     cfg, task, model = load_run_model(run_dir, checkpoint, data_dir)
     try:
         encoder, emb, tokens = task.visualization_inputs(model, text)
     except NotImplementedError as e:
         raise UserError(str(e)) from None
     if not 0 <= layer < encoder.num_layers:
-        raise UserError(f"--layer must be in 0..{encoder.num_layers - 1} for this run, got {layer}")
-    out = Path(out)
-    csv_path = out.with_suffix(".csv")
+        raise UserError(f"--layer must be in 1..{encoder.num_layers} for this run (1 = the layer "
+                        f"that reads the embeddings), got {layer + 1}")
     with torch.no_grad():
         visualize(encoder, emb.detach(), tokens, out, layer=layer, csv_path=csv_path)
     return out, csv_path

@@ -28,6 +28,7 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from torch import Tensor
@@ -109,11 +110,21 @@ def read_csv(path: str | Path) -> tuple[list[str], np.ndarray]:
 
 def plot_weight_norms(norms: WeightNorms, tokens: list[str], path: str | Path,
                       title: str | None = None) -> Path:
-    """Draw the heatmap (darker = larger norm) with token labels on both axes."""
+    """Draw the heatmap (:func:`draw_weight_norms`) into the PNG ``path``."""
+    path = Path(path)
+    fig = draw_weight_norms(norms, tokens, title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
+    fig.savefig(tmp, dpi=150)
+    tmp.replace(path)
+    return path
+
+
+def draw_weight_norms(norms: WeightNorms, tokens: list[str], title: str | None = None) -> Any:
+    """The heatmap (darker = larger norm) with token labels on both axes, a matplotlib Figure."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    path = Path(path)
     M = norms.combined
     T = M.shape[0]
     _check_tokens(tokens, T)
@@ -131,10 +142,10 @@ def plot_weight_norms(norms: WeightNorms, tokens: list[str], path: str | Path,
     ax.set_yticklabels(tokens, fontsize=fontsize)
     ax.xaxis.tick_top()
     ax.xaxis.set_label_position("top")
-    ax.set_xlabel("current word t (column = the weighted sum for word t)")
-    ax.set_ylabel("context word j")
-    if title is None:
-        title = f"layer {norms.layer}: ||w_j^t||_2"
+    ax.set_xlabel(r"current word $t$ (column $t$: the weighted sum for word $t$)")
+    ax.set_ylabel(r"context word $j$")
+    if title is None:  # layers counted from 1, the one that reads the embeddings
+        title = rf"layer {norms.layer + 1}: $\|w_j^t\|_2$"
         if norms.backward is not None:
             title += " (upper right: forward, lower left: backward)"
     ax.set_title(title, fontsize=10, pad=12)
@@ -144,13 +155,9 @@ def plot_weight_norms(norms: WeightNorms, tokens: list[str], path: str | Path,
     ax.grid(which="minor", color="#dddddd", linewidth=0.3)
     ax.tick_params(which="minor", length=0)
     cbar = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    cbar.set_label("||w_j^t||_2")
+    cbar.set_label(r"$\|w_j^t\|_2$, the norm of the weight of word $j$ in $c_t$")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=150)
-    tmp.replace(path)
-    return path
+    return fig
 
 
 def visualize(encoder, embeddings: Tensor, tokens: list[str], out: str | Path,

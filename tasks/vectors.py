@@ -89,14 +89,14 @@ def pretrained_path(data_dir: Path, value: str, *, option: str = "model.pretrain
     found = next((c for c in (p, p.with_name(p.name + ".gz")) if c.is_file()), None)
     entry = catalogue_entry(value)
     if found is None:
-        what = f"{entry[0].name} " if entry else ""
+        what = f" ({entry[0].name})" if entry else ""
         get = (f"Get it with `lstmablate data fetch {entry[0].name}` ({entry[0].fetch_hint})"
                if entry else "Give the path of a GloVe-format text file (one word and its "
                "numbers per line), absolute or relative to the data directory")
         used = f" {original.rstrip('.')}." if original else ""
         raise DataError(
-            f"{option}: the pretrained word vectors {what}file {p} was not found.{used} {get}. "
-            f"To train without pretrained vectors, set `--set {option}=` (empty): the word "
+            f"{option}: the pretrained word vectors file {p}{what} was not found.{used} {get}. "
+            f"To train without pretrained vectors, add `--set {option}=` (empty): the word "
             "embeddings are then trained alone, which is not the original system's setup, and "
             "`lstmablate report` marks every such run.")
     if entry is not None and verify:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tolerance import assert_close
 from lstmablate.cells import build_encoder
 from lstmablate_tasks.bwb.task import BillionWordTask
 
@@ -83,7 +84,7 @@ def test_training_lowers_dev_perplexity_and_eval_is_the_full_softmax():
         h, _ = model.hidden(x, None)
         logits = h @ model.softmax_w.t() + model.softmax_b
         ref = -torch.log_softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
-    assert torch.allclose(nll, ref, atol=1e-5)
+    assert_close(nll, ref)  # float32, computed two ways
 
 
 def test_training_loss_uses_the_sampled_softmax():
@@ -186,7 +187,7 @@ def test_sparse_gradients_give_the_same_adagrad_step():
         opt.step()
         params.append(dict(model.named_parameters()))
     for name, p in params[0].items():
-        assert torch.allclose(p, params[1][name], atol=1e-6), name
+        assert_close(p, params[1][name], msg=name)  # float32: sparse vs dense accumulation
 
 
 def test_predictions_file_gives_the_evaluation(tmp_path):

@@ -163,3 +163,27 @@ def test_variational_between_layer_dropout_is_one_mask_per_sequence():
     assert torch.all(w[:, dropped] == 0)
     kept = (masks.between[1][0] != 0).nonzero().flatten()
     assert torch.any(w[:, kept] != 0)
+
+
+@pytest.mark.parametrize("name", CELLS)
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_default_state_is_initial_state(name, bidirectional):
+    """``enc(x)`` (no state) and ``enc(x, state=enc.initial_state(B))`` are the same call, for
+    every registered cell: one default initial state (the second-order cells' keys start at
+    1/K, not 0), uni- and bidirectional, and stepping from ``initial_state`` agrees too."""
+    torch.manual_seed(0)
+    try:
+        enc, I = _encoder(name, bidirectional=bidirectional)
+    except ConfigError:
+        pytest.skip(f"{name} cannot be bidirectional")
+    enc.eval()
+    B, T = 3, 5
+    x = torch.randn(B, T, I, generator=torch.Generator().manual_seed(2), dtype=F64)
+    out_none, state_none = enc(x)
+    out_init, state_init = enc(x, state=enc.initial_state(B))
+    torch.testing.assert_close(out_init, out_none, atol=1e-12, rtol=0)
+    for a, b in zip(state_init, state_none):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    if not bidirectional:
+        step_out, _ = _step_through(enc, x, None, None)
+        torch.testing.assert_close(step_out, out_none, atol=1e-12, rtol=0)

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from tolerance import assert_close
 from lstmablate.cells import build_encoder
 from lstmablate_tasks.parsing.model import (BiaffineParser, leaky_relu, orthonormal_, parser_loss,
                                             same_mask_dropout, token_dropout, word_positions)
@@ -113,7 +114,8 @@ def test_biaffine_scores_equal_the_hand_computed_sums():
         p.arc_weight[-1].add_(1.0)
         after = p(words, tags, lengths)[0]
     diff = (after - before)[0, :4, :4]
-    assert torch.allclose(diff, diff[:1].expand_as(diff), atol=1e-4)
+    # float32: a difference of scores, so to rounding at the scale of the scores themselves
+    assert_close(diff, diff[:1].expand_as(diff), scale=float(after.abs().max()))
 
 
 def test_loss_is_the_mean_word_cross_entropy_of_heads_plus_relations():
@@ -149,7 +151,7 @@ def test_padding_does_not_change_a_sentences_scores():
     alone = p(torch.tensor([[1, 8, 9]]), torch.tensor([[1, 4, 4]]), torch.tensor([3]))[0]
     batched = p(torch.tensor([[1, 5, 6, 7, 5], [1, 8, 9, 0, 0]]),
                 torch.tensor([[1, 3, 4, 3, 3], [1, 4, 4, 0, 0]]), torch.tensor([5, 3]))[0]
-    assert torch.allclose(alone[0], batched[1, :3, :3], atol=1e-5)
+    assert_close(alone[0], batched[1, :3, :3])  # float32: another batch shape
 
 
 def test_initialisation_and_pretrained_vectors():

@@ -133,3 +133,29 @@ def test_real_runs_through_the_cli(tiny_recipe, tmp_path, capsys):
         main(["plot", str(out), "--metric", "los", "--out", str(tmp_path / "c.png")])
     err = " ".join(capsys.readouterr().err.split())
     assert e.value.code == 2 and "Did you mean 'loss'?" in err
+
+
+def test_a_run_evaluated_once_is_drawn_as_a_point(tmp_path):
+    runs = tmp_path / "runs"
+    fake_run(runs, "e", "lstm", 1, [rec(10, 1, 2.0, 3.0)])
+    fig = plot_runs([runs], tmp_path / "one.png")["figure"]
+    (line,) = fig.axes[0].get_lines()
+    assert line.get_marker() == "o" and list(line.get_xdata()) == [10]
+
+
+def test_the_title_is_the_recipe_description_and_outputs_are_not_overwritten(tiny_recipe, tmp_path):
+    from lstmablate.runner import train_run
+
+    out = tmp_path / "runs"
+    train_run("dyck", "lstm", recipe=str(tiny_recipe), out=out, console=QUIET, progress=False,
+              threads=1, overrides=["train.max_steps=2"])
+    yaml_text = tiny_recipe.read_text()
+    tiny_recipe.write_text(yaml_text.replace("experiment: tiny\n",
+                                             "experiment: tiny\ndescription: A tiny Dyck recipe\n"))
+    res = plot_runs([out], tmp_path / "c.png", force=False)
+    assert res["figure"].texts[0].get_text() == "A tiny Dyck recipe"  # the suptitle
+    before = res["png"].read_bytes()
+    with pytest.raises(UserError, match=r"c.png, .*c.pdf, .*c.csv already exist; add --force"):
+        plot_runs([out], tmp_path / "c.png", force=False)
+    assert res["png"].read_bytes() == before
+    plot_runs([out], tmp_path / "c.pdf", force=True)  # replaces all three

@@ -264,3 +264,28 @@ def test_cli_formats_and_out_file(runs, tmp_path, capsys):
     assert code == 0 and out.startswith("experiment,task,cell,seed,status")
     code, _, err = cli(capsys, "report", str(runs["out"]), "--format", "xml")
     assert code == 2 and "unknown report format 'xml'" in err and "Traceback" not in err
+
+
+def test_a_metric_resting_on_few_judgements_is_footnoted_in_every_format(runs):
+    """Dyck's wcpa_min is the accuracy of its worst distance bucket; when that bucket holds
+    fewer than DyckTask.FEW_JUDGEMENTS judgements the entry is marked ‡ with the count."""
+    from lstmablate_tasks.dyck.task import DyckTask
+
+    results = _results(runs["out"])
+    few = {(c, s): r["test"]["worst_judged"] for (c, s), r in results.items()
+           if r["test"]["worst_judged"] < DyckTask.FEW_JUDGEMENTS}
+    assert few, "the tiny test set should leave a sparse worst bucket"
+    md = render_report(runs["out"], table="tiny", fmt="markdown")
+    for (cell, seed), n in few.items():
+        row = next(l for l in md.splitlines() if l.startswith(f"| `{cell}`"))
+        wcpa_min = row.split("|")[2]
+        assert wcpa_min.strip().endswith("‡"), row
+        assert (f"‡ `{cell}` wcpa_min, seed {seed}: its worst distance bucket" in md
+                and f"holds {int(n)} judgement" in md), md
+    assert r"\textsuperscript{\ddag}" in render_report(runs["out"], table="tiny", fmt="latex")
+    rows = {(r["cell"], int(r["seed"])): r for r in csv.DictReader(io.StringIO(
+        render_report(runs["out"], fmt="csv"))) if r["experiment"] == "tiny"}
+    for key, r in rows.items():
+        assert bool(r["caveats"]) == (key in few), r
+    assert DyckTask.caveats({"worst_judged": 20.0, "worst_distance": 3.0}) == {}
+    assert "moves it by 10.0 points" in DyckTask.caveats({"worst_judged": 10.0})["wcpa_min"]

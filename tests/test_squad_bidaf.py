@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tolerance import assert_close
 from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.config import TrainConfig, resolve_config
 from lstmablate.train import Trainer
@@ -166,8 +167,9 @@ def test_padding_never_changes_scores():
         for k, qi in enumerate(group):
             s1, e1 = task.span_scores(model, task.collate(ex, [qi]))
             n = s1.shape[1]
-            torch.testing.assert_close(start[k, :n], s1[0], rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(end[k, :n], e1[0], rtol=1e-5, atol=1e-5)
+            # float32 scores of another batch shape: to rounding at the scores' scale
+            assert_close(start[k, :n], s1[0], msg="start")
+            assert_close(end[k, :n], e1[0], msg="end")
 
 
 @pytest.mark.slow  # about 15 s on one thread

@@ -80,14 +80,15 @@ class ToyTask(Task):
         return {"mse": float(nn.functional.mse_loss(model(x), y).detach())}
 
 
-def make_trainer(tmp_path, cfg: TrainConfig, name="run", seed=3):
+def make_trainer(tmp_path, cfg: TrainConfig, name="run", seed=3, **kwargs):
     torch.manual_seed(seed)
     task = ToyTask(ToyData(), ToyModel(), tmp_path, seed=seed)
     task.setup()
     model = task.build_model(functools.partial(build_encoder, "lstm"))
+    kwargs.setdefault("progress", False)
     return Trainer(cfg, task, model, tmp_path / name, seed=seed, device=torch.device("cpu"),
                    identity={"task": "toy", "cell": "lstm", "experiment": "t", "seed": seed},
-                   progress=False)
+                   **kwargs)
 
 
 def read_metrics(path):
@@ -310,3 +311,72 @@ def test_epoch_decay_also_starts_when_the_dev_metric_gets_worse():
     plain.observe(False, 99.0, 1)
     plain.observe(False, 100.0, 2)
     assert plain.lr_at(5, 0) == 1.0  # without decay_on_worse the rule is off
+
+
+def test_train_loss_is_the_logged_loss_on_the_evaluation_scale(tmp_path):
+    """train_loss is the mean of StepOutput.logged since the last evaluation (e.g. PTB's NLL
+    per token), not of the optimised loss (PTB's sum over time steps)."""
+    seen = {"logged": [], "loss": []}
+
+    def scaled(task_loss):
+        def loss(model, batch, carry):
+            out = task_loss(model, batch, carry)
+            out.logged, out.loss = out.loss.detach(), out.loss * 7.0
+            seen["logged"].append(float(out.logged))
+            return out
+        return loss
+
+    tr = make_trainer(tmp_path, TrainConfig(optimizer="sgd", lr=0.01, max_epochs=1))
+    tr.task.loss = scaled(tr.task.loss)
+    tr.fit()
+    (row,) = read_metrics(tr.metrics_path)
+    assert row["train_loss"] == pytest.approx(sum(seen["logged"]) / len(seen["logged"]), rel=1e-12)
+
+
+@pytest.mark.parametrize("poison_at", [None, 8])
+def test_deferred_host_reads_train_identically_and_still_stop_at_the_bad_step(tmp_path, poison_at):
+    """The CUDA mode that reads nothing back per step (forced here on CPU): the same
+    metrics.jsonl, bit for bit, as reading every step; a non-finite loss is still named at
+    its exact step, and the state it produced is never saved."""
+    cfg = TrainConfig(optimizer="adam", lr=0.01, max_epochs=2, eval_every=5)
+    runs = {}
+    for defer in (False, True):
+        tr = make_trainer(tmp_path, cfg, name=f"defer-{defer}", defer_host_reads=defer)
+        if poison_at:
+            real_loss, calls = tr.task.loss, {"n": 0}
+
+            def poisoned(model, batch, carry, real_loss=real_loss, calls=calls):
+                calls["n"] += 1
+                out = real_loss(model, batch, carry)
+                if calls["n"] == poison_at:
+                    out.loss = out.loss * float("nan")
+                return out
+            tr.task.loss = poisoned
+            with pytest.raises(TrainingDiverged, match=rf"at step {poison_at} .*last finite loss "
+                                                       r"was \d"):
+                tr.fit()
+            saved = load_checkpoint(tr.last_path)
+            assert saved["position"]["step"] == 6  # the end of epoch 1, before the bad step
+            assert all(torch.isfinite(v).all() for v in saved["model"].values())
+        else:
+            tr.fit()
+        assert tr._acc.deferred is defer
+        runs[defer] = tr.metrics_path.read_bytes()
+    assert runs[True] == runs[False]
+
+
+def test_plain_progress_lines_name_steps_tokens_loss_and_eta(tmp_path):
+    """Without a terminal (a pipe, a log file) a line every log_interval seconds."""
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    tr = make_trainer(tmp_path, TrainConfig(optimizer="sgd", lr=0.01, max_epochs=1),
+                      console=Console(file=buf, width=60), log_interval=0.0)
+    tr.fit()
+    lines = [ln for ln in buf.getvalue().splitlines() if ln.startswith("epoch 1 batch")]
+    assert len(lines) == 6  # one per step at log_interval 0 (6 batches of 16)
+    assert lines[2].startswith("epoch 1 batch 3/6 step 3: train loss ")
+    assert "tokens/s" in lines[2] and "lr 0.01" in lines[2] and "epoch ETA" in lines[2]
+    assert all(len(ln) > 60 for ln in lines)  # never wrapped at the console width

@@ -117,3 +117,41 @@ def test_errors(tmp_path):
         visualize(enc, torch.randn(1, 3, 3), ["a", "b"], tmp_path / "x.png")
     with pytest.raises(ValueError, match="one sentence"):
         weight_norms(enc, torch.randn(2, 3, 3))
+
+
+def test_labels_are_mathtext_and_layers_count_from_one(bi_encoder):
+    """What a paper figure needs: ||w_j^t||_2 typeset (mathtext), layer 1 = the layer that
+    reads the embeddings, a labelled colour bar."""
+    from lstmablate.viz import draw_weight_norms
+
+    layers = weight_norms(bi_encoder, torch.randn(1, 4, 5, dtype=torch.float64))
+    fig = draw_weight_norms(layers[0], TOKENS[:4])
+    heat, bar = fig.axes
+    assert heat.get_title().startswith(r"layer 1: $\|w_j^t\|_2$")
+    assert r"$\|w_j^t\|_2$" in bar.get_ylabel()
+    assert heat.get_ylabel() == r"context word $j$"
+    fig.canvas.draw()  # mathtext that does not parse fails here
+    assert draw_weight_norms(layers[1], TOKENS[:4]).axes[0].get_title().startswith("layer 2:")
+
+
+def test_visualize_command_counts_layers_from_one_and_never_overwrites(tiny_recipe, tmp_path):
+    from lstmablate.errors import UserError
+    from lstmablate.runner import train_run
+    from lstmablate.visualize_run import visualize_run
+
+    import io
+
+    from rich.console import Console
+
+    out = train_run("dyck", "lstm", recipe=str(tiny_recipe), out=tmp_path / "runs",
+                    console=Console(file=io.StringIO()), progress=False, threads=1,
+                    overrides=["train.max_steps=2"])
+    png, csv_path = visualize_run(out.run_dir, "(a (b b) a)", layer=0, out=tmp_path / "w.png",
+                                  force=False)
+    assert png.exists() and csv_path.exists()
+    before = png.read_bytes()
+    with pytest.raises(UserError, match=r"w.png, .*w.csv already exist; add --force"):
+        visualize_run(out.run_dir, "(a (b b) a)", layer=0, out=tmp_path / "w.png", force=False)
+    assert png.read_bytes() == before
+    with pytest.raises(UserError, match=r"--layer must be in 1\.\.1 .*got 2"):
+        visualize_run(out.run_dir, "(a (b b) a)", layer=1, out=tmp_path / "v.png")

@@ -230,11 +230,14 @@ class Encoder(nn.Module):
 
     # -- the step API (decoders, beam search) -------------------------------------
     def initial_state(self, batch: int, like: Tensor | None = None) -> State:
-        """Zeros in the state layout: one (num_layers * directions, B, size) tensor per
-        state component, on ``like``'s device and dtype (default: the parameters')."""
+        """Each cell's own initial state (zeros for most; the second-order cells' keys start at
+        1/K) in the state layout: one (num_layers * directions, B, size) tensor per state
+        component, on ``like``'s device and dtype (default: the parameters').  It is the state
+        ``forward`` and ``step`` start from when given none, so ``enc(x)`` equals
+        ``enc(x, state=enc.initial_state(B))``."""
         like = self._like(like)
-        n = self.num_layers * self.num_directions
-        return tuple(like.new_zeros(n, batch, size) for size in self.layers[0][0].state_sizes)
+        per_cell = [cell.initial_state(batch, like) for cell in self.cells()]
+        return tuple(torch.stack([s[k] for s in per_cell]) for k in range(len(per_cell[0])))
 
     def sample_masks(self, batch: int, like: Tensor | None = None) -> StepMasks:
         """The dropout masks of one batch of sequences: pass them to every ``step`` of

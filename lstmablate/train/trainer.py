@@ -2,6 +2,10 @@
 
 Per optimiser step: the task's loss (threading its ``carry``), backward,
 global-norm clipping, a NaN/inf guard, the optimiser step and the schedule.
+On CUDA (one process, ``nonfinite: stop``, no TensorBoard) a step reads nothing back to
+the host: the running loss and the NaN/inf guard live on the device and are read every
+``log_interval`` seconds and before every evaluation and checkpoint, so the GPU never
+waits for Python; a non-finite step is still named exactly and never saved.
 Evaluation of the primary dev metric every epoch (or every ``eval_every``
 steps) appends a line to ``metrics.jsonl``, keeps ``best.pt`` and writes
 ``last.pt`` — atomically, with every RNG state and the data position, so
@@ -22,9 +26,10 @@ from typing import Any
 
 import torch
 from rich.console import Console
+from lstmablate.console import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
-from torch import nn
+from torch import Tensor, nn
 
 from lstmablate.config import TrainConfig
 from lstmablate.errors import UserError
@@ -95,6 +100,8 @@ class Trainer:
         progress: bool | None = None,
         dist_info: DistInfo | None = None,
         tensorboard: dict[str, Any] | None = None,
+        log_interval: float = 30.0,
+        defer_host_reads: bool | None = None,
     ):
         self.cfg, self.task, self.model = cfg, task, model
         self.dist = dist_info or DistInfo()
@@ -114,6 +121,13 @@ class Trainer:
         self._t_start: float | None = None  # perf_counter at the (virtual) start of training
         self.tb_config = tensorboard  # the resolved config: log to <run>/tensorboard when given
         self.tb: Any = None
+        # seconds between plain progress lines (no terminal) and between host reads of the
+        # running loss and the NaN/inf guard (deferred mode, see the module docstring)
+        self.log_interval = log_interval
+        # None: defer on CUDA (one process, nonfinite: stop, no TensorBoard); True/False forces
+        # it (with nonfinite: stop only: skipping a batch needs its loss on the host at once)
+        self.defer_host_reads = defer_host_reads
+        self._acc: _Running | None = None
 
     # -- paths ----------------------------------------------------------------------
     @property
@@ -130,6 +144,7 @@ class Trainer:
 
     # -- checkpoints ------------------------------------------------------------------
     def _save_last(self) -> None:
+        self._sync()  # never save a state that a non-finite step produced
         if self._t_start is not None:
             self.pos.train_time_s = time.perf_counter() - self._t_start
         if not self.dist.is_main:
@@ -208,6 +223,7 @@ class Trainer:
         return {k: float(v) for k, v in metrics.items()}
 
     def _dev_evaluation(self, lr: float) -> None:
+        self._sync()
         metrics = self._evaluate(self.task.dev_split)
         value = metrics[self.primary.name]
         improved = math.isfinite(value) and self.primary.better(value, self.pos.best_value)
@@ -218,6 +234,7 @@ class Trainer:
         if self.tb is not None:
             self.tb.log_eval(self.pos.step, record)
         self.pos.loss_sum, self.pos.loss_n = 0.0, 0
+        self._acc.reset(0.0)
         self.pos.last_eval_step = self.pos.step
         if improved:
             self.pos.best_value, self.pos.best_step = value, self.pos.step
@@ -228,11 +245,12 @@ class Trainer:
             self.pos.evals_since_best += 1
         self.schedule.observe(improved, value, self._epoch_label(), self.primary.higher_is_better)
         barrier(self.dist)
-        fmt = {m.name: m.fmt for m in self.task.metrics}
-        shown = "  ".join(f"{k} {v:{fmt.get(k, '.4g')}}" for k, v in metrics.items())
+        shown = "  ".join(f"{self.task.metric_name(k)} {self.task.format_metric(k, v)}"
+                          for k, v in metrics.items())
         loss_txt = f"train loss {train_loss:.4f}  " if train_loss is not None else ""
         self.console.print(f"[bold]eval[/] step {self.pos.step} epoch {self._epoch_label()}: "
-                           f"{loss_txt}{self.task.dev_split} {shown}" + ("  [green]best[/]" if improved else ""))
+                           f"{loss_txt}{self.task.dev_split} {escape(shown)}"
+                           + ("  [green]best[/]" if improved else ""), soft_wrap=True)
 
     # -- the loop --------------------------------------------------------------------------
     def fit(self, resume: bool = False, checkpoint: dict[str, Any] | None = None) -> TrainResult:
@@ -262,6 +280,11 @@ class Trainer:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
             raise
+        defer = self.defer_host_reads
+        if defer is None:
+            defer = self.device.type == "cuda" and not self.dist.enabled and self.tb_config is None
+        self._acc = _Running(self.device, self.pos.loss_sum,
+                             deferred=defer and self.cfg.nonfinite == "stop")
         self._t_start = time.perf_counter() - self.pos.train_time_s
         progress = Progress(
             TextColumn("[bold blue]epoch {task.fields[epoch]}"), BarColumn(),
@@ -339,8 +362,7 @@ class Trainer:
         n_batches = len(plan)
         bar = progress.add_task("train", total=n_batches, completed=pos.batch, epoch=pos.epoch + 1,
                                 loss="-", lr=f"{lr:.3g}")
-        t0 = last_report = time.perf_counter()
-        first = pos.batch
+        line = _ProgressLine(self, n_batches)
         for i in range(pos.batch, n_batches):
             batch = plan[i]
             if cfg.schedule == "exponential":
@@ -349,19 +371,14 @@ class Trainer:
             pos.batch = i + 1
             if self.tb is not None and loss_value is not None:
                 self.tb.log_train(pos.step, loss_value, lr)
-            if loss_value is not None:
-                pos.loss_sum += loss_value
-                pos.loss_n += 1
-            progress.update(bar, completed=pos.batch,
-                            loss=f"{loss_value:.4f}" if loss_value is not None else "skip", lr=f"{lr:.3g}")
-            now = time.perf_counter()
-            if not self.show_progress and now - last_report > 30:  # plain log lines, e.g. in CI
-                last_report = now
-                rate = (pos.batch - first) / max(now - t0, 1e-9)
-                eta = (n_batches - pos.batch) / max(rate, 1e-9)
-                self.console.print(f"epoch {pos.epoch + 1} batch {pos.batch}/{n_batches} "
-                                   f"loss {loss_value if loss_value is not None else float('nan'):.4f} "
-                                   f"lr {lr:.3g} ETA {eta:.0f}s", highlight=False)
+            progress.update(bar, completed=pos.batch)
+            if line.due():
+                self._sync()
+                text = line.text(lr)
+                if self.show_progress:
+                    progress.update(bar, loss=text["loss"], lr=f"{lr:.3g}")
+                else:  # plain log lines (a pipe, a log file, CI): one every log_interval s
+                    self.console.print(text["line"], highlight=False, soft_wrap=True)
             if cfg.eval_every and pos.step % cfg.eval_every == 0:
                 self._dev_evaluation(lr)
                 self._save_last()
@@ -377,7 +394,8 @@ class Trainer:
             if self._stop_signal:
                 progress.remove_task(bar)
                 self.console.print(f"[yellow]{self._stop_signal}[/]: stopped at epoch {pos.epoch + 1}, "
-                                   f"batch {pos.batch}, step {pos.step}; saved {self.last_path}.")
+                                   f"batch {pos.batch}, step {pos.step}; saving "
+                                   f"{escape(str(self.last_path))}.", soft_wrap=True)
                 return
         progress.remove_task(bar)
         if pos.done:
@@ -406,37 +424,47 @@ class Trainer:
         return False
 
     def _train_step(self, batch: Any) -> float | None:
-        cfg, pos = self.cfg, self.pos
+        """One optimiser step.  Returns the step's logged loss as a float, or None when the
+        step was skipped (``nonfinite: skip``) or when nothing is read back per step
+        (deferred mode: the loss stays on the device until :meth:`_sync`)."""
+        cfg, pos, acc = self.cfg, self.pos, self._acc
         batch = self.task.batch_to(self.task.shard(batch, self.dist), self.device)
         self.optimizer.zero_grad(set_to_none=True)
         out = self.task.loss(self.train_model, batch, self.carry)
         loss = out.loss
-        loss_value = float(loss.detach())
+        logged = (out.logged if out.logged is not None else loss).detach()
+        if acc.deferred:
+            # nothing is read on the host: a non-finite loss or norm is remembered on the
+            # device (its step, the last finite loss) and raised at the next _sync, before
+            # anything is evaluated or saved
+            loss.backward()
+            norm = self._clip_and_norm()
+            acc.watch(logged, norm, pos.step + 1)
+            self.optimizer.step()
+            self.carry = out.carry
+            pos.step += 1
+            acc.add(logged, out.tokens if out.tokens is not None else out.weight)
+            pos.loss_n += 1
+            return None
+        loss_value = float(logged)
         if self.dist.enabled:
             # the loss is a mean over out.weight units (e.g. tokens): weigh each rank's slice by
             # its share so that DDP's gradient average is the gradient of the global-batch loss
-            total = all_reduce_sum(out.weight, self.dist, self.device)
-            loss = loss * (out.weight * self.dist.world_size / total)
-            loss_value = all_reduce_sum(loss_value * out.weight, self.dist, self.device) / total
-        finite = math.isfinite(loss_value)
+            weight = float(out.weight)
+            total = all_reduce_sum(weight, self.dist, self.device)
+            loss = loss * (weight * self.dist.world_size / total)
+            loss_value = all_reduce_sum(loss_value * weight, self.dist, self.device) / total
+        finite = math.isfinite(loss_value) and math.isfinite(float(loss.detach()))
         if finite or cfg.nonfinite == "zero":
             loss.backward()
-            params = [p for p in self.model.parameters() if p.grad is not None]
-            if cfg.nonfinite == "zero":  # Dozat & Manning: non-finite gradient entries -> 0
-                bad = [p.grad for p in params if not bool(torch.isfinite(p.grad).all())]
-                for g in bad:
-                    g.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+            if cfg.nonfinite == "zero":  # counted here; _clip_and_norm sets the entries to 0
+                bad = any(not bool(torch.isfinite(p.grad).all())
+                          for p in self.model.parameters() if p.grad is not None)
                 if bad or not finite:
                     pos.skipped_nonfinite += 1
                     self.console.print(f"[yellow]non-finite gradient at step {pos.step + 1}: its "
                                        f"non-finite entries set to 0 ({pos.skipped_nonfinite} so far)[/]")
-            clip_grads = cfg.clip_norm > 0 and cfg.clip_on == "gradient"  # else: the optimiser's
-            clipped = [p for p in self.clipped if p.grad is not None] if cfg.clip_scope else params
-            if clip_grads:
-                norm = torch.nn.utils.clip_grad_norm_(clipped, cfg.clip_norm)
-            if not clip_grads or cfg.clip_scope:
-                norm = torch.linalg.vector_norm(
-                    torch.stack([p.grad.detach().norm() for p in params])) if params else torch.tensor(0.0)
+            norm = self._clip_and_norm()
             finite = bool(torch.isfinite(norm))
             what = "gradient norm"
         else:
@@ -449,15 +477,136 @@ class Trainer:
                 self.console.print(f"[yellow]non-finite {what} at step {pos.step + 1}: batch skipped "
                                    f"({pos.skipped_nonfinite} so far)[/]")
                 return None
-            raise TrainingDiverged(
-                f"training diverged: non-finite {what} at step {pos.step + 1} (epoch {pos.epoch + 1}); "
-                f"the last finite loss was {pos.last_finite_loss}. The last good checkpoints "
-                f"({self.last_path.name}, {self.best_path.name}) in {self.run_dir} are kept. "
-                "Lower train.lr, set train.clip_norm, or set train.nonfinite=skip to skip such batches.")
+            raise self._diverged(what, pos.step + 1)
         self.optimizer.step()
         self.carry = out.carry
         pos.step += 1
-        if math.isfinite(loss_value):
+        if math.isfinite(loss_value):  # (nonfinite: zero takes the step of a non-finite loss)
             pos.last_finite_loss = loss_value
+            acc.add(loss_value, out.tokens if out.tokens is not None else out.weight)
+            pos.loss_n += 1
         return loss_value
 
+    def _clip_and_norm(self) -> Tensor:
+        """Clip (``clip_norm``, ``clip_scope``) and return the global gradient norm, as a
+        tensor (nothing is read on the host).  ``nonfinite: zero`` first sets non-finite
+        gradient entries to 0 (Dozat & Manning's optimiser); ``clip_on: update`` leaves the
+        clipping to the optimiser, which bounds its update steps instead."""
+        cfg = self.cfg
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if cfg.nonfinite == "zero":
+            for p in params:
+                p.grad.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+        clipped = [p for p in self.clipped if p.grad is not None] if cfg.clip_scope else params
+        clip_grads = cfg.clip_norm > 0 and cfg.clip_on == "gradient"
+        if clip_grads:
+            norm = torch.nn.utils.clip_grad_norm_(clipped, cfg.clip_norm)
+        if not clip_grads or cfg.clip_scope:
+            norm = torch.linalg.vector_norm(
+                torch.stack([p.grad.detach().norm() for p in params])) if params else torch.tensor(0.0)
+        return norm
+
+    def _diverged(self, what: str, step: int) -> TrainingDiverged:
+        return TrainingDiverged(
+            f"training diverged: non-finite {what} at step {step} (epoch {self.pos.epoch + 1}); "
+            f"the last finite loss was {self.pos.last_finite_loss}. The last good checkpoints "
+            f"({self.last_path.name}, {self.best_path.name}) in {self.run_dir} are kept. "
+            "Lower train.lr, set train.clip_norm, or set train.nonfinite=skip to skip such batches.")
+
+    def _sync(self) -> None:
+        """Read the device-side running loss (and, deferred, the NaN/inf guard) on the host."""
+        acc = self._acc
+        if acc is None:
+            return
+        self.pos.loss_sum = acc.loss_sum()
+        if acc.deferred:
+            bad, last_finite = acc.read_guard()
+            if last_finite is not None:
+                self.pos.last_finite_loss = last_finite
+            if bad is not None:
+                raise self._diverged("loss or gradient norm", bad)
+
+
+class _Running:
+    """The running training loss since the last evaluation, summed on the device in float64
+    (the same additions, in the same order, as a host-side sum: resume stays exact), the
+    tokens seen, and in deferred mode the NaN/inf guard: the first non-finite step and the
+    last finite loss, kept on the device until :meth:`read_guard`."""
+
+    def __init__(self, device: torch.device, loss_sum: float, *, deferred: bool):
+        self.device, self.deferred = device, deferred
+        self.sum = torch.tensor(loss_sum, dtype=torch.float64, device=device)
+        self.tokens: float | Tensor = 0.0  # since the start of this process
+        if deferred:
+            self.first_bad = torch.tensor(-1, dtype=torch.int64, device=device)
+            self.last_finite = torch.tensor(math.nan, dtype=torch.float64, device=device)
+
+    def reset(self, loss_sum: float) -> None:
+        self.sum.fill_(loss_sum)
+
+    def add(self, loss: float | Tensor, tokens: float | Tensor) -> None:
+        self.sum += loss.double() if isinstance(loss, Tensor) else loss
+        self.tokens = self.tokens + (tokens.detach() if isinstance(tokens, Tensor) else tokens)
+
+    def watch(self, loss: Tensor, norm: Tensor, step: int) -> None:
+        ok = torch.isfinite(loss) & torch.isfinite(norm)
+        self.first_bad = torch.where(~ok & (self.first_bad < 0), step, self.first_bad)
+        self.last_finite = torch.where(torch.isfinite(loss), loss.double(), self.last_finite)
+
+    def loss_sum(self) -> float:
+        return float(self.sum)
+
+    def tokens_seen(self) -> float:
+        return float(self.tokens)
+
+    def read_guard(self) -> tuple[int | None, float | None]:
+        """(the first non-finite step or None, the last finite loss or None)."""
+        bad, last = int(self.first_bad), float(self.last_finite)
+        return (bad if bad >= 0 else None), (last if math.isfinite(last) else None)
+
+
+class _ProgressLine:
+    """When a progress report is due (every ``log_interval`` seconds; at most once a second on
+    a terminal), and its text: steps, tokens/s, the mean training loss since the last
+    report, the learning rate and the epoch's ETA."""
+
+    def __init__(self, trainer: Trainer, n_batches: int):
+        self.t, self.n_batches = trainer, n_batches
+        trainer._sync()
+        pos = trainer.pos
+        self.t0 = self.last = time.perf_counter()
+        self.batch0 = pos.batch
+        self.interval = min(1.0, trainer.log_interval) if trainer.show_progress else trainer.log_interval
+        self.mark = self._mark(self.t0)
+
+    def _mark(self, now: float) -> tuple[int, int, float, float, float]:
+        pos = self.t.pos
+        return pos.last_eval_step, pos.loss_n, pos.loss_sum, self.t._acc.tokens_seen(), now
+
+    def due(self) -> bool:
+        return time.perf_counter() - self.last >= self.interval
+
+    def text(self, lr: float) -> dict[str, str]:
+        """The report (call after ``Trainer._sync``, so that the position's loss is current)."""
+        pos, now = self.t.pos, time.perf_counter()
+        self.last = now
+        eval_step, n0, sum0, tok0, t0 = self.mark
+        if pos.last_eval_step != eval_step:  # an evaluation restarted the running loss since
+            n0, sum0 = 0, 0.0
+        loss = (pos.loss_sum - sum0) / (pos.loss_n - n0) if pos.loss_n > n0 else math.nan
+        self.mark = self._mark(now)
+        rate = (pos.batch - self.batch0) / max(now - self.t0, 1e-9)
+        eta = (self.n_batches - pos.batch) / max(rate, 1e-9)
+        tok_s = (self.mark[3] - tok0) / max(now - t0, 1e-9)
+        line = (f"epoch {pos.epoch + 1} batch {pos.batch}/{self.n_batches} step {pos.step}: "
+                f"train loss {loss:.4f}  {tok_s:,.0f} tokens/s  lr {lr:.3g}  "
+                f"epoch ETA {_duration(eta)}")
+        return {"loss": f"{loss:.4f}", "line": line}
+
+
+def _duration(seconds: float) -> str:
+    """``1h02m``, ``4m05s`` or ``37s``."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"

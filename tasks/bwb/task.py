@@ -170,15 +170,23 @@ class BillionWordTask(Task):
     def root(self) -> Path:
         return self.data_dir / self.data_cfg.root
 
-    def check_data(self) -> list[str]:
-        """The files this config reads are present (the vocabulary, the training shards used,
-        the dev and test shards); no checksums are known for them."""
+    def _needed(self) -> list[str]:
+        """The files this config reads, relative to ``data.root``: the vocabulary, the
+        training shards used, the dev and test shards."""
         d = self.data_cfg
         n = d.train_shards or 99
-        needed = [d.vocab_file,
-                  *(f"{corpus.TRAIN_DIR}/{corpus.train_shard_name(i)}" for i in range(1, n + 1)),
-                  f"{corpus.HELDOUT_DIR}/{corpus.heldout_shard_name(d.dev_shard)}",
-                  f"{corpus.HELDOUT_DIR}/{corpus.heldout_shard_name(d.test_shard)}"]
+        return [d.vocab_file,
+                *(f"{corpus.TRAIN_DIR}/{corpus.train_shard_name(i)}" for i in range(1, n + 1)),
+                f"{corpus.HELDOUT_DIR}/{corpus.heldout_shard_name(d.dev_shard)}",
+                f"{corpus.HELDOUT_DIR}/{corpus.heldout_shard_name(d.test_shard)}"]
+
+    def required_files(self) -> list[str]:
+        return [f"{self.data_cfg.root}/{rel}" for rel in self._needed()]
+
+    def check_data(self) -> list[str]:
+        """The files this config reads are present; no checksums are known for them."""
+        d = self.data_cfg
+        needed = self._needed()
         found, missing = [], []
         for rel in needed:
             try:
@@ -277,8 +285,9 @@ class BillionWordTask(Task):
         # _forward/_backward: mean over the batch's positions of nll * w, times num_steps (the
         # training windows have no padding, w = 1); a mean over w.numel() positions, which is
         # the weight data-parallel training needs
-        loss = (nll * w).sum() / w.numel() * x.shape[1]
-        return StepOutput(loss, detach_state(final), float(w.numel()))
+        per_token = (nll * w).sum() / w.numel()
+        return StepOutput(per_token * x.shape[1], detach_state(final), float(w.numel()),
+                          logged=per_token)
 
     # -- evaluation --------------------------------------------------------------------------
     def _sentences(self, split: str):

@@ -18,21 +18,38 @@ def register(data_app: typer.Typer) -> None:
 
 
 def data_dyck(
-    out_dir: Path = typer.Option(..., "--out", help="Directory for train.txt, dev.txt, test.txt."),
-    k: int = typer.Option(2, "--k", help="Bracket types."),
-    m: int = typer.Option(4, "--m", help="Maximum nesting depth."),
-    seed: int = typer.Option(0, "--seed", help="Corpus seed."),
-    train_tokens: Optional[int] = typer.Option(None, "--train-tokens"),
-    train_sequences: Optional[int] = typer.Option(None, "--train-sequences"),
-    dev_tokens: Optional[int] = typer.Option(None, "--dev-tokens"),
-    dev_sequences: Optional[int] = typer.Option(None, "--dev-sequences"),
-    test_tokens: Optional[int] = typer.Option(None, "--test-tokens"),
-    test_sequences: Optional[int] = typer.Option(None, "--test-sequences"),
-    train_max_length: Optional[int] = typer.Option(None, "--train-max-length",
-                                                   help="Default 8m(m-2)+60; test strings are longer."),
-    preset: Optional[str] = typer.Option(None, "--preset", help="e.g. second-order (m in 4, 6, 8; k=2)."),
+    out_dir: Path = typer.Option(..., "--out", metavar="DIR",
+                                 help="Directory for train.txt, dev.txt, test.txt."),
+    k: int = typer.Option(2, "--k", metavar="K", help="Bracket types."),
+    m: int = typer.Option(4, "--m", metavar="M", help="Maximum nesting depth."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Corpus seed."),
+    train_tokens: Optional[int] = typer.Option(
+        None, "--train-tokens", metavar="N",
+        help="Training tokens (default 200,000 unless --train-sequences is given)."),
+    train_sequences: Optional[int] = typer.Option(None, "--train-sequences", metavar="N",
+                                                  help="Training strings (instead of a token count)."),
+    dev_tokens: Optional[int] = typer.Option(None, "--dev-tokens", metavar="N",
+                                             help="Dev tokens (default 20,000)."),
+    dev_sequences: Optional[int] = typer.Option(None, "--dev-sequences", metavar="N",
+                                                help="Dev strings (instead of a token count)."),
+    test_tokens: Optional[int] = typer.Option(None, "--test-tokens", metavar="N",
+                                              help="Test tokens (default 300,000)."),
+    test_sequences: Optional[int] = typer.Option(None, "--test-sequences", metavar="N",
+                                                 help="Test strings (instead of a token count)."),
+    train_max_length: Optional[int] = typer.Option(
+        None, "--train-max-length", metavar="N",
+        help="Longest training (and dev) string; test strings are longer, up to twice this. "
+             "Default 8m(m-2)+60."),
+    preset: Optional[str] = typer.Option(None, "--preset", metavar="NAME",
+                                         help="A published corpus: second-order (m in 4, 6, 8; k=2)."),
 ) -> None:
-    """Write a Dyck-(k,m) corpus to files (deterministic given --seed)."""
+    """Write a Dyck-(k,m) corpus to files (deterministic given --seed).
+
+    Examples:
+
+    lstmablate data dyck --k 2 --m 4 --out dyck-files/
+    lstmablate data dyck --preset second-order --m 6 --out dyck-m6/
+    """
     from lstmablate.errors import ConfigError
 
     from . import generator as g
@@ -60,11 +77,16 @@ def data_dyck(
 
 
 def data_validate_dyck(
-    path: Path = typer.Argument(..., help="A Dyck file, one string per line."),
-    k: int = typer.Option(..., "--k"),
-    m: int = typer.Option(..., "--m"),
+    path: Path = typer.Argument(..., metavar="FILE", help="A Dyck file, one string per line."),
+    k: int = typer.Option(..., "--k", metavar="K", help="Bracket types the file may use."),
+    m: int = typer.Option(..., "--m", metavar="M", help="Maximum nesting depth allowed."),
 ) -> None:
-    """Check that every line is well-nested with depth <= m; report the first offending line."""
+    """Check that every line is well-nested with depth <= m; report the first offending line.
+
+    Example:
+
+    lstmablate data validate-dyck dyck-files/train.txt --k 2 --m 4
+    """
     from .generator import validate_file
 
     s = validate_file(path, k, m)

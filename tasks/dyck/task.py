@@ -240,7 +240,7 @@ class DyckTask(Task):
     def loss(self, model: nn.Module, batch, carry) -> StepOutput:
         logits, targets = self._logits_and_targets(model, batch)
         loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
-        return StepOutput(loss, None, float((targets != -100).sum()))
+        return StepOutput(loss, None, (targets != -100).sum())  # a tensor: no host read
 
     @torch.no_grad()
     def _run_eval(self, model: nn.Module, split: str, on_batch=None) -> dict[str, float]:
@@ -267,6 +267,21 @@ class DyckTask(Task):
                 "accuracy": res["accuracy"], "loss": nll / max(n, 1),
                 "worst_distance": res["worst_distance"], "worst_judged": res["worst_judged"]}
 
+    #: a worst distance bucket with fewer judgements is footnoted by the report: one wrong
+    #: judgement moves WCPA-min by more than 5 points
+    FEW_JUDGEMENTS = 20
+
+    @classmethod
+    def caveats(cls, metrics: dict[str, float]) -> dict[str, str]:
+        n = metrics.get("worst_judged")
+        if n is None or not 0 < n < cls.FEW_JUDGEMENTS:
+            return {}
+        d = metrics.get("worst_distance")
+        where = f" (distance {int(d)})" if d is not None and math.isfinite(d) else ""
+        return {"wcpa_min": f"its worst distance bucket{where} holds {int(n)} judgement"
+                            f"{'s' if n != 1 else ''}, so one judgement moves it by "
+                            f"{100 / n:.1f} points (eval.min_bucket_count leaves such buckets out)"}
+
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str, *, final: bool = False) -> dict[str, float]:
         return self._run_eval(model, split)
@@ -276,7 +291,8 @@ class DyckTask(Task):
         """Every judged closing-bracket prediction, as JSON lines, one per string of the split
         (in file order): ``{"index", "string", "judgements": [[position, distance, gold close,
         probability of the gold close (lm: its share of the closing-bracket mass), correct]]}``.
-        Returns the WCPA metrics computed from that file (see :func:`read_predictions`)."""
+        Returns the metrics of :meth:`evaluate`, the WCPA metrics computed from that file
+        (see :func:`read_predictions`)."""
         from lstmablate.train.atomic import atomic_write_text
 
         records: dict[int, dict] = {}
@@ -289,13 +305,13 @@ class DyckTask(Task):
                               "judgements": [[t, d, self.vocab.tokens[self.vocab.close_id(g)], p, c]
                                              for t, d, g, p, c in judged]}
 
-        self._run_eval(model, split, on_batch=keep)
+        evaluated = self._run_eval(model, split, on_batch=keep)
         header = {"task": "dyck", "split": split, "k": k, "m": self.data_cfg.m,
                   "objective": objective, "threshold": P_THRESHOLD,
                   "min_bucket_count": self.eval_cfg.min_bucket_count}
         lines = [json.dumps(header)] + [json.dumps(records[j]) for j in sorted(records)]
         atomic_write_text(path, "\n".join(lines) + "\n")
-        return read_predictions(Path(path))
+        return {**evaluated, **read_predictions(Path(path))}  # the loss is not in the file
 
     def visualization_inputs(self, model: nn.Module, text: str):
         """The encoder and the embedded tokens of ``text`` (brackets separated by spaces)."""

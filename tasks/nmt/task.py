@@ -289,7 +289,8 @@ class NMTTask(Task):
         nll = nn.functional.nll_loss(logp.reshape(-1, logp.shape[-1]), batch["tgt_out"].reshape(-1),
                                      ignore_index=self.tgt_vocab.pad, reduction="sum")
         B = batch["src"].shape[0]
-        return StepOutput(nll / B, None, float(B))
+        tokens = (batch["tgt_out"] != self.tgt_vocab.pad).sum()  # stays on the device
+        return StepOutput(nll / B, None, float(B), logged=nll / tokens.clamp(min=1), tokens=tokens)
 
     # -- evaluation ----------------------------------------------------------------------
     @torch.no_grad()

@@ -16,10 +16,15 @@ def register(data_app: typer.Typer) -> None:
 
 
 def data_validate_conllu(
-    path: Path = typer.Argument(..., help="A .conllu or .conllu.gz file."),
+    path: Path = typer.Argument(..., metavar="FILE", help="A .conllu or .conllu.gz file."),
 ) -> None:
     """Check a CoNLL-U file line by line (fields, IDs, one tree per sentence, LF line endings,
-    a blank line after every sentence); report the first malformed line."""
+    a blank line after every sentence); report the first malformed line.
+
+    Example:
+
+    lstmablate data validate-conllu data/ud-ewt/en_ewt-ud-dev.conllu.gz
+    """
     from .conllu import read_conllu
 
     sents = read_conllu(path)

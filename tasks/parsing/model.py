@@ -254,16 +254,16 @@ class BiaffineParser(nn.Module):
 
 
 def parser_loss(arc: Tensor, rel: Tensor, heads: Tensor, rels: Tensor,
-                lengths: Tensor) -> tuple[Tensor, int]:
+                lengths: Tensor) -> tuple[Tensor, Tensor]:
     """Arc cross-entropy + relation cross-entropy (``rel`` scored at the gold heads), each
     summed over the batch's words (ROOT and padding excluded) and divided by their number n
     (Parser-v1's ``output``).  ``rels`` is -100 where a gold relation has no class."""
     mask = word_positions(lengths, arc.shape[1])
-    n = int(mask.sum())
+    n = mask.sum()  # a tensor: no host read per step
     arc_loss = nn.functional.cross_entropy(arc[mask], heads[mask], reduction="sum")
     rel_loss = nn.functional.cross_entropy(rel[mask], rels[mask], reduction="sum",
                                            ignore_index=-100)
-    return (arc_loss + rel_loss) / max(n, 1), n
+    return (arc_loss + rel_loss) / n.clamp(min=1), n
 
 
 def word_positions(lengths: Tensor, N: int) -> Tensor:

@@ -163,6 +163,13 @@ class ParsingTask(Task):
         self.pretrained_table: Tensor | None = None
 
     # -- data ------------------------------------------------------------------------
+    def required_files(self) -> list[str]:
+        """UD EWT (unless data.files names the user's treebank) and the catalogued vectors
+        file model.pretrained names."""
+        files = [] if self.data_cfg.files else [f.relpath for f in pdata.UD_EWT.files]
+        entry = catalogue_entry(self.model_cfg.pretrained) if self.model_cfg.pretrained else None
+        return files + ([entry[1].relpath] if entry else [])
+
     def check_data(self) -> list[str]:
         if self.data_cfg.files:
             lines = [f"{pdata.split_file(self.data_dir, s, self.data_cfg.files)}: present "
@@ -289,7 +296,7 @@ class ParsingTask(Task):
         arc, _, _, rel = model(batch["words"], batch["tags"], batch["lengths"], batch.get("pret"),
                                batch["heads"])  # relations scored at the gold heads
         loss, n = parser_loss(arc, rel, batch["heads"], batch["rels"], batch["lengths"])
-        return StepOutput(loss, None, float(n))
+        return StepOutput(loss, None, n)
 
     # -- evaluation --------------------------------------------------------------------
     @torch.no_grad()

@@ -337,7 +337,7 @@ class PTBTask(Task):
     metrics = (
         Metric("ppl", False, "perplexity", ".2f"),
         Metric("nll", False, "NLL (nats/token)", ".4f"),
-        Metric("bpc", False, "bits/token (BPC at char level)", ".4f"),
+        Metric("bpc", False, "bits per token: per character (BPC) at char level, per word at word level", ".4f"),
     )
     primary = metrics[0]
     dev_split = "valid"
@@ -403,6 +403,19 @@ class PTBTask(Task):
             return BatchPlan(contiguous_groups(len(train), d.batch_size, order), train.collate)
         return ptb_data.StreamPlan(self.corpus.train, d.batch_size, d.num_steps)
 
+    # -- how metrics are shown -------------------------------------------------------------
+    def metric_name(self, key: str) -> str:
+        """``bpc`` is bits per character at char level and bits per word at word level."""
+        if key == "bpc":
+            return "bpc" if self.data_cfg.level == "char" else "bits/word"
+        return key
+
+    def metric_description(self, key: str) -> str:
+        if key == "bpc":
+            return ("bits per character (BPC)" if self.data_cfg.level == "char"
+                    else "bits per word (log2 of the perplexity)")
+        return super().metric_description(key)
+
     # -- model -------------------------------------------------------------------------
     def build_model(self, make_encoder) -> nn.Module:
         return build_language_model(make_encoder, self.corpus.vocab_size, self.model_cfg)
@@ -416,13 +429,13 @@ class PTBTask(Task):
             real = y != ptb_data.PAD_TARGET  # padded positions never reach the softmax
             logits, _ = model(x, None, lengths, select=real)
             nll = nn.functional.cross_entropy(logits, y[real], reduction="mean")
-            return StepOutput(nll, None, float(real.sum()))  # mean NLL per real target token
+            return StepOutput(nll, None, real.sum())  # mean NLL per real target token
         x, y = batch
         logits, final = model(x, state_to(carry, x.device))
         nll = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
                                           reduction="none").view_as(y)
         loss = nll.mean(dim=0).sum()  # sum over time steps of the batch-mean NLL
-        return StepOutput(loss, detach_state(final), float(y.numel()))
+        return StepOutput(loss, detach_state(final), float(y.numel()), logged=nll.mean())
 
     def _logprobs(self, model: nn.Module, split: str) -> tuple[Tensor, Tensor, int, int]:
         """(positions, log-probabilities, batch size, num_steps) of ``split``'s protocol

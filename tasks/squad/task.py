@@ -38,7 +38,7 @@ from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserErro
 from lstmablate.task import Metric, StepOutput, Task
 
 from . import data as squad_data
-from ..vectors import GLOVE_6B_100D, GLOVE_840B_300D, pretrained_path
+from ..vectors import GLOVE_6B_100D, GLOVE_840B_300D, catalogue_entry, pretrained_path
 from .batches import eval_batches, length_sorted_batches, random_batches
 from .decode import best_spans
 from .drqa import DrQAReader
@@ -124,6 +124,8 @@ class SquadTask(Task):
     keep_space: ClassVar[bool] = True
     #: the pretrained vectors the original system used (for messages and run_deviations)
     original_vectors: ClassVar[str] = ""
+    #: the batch entries holding paragraph and question lengths (tokens/s of progress lines)
+    length_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -161,9 +163,15 @@ class SquadTask(Task):
     def standin(self) -> bool:
         return self.data_cfg.splitting == "dev-by-article"
 
-    def _needed_files(self) -> list[str]:
+    def _squad_files(self) -> list[str]:
+        """The stand-in split reads the dev file only."""
         d = self.data_cfg
         return [d.dev_file] if self.standin else [d.train_file, d.dev_file]
+
+    def required_files(self) -> list[str]:
+        """The SQuAD files, and the catalogued vectors file ``model.pretrained`` names."""
+        entry = catalogue_entry(self.model_cfg.pretrained) if self.model_cfg.pretrained else None
+        return self._squad_files() + ([entry[1].relpath] if entry else [])
 
     def _verify(self, relpath: str) -> str:
         """Compare a file's checksum with the catalogue (DataError if it differs)."""
@@ -175,7 +183,7 @@ class SquadTask(Task):
         return f"{r.path}: {r.algo} ok" if r.ok else f"{r.path}: {r.message}"
 
     def check_data(self) -> list[str]:
-        lines = [self._verify(rel) for rel in self._needed_files()]
+        lines = [self._verify(rel) for rel in self._squad_files()]
         if self.model_cfg.pretrained:
             lines.append(f"{self._vectors_path()}: present")
         if self.standin:
@@ -266,7 +274,8 @@ class SquadTask(Task):
         start, end = self.span_scores(model, batch)
         # NLL(start) + NLL(end), each averaged over the batch (DrQA and BiDAF alike)
         loss = (F.cross_entropy(start, batch["start"]) + F.cross_entropy(end, batch["end"]))
-        return StepOutput(loss, None, float(batch["start"].numel()))
+        tokens = sum(batch[k].sum() for k in self.length_keys)  # stays on the device
+        return StepOutput(loss, None, float(batch["start"].numel()), tokens=tokens)
 
     @torch.no_grad()
     def predict(self, model: nn.Module, split: str) -> dict[str, str]:
@@ -438,6 +447,8 @@ class DrQATask(SquadTask):
                           dropout_emb=m.dropout_emb, dropout_rnn=m.dropout_rnn,
                           dropout_rnn_output=m.dropout_rnn_output, cell_options=m.cell_options,
                           fixed_grad=bool(m.pretrained) and m.fixed_rows == "reset")
+
+    length_keys = ("doc_len", "q_len")  # the batch's paragraph and question lengths
 
     def collate(self, ex: SquadExamples, group: Sequence[int]) -> dict[str, Tensor]:
         qs = [ex.questions[i] for i in group]
@@ -624,6 +635,7 @@ class BiDAFTask(SquadTask):
     #: batch entries shared by all its rows (the distinct words' characters): not split
     #: between processes under torchrun
     shared_keys = ("chars", "char_len", "char_windows")
+    length_keys = ("p_len", "q_len")  # the batch's paragraph and question lengths
 
     def shard(self, batch: Any, dist_info: Any) -> Any:
         from lstmablate.train.distributed import shard_batch

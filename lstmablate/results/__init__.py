@@ -1,0 +1,1 @@
+"""Results: significance tests (and, as the house is sorted, reports and figures)."""

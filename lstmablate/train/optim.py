@@ -50,7 +50,8 @@ class Adam(torch.optim.Optimizer):
       TensorFlow applies a gradient of gathered rows: only rows with a nonzero gradient
       move, and their m, v and step count t (one per row) — the other rows keep all three
       (``_sparse_moving_average``); a row the batch looked up whose gradient is exactly
-      zero (e.g. every occurrence dropped by dropout) counts as unused here;
+      zero (e.g. every occurrence dropped by dropout) counts as unused here, and with
+      ``weight_decay`` every row is used;
     * ``clip_update``: after every step s_t is computed, all of them together are scaled to
       a global norm of at most ``clip_update`` (``base_optimizer.py: _finish``,
       ``tf.clip_by_global_norm``: s * clip / max(|s|, clip)) — the *update* is clipped,
@@ -97,25 +98,24 @@ class Adam(torch.optim.Optimizer):
                                               device=p.device) if lazy else torch.zeros((), dtype=p.dtype,
                                                                                        device=p.device))
                 m, v, t = state["m"], state["v"], state["t"]
-                if lazy:
-                    rows = g.reshape(g.shape[0], -1).ne(0).any(dim=1).nonzero().squeeze(1)
-                    g, m_r, v_r, t_r = g[rows], m[rows], v[rows], t[rows] + 1
+                if lazy:  # the rows with a nonzero gradient (no host read: masks, not indices)
+                    used = g.reshape(g.shape[0], -1).ne(0).any(dim=1).reshape(t.shape)
+                    t.add_(used.to(t.dtype))
                 else:
-                    m_r, v_r, t_r = m, v, t + 1
+                    t.add_(1)
+                tt = t.clamp(min=1)  # (rows never used keep t = 0 and every value below)
                 # b_t = b (1 - b^(t-1)) / (1 - b^t): the bias-corrected moving average
-                b1_t = b1 * (1 - b1 ** (t_r - 1)) / (1 - b1 ** t_r)
-                b2_t = b2 * (1 - b2 ** (t_r - 1)) / (1 - b2 ** t_r)
-                m_r = b1_t * m_r + (1 - b1_t) * g
-                v_r = b2_t * v_r + (1 - b2_t) * g * g
-                denom = (v_r + eps).sqrt() if self.eps_in_sqrt else v_r.sqrt() + eps
-                s = lr * m_r / denom  # s_t
+                b1_t = b1 * (1 - b1 ** (tt - 1)) / (1 - b1 ** tt)
+                b2_t = b2 * (1 - b2 ** (tt - 1)) / (1 - b2 ** tt)
+                if lazy:  # an unused row keeps its moments (b_t = 1, and its gradient is 0)
+                    b1_t = torch.where(used, b1_t, torch.ones_like(b1_t))
+                    b2_t = torch.where(used, b2_t, torch.ones_like(b2_t))
+                m.mul_(b1_t).add_((1 - b1_t) * g)  # m_t
+                v.mul_(b2_t).add_((1 - b2_t) * g * g)  # v_t
+                denom = (v + eps).sqrt() if self.eps_in_sqrt else v.sqrt() + eps
+                s = lr * m / denom  # s_t
                 if lazy:
-                    m[rows], v[rows], t[rows] = m_r, v_r, t_r
-                    full = torch.zeros_like(p)
-                    full[rows] = s
-                    s = full
-                else:
-                    m.copy_(m_r), v.copy_(v_r), t.copy_(t_r)
+                    s = torch.where(used, s, torch.zeros_like(s))
                 updates.append((p, s))
         if self.clip_update > 0 and updates:
             # tf.clip_by_global_norm: every s_t times clip / max(global norm, clip)

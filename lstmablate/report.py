@@ -313,7 +313,7 @@ class Row:
     not_run: set[int] = field(default_factory=set)
     # columns (indices) whose value rests on too little evidence (Task.caveats): why, per seed
     caveats: dict[int, list[str]] = field(default_factory=dict)
-    # how its finished runs depart from the original system (Task.run_deviations), marked ‡
+    # how its finished runs depart from the original system (Task.run_deviations), marked §
     deviations: list[str] = field(default_factory=list)
 
 

@@ -10,7 +10,8 @@ annotation, so numbers differ from the paper's Table 3 for that reason alone.
 
 Pretrained vectors (``model.pretrained``): a GloVe-format text file, one word and
 its vector per line, separated by spaces (Parser-v1 uses GloVe 6B 100d,
-``glove/glove.6B.100d.txt``, catalogued in :mod:`lstmablate_tasks.vectors`).  As in Parser-v1 (``vocab.py: load_embed_file``) every line
+``glove/glove.6B.100d.txt``, catalogued in :mod:`lstmablate_tasks.vectors`).  As in
+Parser-v1 (``vocab.py: load_embed_file``) every line
 is kept — not only the training words — after three zero rows for PAD, ROOT and
 UNK; a word not in the file reads the UNK row (zeros).
 """

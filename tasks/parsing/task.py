@@ -10,10 +10,12 @@ minibatches, shuffled per epoch by the trainer's generator.
 Model (:mod:`.model`): word + tag embeddings with whole-token dropout, a 3-layer
 bidirectional encoder from the registry (400 per direction, same-mask dropout on
 inputs, between layers and on h_{t-1}), split MLPs (arc 500, relation 100, leaky
-ReLU) and biaffine scorers.  Training (``train_defaults``): Adam β = (0.9, 0.9),
-ε 1e-12, lr 2e-3 · 0.75^(step/5000), clipping at 5, 50,000 iterations, a dev
-evaluation every 100 steps; as Parser-v1, the model at the end of training is
-the one tested (``test_checkpoint: last``).
+ReLU) and biaffine scorers; as Parser-v1, the encoder does not read a sentence's last
+word (``model.encoder_lengths: parser-v1``).  Training (``train_defaults``): Parser-v1's
+Adam — β = (0.9, 0.9), ε 1e-12 inside the square root, embedding rows updated lazily,
+the global norm of the update steps clipped at 5, non-finite gradient entries zeroed —
+lr 2e-3 · 0.75^(step/5000), 50,000 iterations, a dev evaluation every 100 steps; as
+Parser-v1, the model at the end of training is the one tested (``test_checkpoint: last``).
 
 Evaluation (:mod:`.decode`, :mod:`.metrics`): heads decoded to a tree by
 Parser-v1's heuristic (``eval.decoder: parser-v1``) or the maximum spanning tree

@@ -56,6 +56,16 @@ class TrainConfig:
     plateau_patience: int = 0
     min_lr: float = 0.0
     clip_norm: float = 0.0  # global gradient-norm clipping; 0 = off
+    # what clip_norm bounds: gradient (the global norm of the gradients, before the optimiser)
+    # | update (adam: the global norm of the optimiser's update steps, Dozat & Manning's code)
+    clip_on: str = "gradient"
+    # adam: epsilon inside the square root, lr * m / sqrt(v + eps) (Dozat & Manning's code)
+    # instead of lr * m / (sqrt(v) + eps)
+    eps_in_sqrt: bool = False
+    # adam: an embedding table (nn.Embedding) is updated lazily, row by row: only the rows a
+    # batch uses (a nonzero gradient) move, and their moments, each with its own step count
+    # for the bias correction (TensorFlow's sparse updates, as in Dozat & Manning's code)
+    lazy_embeddings: bool = False
     # clip only the parameters whose names start with this module path (e.g. "encoder": the
     # recurrent layers only, as Jozefowicz et al.'s code does); empty = every parameter
     clip_scope: str = ""
@@ -64,7 +74,9 @@ class TrainConfig:
     eval_every: int = 0  # evaluate every N steps; 0 = at the end of every epoch
     patience: int = 0  # early stopping: evaluations without improvement; 0 = off
     stop_at: float | None = None  # stop once the primary dev metric is this good (e.g. loss 1e-5)
-    nonfinite: str = "stop"  # stop | skip: what a NaN/inf loss or gradient does
+    # what a NaN/inf loss or gradient does: stop | skip (the batch) | zero (set the non-finite
+    # gradient entries to 0 and take the step, as Dozat & Manning's optimiser does)
+    nonfinite: str = "stop"
     eval_test: bool = True  # evaluate on the test split at the end
     # which checkpoint the final test evaluation uses: best (best dev metric) or last (the
     # state at the end of training, as the TF PTB tutorial reports its numbers)
@@ -77,8 +89,19 @@ class TrainConfig:
             raise UnknownNameError("train.schedule", self.schedule, SCHEDULES)
         if self.test_checkpoint not in ("best", "last"):
             raise UnknownNameError("train.test_checkpoint", self.test_checkpoint, ("best", "last"))
-        if self.nonfinite not in ("stop", "skip"):
-            raise UnknownNameError("train.nonfinite", self.nonfinite, ("stop", "skip"))
+        if self.nonfinite not in ("stop", "skip", "zero"):
+            raise UnknownNameError("train.nonfinite", self.nonfinite, ("stop", "skip", "zero"))
+        if self.clip_on not in ("gradient", "update"):
+            raise UnknownNameError("train.clip_on", self.clip_on, ("gradient", "update"))
+        adam_only = [name for name, on in (("clip_on=update", self.clip_on == "update"),
+                                           ("eps_in_sqrt", self.eps_in_sqrt),
+                                           ("lazy_embeddings", self.lazy_embeddings)) if on]
+        if adam_only and self.optimizer != "adam":
+            raise ConfigError(f"train.{adam_only[0]} is an option of the adam optimizer; "
+                              f"train.optimizer is {self.optimizer!r}")
+        if self.clip_on == "update" and self.clip_scope:
+            raise ConfigError("train.clip_scope selects gradients to clip; with "
+                              "train.clip_on=update every update step counts (leave clip_scope empty)")
         check_range("train", self, "lr", low=0, low_open=True,
                     why="a learning rate of 0 trains nothing")
         check_range("train", self, "eps", low=0, low_open=True)
@@ -386,8 +409,15 @@ LEGACY_RUN_KEYS = ("reference", "reference_source", "cells", "seeds", "cell_seed
 def migrate_saved_config(task_cls: Any, d: dict[str, Any]) -> dict[str, Any]:
     """A saved config.yaml brought to this version: keys the task renamed since
     (``Task.renamed_keys``, e.g. ``data.eval_chunk`` -> ``eval.chunk``) moved, legacy
-    recipe metadata dropped.  Keys added since are filled by :func:`config_from_dict`."""
-    return apply_renamed_keys(task_cls, {k: v for k, v in d.items() if k not in LEGACY_RUN_KEYS})
+    recipe metadata dropped, keys added since with the value the old run behaved as
+    (``Task.added_keys``); other keys added since are filled with their defaults by
+    :func:`config_from_dict`."""
+    d = apply_renamed_keys(task_cls, {k: v for k, v in d.items() if k not in LEGACY_RUN_KEYS})
+    for key, old_value in (getattr(task_cls, "added_keys", None) or {}).items():
+        section, name = key.split(".", 1)
+        if isinstance(d.get(section), dict) and name not in d[section]:
+            d[section][name] = old_value
+    return d
 
 
 def apply_renamed_keys(task_cls: Any, d: dict[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,7 @@ import os
 import shutil
 import urllib.error
 import urllib.request
+import zipfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -82,11 +83,13 @@ class DataFile:
 
     ``relpath`` is relative to the data directory (e.g. ``corpus/train.txt``);
     the file may also be stored as ``relpath + ".gz"``. ``sha256`` / ``md5``
-    are digests of the decompressed content; either may be None where it is
-    not known (then the other is checked). ``url`` is the canonical download
-    location; ``url_gzipped`` says the URL serves a gzip of the file (it is
-    then stored as ``relpath + ".gz"``). ``size`` is the decompressed size
-    in bytes, where known.
+    (and ``sha1``, where that is what the publisher gives) are digests of the
+    decompressed content; any may be None where it is not known (the strongest
+    one known is checked). ``url`` is the canonical download location;
+    ``url_gzipped`` says the URL serves a gzip of the file (it is then stored as
+    ``relpath + ".gz"``); ``url_zip_member`` says it serves a zip archive that
+    holds the file under that name (only the file is kept). ``size`` is the
+    decompressed size in bytes, where known.
     """
 
     relpath: str
@@ -96,12 +99,16 @@ class DataFile:
     url_gzipped: bool = False
     size: int | None = None
     note: str = ""
+    sha1: str | None = None
+    url_zip_member: str = ""
 
     @property
     def checksum(self) -> tuple[str, str] | None:
-        """``(algorithm, expected hex digest)`` to verify: sha256 if known, else md5."""
+        """``(algorithm, expected hex digest)`` to verify: sha256 if known, else sha1, else md5."""
         if self.sha256:
             return "sha256", self.sha256
+        if self.sha1:
+            return "sha1", self.sha1
         if self.md5:
             return "md5", self.md5
         return None
@@ -530,6 +537,8 @@ def fetch(dataset_name: str | Dataset, data_dir: str | os.PathLike[str], *,
                 ) from None
 
         def verified(tmp: Path, df: DataFile = df, dest: Path = dest) -> None:
+            if df.url_zip_member:
+                _extract_zip_member(tmp, df, dest)
             spec = df.checksum
             if spec is None:
                 return
@@ -551,6 +560,22 @@ def fetch(dataset_name: str | Dataset, data_dir: str | os.PathLike[str], *,
             other.unlink()
         out.append(dest)
     return out
+
+
+def _extract_zip_member(archive: Path, df: DataFile, dest: Path) -> None:
+    """Replace the downloaded zip ``archive`` by its member ``df.url_zip_member``, in place."""
+    member_tmp = archive.with_name(archive.name + ".member")
+    try:
+        with zipfile.ZipFile(archive) as z, z.open(df.url_zip_member) as src, \
+                open(member_tmp, "wb") as out_f:
+            shutil.copyfileobj(src, out_f, _CHUNK)
+        os.replace(member_tmp, archive)
+    except (zipfile.BadZipFile, KeyError, OSError, EOFError, zlib.error) as e:
+        raise DataError(f"the download of {df.url} is not a zip archive holding "
+                        f"{df.url_zip_member} ({type(e).__name__}: {e}); nothing was written to "
+                        f"{dest}. Try again, or download and unzip it by hand.") from None
+    finally:
+        member_tmp.unlink(missing_ok=True)
 
 
 def verify_datasets(data_dir: str | os.PathLike[str], datasets: Iterable[Dataset]) -> list[str]:

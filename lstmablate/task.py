@@ -115,6 +115,10 @@ class Task:
     datasets: ClassVar[tuple[Dataset, ...]] = ()
     #: config keys renamed since older run folders were saved: "data.old" -> "eval.new"
     renamed_keys: ClassVar[dict[str, str]] = {}
+    #: config keys added since older run folders were saved, with the value those runs
+    #: behaved as ("model.new_option" -> "old behaviour"); a saved config.yaml without the
+    #: key reads it (the dataclass default may differ: it is the original system's)
+    added_keys: ClassVar[dict[str, Any]] = {}
     #: True: evaluate(final=True) differs from the selection evaluation, and the trainer
     #: also reports it on the dev split at the end of training
     final_differs: ClassVar[bool] = False
@@ -158,6 +162,14 @@ class Task:
         if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
             return f"{int(value):d}"
         return f"{value:.4g}"
+
+    @classmethod
+    def run_deviations(cls, config: dict[str, Any]) -> list[str]:
+        """How a run departs from the original system in ways its results should say next
+        to the numbers (``lstmablate report`` marks the run's row with them), e.g. "no
+        pretrained vectors (Parser-v1 adds GloVe 6B 100d)".  ``config`` is the run's saved
+        config.yaml as a mapping (it may predate keys added since)."""
+        return []
 
     # -- data ------------------------------------------------------------------------
     def required_files(self) -> list[str]:

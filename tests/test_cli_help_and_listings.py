@@ -160,9 +160,12 @@ def test_data_check_without_data_gives_the_advice_once_per_dataset(tmp_path):
     advice = [line for line in lines if "To get them" in line]
     from lstmablate.task import available_datasets
 
-    catalogue = available_datasets()  # bwb, multi30k, ptb, squad, sst, ud-ewt, ...
-    assert {"bwb", "multi30k", "ptb", "squad", "sst", "ud-ewt"} <= set(catalogue)
+    catalogue = available_datasets()  # bwb, glove-*, multi30k, ptb, squad, sst, ud-ewt, ...
+    assert {"bwb", "glove-6b-100d", "glove-840b-300d", "multi30k", "ptb", "squad", "sst",
+            "ud-ewt"} <= set(catalogue)
     assert len(advice) == len(catalogue)  # once each
+    glove = next(line for line in advice if line.startswith("glove-6b-100d"))
+    assert "parsing-ewt," in glove and "parsing-ewt-cpu" not in glove  # the stand-in reads none
     assert "ready to run (dyck): dyck-demo" in r.output
     rows = [line.split("\t") for line in lines if line.count("\t") == 4]
     assert rows[0] == ["dataset", "tasks", "file", "status", "blocks / note"]

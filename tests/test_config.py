@@ -119,6 +119,24 @@ def test_a_config_saved_by_an_older_version_migrates():
     assert cfg.eval.chunk == 123 and cfg.recipe_file is None
 
 
+def test_a_key_added_since_reads_the_old_behaviour_in_old_configs(tmp_path):
+    """Task.added_keys: a config.yaml saved before model.encoder_lengths existed encoded every
+    word, so it reads "all"; a new run gets the dataclass default (Parser-v1's lengths)."""
+    from lstmablate.config import config_from_dict
+
+    task = get_task("parsing")
+    assert task.ModelConfig().encoder_lengths == "parser-v1"
+    saved = resolve_config(task, "lstm", recipe="parsing-ewt-cpu").to_dict()
+    assert saved["model"]["encoder_lengths"] == "all"  # the recipe says so
+    del saved["model"]["encoder_lengths"]
+    assert config_from_dict(task, saved, "config.yaml").model.encoder_lengths == "all"
+    saved["model"]["encoder_lengths"] = "parser-v1"  # a saved value is kept
+    assert config_from_dict(task, saved, "config.yaml").model.encoder_lengths == "parser-v1"
+    assert resolve_config(task, "lstm", recipe="parsing-ewt").model.encoder_lengths == "parser-v1"
+    with pytest.raises(ConfigError, match="encoder_lengths"):
+        resolve_config(task, "lstm", recipe="parsing-ewt", overrides=["model.encoder_lengths=some"])
+
+
 def test_convert_optional_and_lists():
     from typing import Optional
 

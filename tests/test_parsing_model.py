@@ -14,13 +14,14 @@ from lstmablate_tasks.parsing.model import (BiaffineParser, leaky_relu, orthonor
 
 
 def make_parser(cell="lstm", n_words=20, n_tags=6, n_rels=5, word=8, tag=8, hidden=6, arc=7, rel=4,
-                pretrained=None, dropout=0.0, layers=2):
+                pretrained=None, dropout=0.0, layers=2, encoder_lengths="all"):
     enc = build_encoder(cell, (pretrained.shape[1] if pretrained is not None else word) + tag, hidden,
                         num_layers=layers, bidirectional=True, dropout=dropout,
                         recurrent_dropout=dropout, variational_dropout=True)
     return BiaffineParser(n_words, n_tags, n_rels, enc, word_size=word, tag_size=tag, arc_mlp=arc,
                           rel_mlp=rel, word_dropout=dropout, tag_dropout=dropout,
-                          input_dropout=dropout, mlp_dropout=dropout, pretrained=pretrained)
+                          input_dropout=dropout, mlp_dropout=dropout, pretrained=pretrained,
+                          encoder_lengths=encoder_lengths)
 
 
 def test_token_dropout_rescaling_equal_sizes():
@@ -169,3 +170,37 @@ def test_initialisation_and_pretrained_vectors():
     x = q.eval().embed(words, torch.tensor([[1, 3, 3]]), pret=torch.tensor([[1, 7, 2]]))
     assert torch.allclose(x[0, 1, :8], q.pretrained[7]) and x[0, 2, :8].abs().sum() == 0
     assert math.isclose(float(q.pretrained[:3].abs().sum()), 0.0)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "lstm-gates"])
+def test_parser_v1_lengths_never_encode_the_last_word(cell):
+    """Parser-v1's sequence length counts words, not ROOT: under encoder_lengths=parser-v1
+    changing a sentence's last word changes no encoder output (it is zero in both
+    directions); under all it changes every output of its sentence."""
+    torch.manual_seed(7)
+    words = torch.tensor([[1, 5, 6, 7, 8], [1, 9, 10, 11, 0]])
+    tags = torch.tensor([[1, 3, 4, 3, 4], [1, 4, 4, 5, 0]])
+    lengths = torch.tensor([5, 4])  # ROOT counted: 4 and 3 words
+    changed = words.clone()
+    changed[0, 4] = 12  # the last word of each sentence
+    changed[1, 3] = 13
+    outputs = {}
+    for mode in ("parser-v1", "all"):
+        torch.manual_seed(8)
+        p = make_parser(cell, encoder_lengths=mode, layers=3).eval()
+        with torch.no_grad():
+            outputs[mode] = [p.encode(p.embed(w, tags), lengths) for w in (words, changed)]
+    before, after = outputs["parser-v1"]
+    assert torch.equal(before, after)
+    assert before[0, 4].abs().sum() == 0 and before[1, 3:].abs().sum() == 0  # last word: zero
+    assert before[0, :4].abs().min() > 0 and before[1, :3].abs().min() > 0  # the rest: encoded
+    before, after = outputs["all"]
+    H = before.shape[-1] // 2
+    for b, n in ((0, 5), (1, 4)):  # the backward direction carries the change to every word
+        assert (before[b, :n, H:] != after[b, :n, H:]).any(dim=-1).all()
+    # and parser-v1 scores the last word as a dependent and as a head all the same
+    p = make_parser(cell, encoder_lengths="parser-v1").eval()
+    with torch.no_grad():
+        p.arc_weight.normal_()
+        arc = p(words, tags, lengths)[0]
+    assert torch.isfinite(arc[0, 4, :5]).all() and (arc[0, 1:5, 4] > torch.finfo(arc.dtype).min).all()

@@ -213,7 +213,7 @@ def test_pretrained_vectors_are_checked_and_added(tmp_path):
     later.use_artefacts(task.artefacts)
     with pytest.raises(DataError, match="not the file this run was trained with"):
         later.setup(["test"])
-    with pytest.raises(DataError, match="does not exist"):
+    with pytest.raises(DataError, match="missing.txt was not found"):
         make_task(data_dir=data, pretrained="missing.txt")
 
 

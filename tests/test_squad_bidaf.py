@@ -24,6 +24,8 @@ from lstmablate_tasks.squad.task import BiDAFData, BiDAFEval, BiDAFModel, BiDAFT
 
 from test_squad_drqa import _official_evaluate
 
+pytest.importorskip("spacy")  # the readers tokenise with spaCy (data.tokenizer: spacy)
+
 FIXTURE = Path(__file__).parent / "fixtures" / "squad"
 TINY = dict(word_dim=12, char_dim=8, char_filters=12, hidden_size=12)
 
@@ -120,8 +122,45 @@ def test_char_cnn_short_and_long_words_and_padding():
         cnn(torch.zeros(1, 4, dtype=torch.long), torch.tensor([3]))
 
 
-def test_padding_never_changes_scores():
+def test_char_windows_batch_is_allennlps_max_over_the_fields_padded_width():
+    """char_windows=batch: a word's CNN max runs over every window of its field's padded width
+    (passages and questions padded separately, to the longest word of each in the batch), the
+    padding being zero vectors, as AllenNLP's TokenCharactersEncoder + CnnEncoder; a word of
+    both fields is two rows."""
     task = make_task(splits=("dev",))
+    assert task.model_cfg.char_windows == "batch"
+    model = make_model(task).eval()
+    ex = task.examples["dev"]
+    batch = task.collate(ex, [0, 6])
+    q = [ex.questions[0], ex.questions[6]]
+    p_words = {w for qq in q for w in ex.paragraphs[qq.paragraph].words}
+    q_words = {w for qq in q for w in qq.words}
+    assert len(batch["chars"]) == len(p_words) + len(q_words)  # (field, word) rows
+    p_width = max(len(token_char_ids(w)) for w in p_words)
+    q_width = max(len(token_char_ids(w)) for w in q_words)
+    cnn = model.chars
+    with torch.no_grad():
+        vectors = cnn(batch["chars"], batch["char_len"], batch["char_windows"])
+        for field_name, width, words, index in (("p", p_width, p_words, batch["p_index"]),
+                                                ("q", q_width, q_words, batch["q_index"])):
+            word = min(words, key=len)  # a short word: many windows reach into the padding
+            ids = torch.zeros(1, width, dtype=torch.long)
+            c = token_char_ids(word)
+            ids[0, :len(c)] = torch.tensor(c)
+            emb = cnn.embedding(ids) * (torch.arange(width) < len(c)).float().unsqueeze(-1)
+            want = torch.relu(cnn.conv(emb.transpose(1, 2))).amax(-1)[0]  # every window
+            row = None
+            for b, seq in enumerate([ex.paragraphs[qq.paragraph].words if field_name == "p"
+                                     else qq.words for qq in q]):
+                if word in seq:
+                    row = int(index[b, seq.index(word)])
+                    break
+            assert row is not None
+            torch.testing.assert_close(vectors[row], want)
+
+
+def test_padding_never_changes_scores():
+    task = make_task(splits=("dev",), model={"char_windows": "word"})
     model = make_model(task).eval()
     ex = task.examples["dev"]
     group = [0, 6, 12]
@@ -139,7 +178,8 @@ def test_padding_never_changes_scores():
 def test_overfit_20_questions_through_the_trainer(tmp_path):
     """Loss falls and F1 > 95 on the 20 training questions; the predictions file scores the
     same with an independent implementation of the official script."""
-    task = make_task(data={"batch_size": 10}, model={"dropout": 0.0, "char_dropout": 0.0})
+    task = make_task(data={"batch_size": 10}, model={"dropout": 0.0, "char_dropout": 0.0,
+                                                     "char_windows": "word"})
     model = make_model(task)
     losses = []
     original = task.loss

@@ -8,6 +8,7 @@ import functools
 import json
 import re
 import string
+import unicodedata
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from lstmablate.errors import ConfigError, DataError
 from lstmablate.run.runs import RunFiles
 from lstmablate.train import Trainer
 from lstmablate_tasks.squad.task import DrQAData, DrQAModel, DrQATask, SquadEval
+
+pytest.importorskip("spacy")  # the readers tokenise with spaCy (data.tokenizer: spacy)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "squad"
 TINY_MODEL = dict(embedding_dim=24, hidden_size=16, doc_layers=2, question_layers=1)
@@ -48,8 +51,11 @@ def test_config_defaults_are_drqa_and_unavailable_features_are_refused():
     assert cfg.train.optimizer == "adamax" and cfg.train.lr == 0.002 and cfg.train.clip_norm == 10
     assert cfg.train.max_epochs == 40 and cfg.data.batch_size == 32 and cfg.eval.max_span == 15
     assert cfg.model.features == ["em_cased", "tf"] and cfg.model.hidden_size == 128
-    with pytest.raises(ConfigError, match="'em_lemma' is not available here: it needs a lemmatizer"):
-        resolve_config(DrQATask, "lstm", overrides=["model.features=[em_lemma]"])
+    cfg = resolve_config(DrQATask, "lstm", overrides=["model.features=[em_lemma]"])
+    with pytest.raises(ConfigError, match=r"\['em_lemma'\] need a spaCy pipeline with a tagger"):
+        DrQATask(cfg.data, cfg.model, FIXTURE)
+    with pytest.raises(ConfigError, match="model.features lists a feature twice"):
+        resolve_config(DrQATask, "lstm", overrides=["model.features=[tf,tf]"])
     with pytest.raises(ConfigError, match="data.splitting"):
         resolve_config(DrQATask, "lstm", overrides=["data.splitting=dev-split"])
 
@@ -58,7 +64,8 @@ def test_vocabulary_questions_first_and_features():
     task = make_task()
     words = task.vocab.words
     assert words[:2] == ["<PAD>", "<UNK>"]
-    q_words = {w for q in task.examples["train"].questions for w in q.words}
+    q_words = {unicodedata.normalize("NFD", w) for q in task.examples["train"].questions
+               for w in q.words}  # words compared in NFD form, as both DrQAs
     first_context_only = next(i for i, w in enumerate(words[2:], 2) if w not in q_words)
     assert all(w not in q_words for w in words[first_context_only:])  # questions' words first
     assert task.artefacts["features"] == ["em_cased", "em_uncased", "tf"]
@@ -82,7 +89,12 @@ def test_train_plan_is_deterministic_and_covers_every_question_once():
 def test_exact_match_and_tf_features():
     from lstmablate_tasks.squad.features import token_features
 
-    f = token_features(["The", "cat", "saw", "the", "Cat"], ["Which", "cat", "?"])
+    from lstmablate_tasks.squad.tokenizer import Token
+
+    def toks(words):
+        return [Token(w, 0, len(w)) for w in words]
+
+    f = token_features(toks(["The", "cat", "saw", "the", "Cat"]), toks(["Which", "cat", "?"]))
     assert f[:, 0].tolist() == [0, 1, 0, 0, 0]          # cased match
     assert f[:, 1].tolist() == [0, 1, 0, 0, 1]          # uncased match
     assert f[:, 2].tolist() == pytest.approx([2 / 5, 2 / 5, 1 / 5, 2 / 5, 2 / 5])  # tf
@@ -184,31 +196,73 @@ def test_standin_split_trains_on_other_articles():
         {p.context for p in task.examples["dev"].paragraphs}
 
 
-def test_pretrained_vectors_with_partial_tuning(tmp_path):
-    base = make_task()
-    words = base.vocab.words[2:]
-    known = words[::2]  # half the words have vectors
-    vec = tmp_path / "vectors.txt"
-    with vec.open("w", encoding="utf-8") as f:
-        for k, w in enumerate(known):
-            f.write(w + " " + " ".join(f"{(k + d) / 100:.2f}" for d in range(24)) + "\n")
-    task = make_task(model={"pretrained": str(vec), "tune_partial": 3})
-    assert set(task.vocab.words[2:]) == set(known)  # only words with a vector (hitvoice)
+VECTORS = Path(__file__).parent / "fixtures" / "vectors" / "glove.squad.24d.txt"
+
+
+def read_fixture_vectors():
+    """{NFD word: [vectors]} of the GloVe-format fixture (a word may contain a space)."""
+    out: dict[str, list[list[float]]] = {}
+    for line in VECTORS.read_text(encoding="utf-8").splitlines():
+        parts = line.split(" ")
+        out.setdefault(unicodedata.normalize("NFD", " ".join(parts[:-24])), []).append(
+            [float(v) for v in parts[-24:]])
+    return out
+
+
+def test_vocabulary_is_train_and_dev_words_with_a_vector(tmp_path):
+    """As hitvoice/DrQA (prepro.py: train + dev) and facebookresearch/DrQA (train_exs +
+    dev_exs): the words of the training and dev data that have a vector, compared in NFD form;
+    a dev-only word reads its fixed vector, a word without a vector reads <UNK>; duplicates
+    that NFD makes equal are averaged."""
+    vectors = read_fixture_vectors()
+    task = make_task(model={"pretrained": str(VECTORS), "tune_partial": 3})
+    nfd = lambda w: unicodedata.normalize("NFD", w)  # noqa: E731
+    train, dev = task.examples["train"], task.examples["dev"]
+    words_of = lambda ex: {nfd(w) for q in ex.questions for w in q.words} | \
+        {nfd(w) for p in ex.paragraphs for w in p.words}  # noqa: E731
+    assert set(task.vocab.words[2:]) == (words_of(train) | words_of(dev)) & set(vectors)
+    dev_only = sorted((words_of(dev) - words_of(train)) & set(vectors))
+    assert dev_only and all(w in task.vocab for w in dev_only)
+    without = sorted(words_of(train) - set(vectors))
+    assert without and task.vocab.ids(without) == [1] * len(without)  # <UNK>
     assert task.n_tuned == 5  # <PAD>, <UNK> and the top-3 question words
     model = make_model(task)
     emb = model.embedding
-    k = known.index(task.vocab.words[7])
-    assert emb.weight[7].tolist() == pytest.approx([(k + d) / 100 for d in range(24)])
-    assert emb.weight[1].abs().sum() == 0  # <UNK> starts at zero
+    for w in dev_only[:3] + [nfd("Frédéric")]:
+        want = torch.tensor(vectors[w]).mean(0)  # Frédéric: NFC and NFD lines averaged
+        assert len(vectors[w]) == (2 if w == nfd("Frédéric") else 1)
+        torch.testing.assert_close(emb.weight[task.vocab.index[w]].detach(), want)
+    # <UNK> keeps nn.Embedding's N(0, 1) draw (both DrQAs copy vectors into rows 2.. only)
+    assert emb.weight[1].abs().sum() > 0 and emb.weight[0].abs().sum() == 0
+
+
+def test_fixed_rows_count_in_the_clip_norm_and_are_reset(tmp_path):
+    """fixed_rows=reset (DrQA's reset_parameters): the fixed rows get gradients, which count
+    in the gradient norm that clipping sees, and every forward uses their pretrained values
+    again after the optimiser moved them; constant: a buffer without gradient."""
+    task = make_task(model={"pretrained": str(VECTORS), "tune_partial": 3})
+    model = make_model(task)
+    emb = model.embedding
+    assert emb.fixed_grad and isinstance(emb.fixed, torch.nn.Parameter)
     before = emb.weight.detach().clone()
-    opt = torch.optim.Adamax(model.parameters(), lr=0.1)
     batch = task.train_plan(0, torch.Generator().manual_seed(0))[0]
     task.loss(model, batch, None).loss.backward()
+    assert emb.fixed.grad is not None and emb.fixed.grad.abs().sum() > 0
+    all_grads = [p.grad for p in model.parameters() if p.grad is not None]
+    with_fixed = torch.linalg.vector_norm(torch.stack([g.norm() for g in all_grads]))
+    without = torch.linalg.vector_norm(torch.stack([g.norm() for g in all_grads if g is not emb.fixed.grad]))
+    assert with_fixed > without  # the fixed rows' gradient is part of the clipped norm
+    opt = torch.optim.Adamax(model.parameters(), lr=0.1)
     opt.step()
+    assert not torch.equal(emb.fixed.detach(), before[5:])  # the optimiser moved them ...
+    emb(torch.tensor([[0]]))  # ... and the next use puts them back
     after = emb.weight.detach()
-    assert torch.equal(after[5:], before[5:])  # fixed rows never move
-    assert not torch.equal(after[2:5], before[2:5])
+    assert torch.equal(after[5:], before[5:])
+    assert not torch.equal(after[2:5], before[2:5])  # the tuned rows moved
     assert torch.equal(after[0], before[0])  # padding
+    constant = make_model(make_task(model={"pretrained": str(VECTORS), "tune_partial": 3,
+                                           "fixed_rows": "constant"}))
+    assert not constant.embedding.fixed_grad and "embedding.fixed" not in dict(constant.named_parameters())
 
 
 def test_bad_vector_file_names_file_and_line(tmp_path):
@@ -216,7 +270,7 @@ def test_bad_vector_file_names_file_and_line(tmp_path):
     vec.write_text("the " + " ".join(["0.1"] * 24) + "\ncat 0.1 0.2\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"vectors.txt, line 2: expected a word and 24 numbers"):
         make_task(model={"pretrained": str(vec)})
-    with pytest.raises(DataError, match="pretrained vector file .* not found"):
+    with pytest.raises(DataError, match=r"vectors file .* was not found\. DrQA uses GloVe 840B 300d\..*--set model\.pretrained=.*report. marks"):
         make_task(model={"pretrained": "nowhere/glove.txt"})
 
 

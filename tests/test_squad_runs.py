@@ -13,6 +13,8 @@ import lstmablate.task as task_module
 from lstmablate.run.runner import evaluate_run, train_run
 from lstmablate_tasks.squad.task import BiDAFTask, DrQATask
 
+pytest.importorskip("spacy")  # the readers tokenise with spaCy (data.tokenizer: spacy)
+
 FIXTURE = Path(__file__).parent / "fixtures" / "squad"
 
 

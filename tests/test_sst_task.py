@@ -277,7 +277,7 @@ def test_visualization_inputs_give_the_weighted_sum_view():
     assert enc is model.encoder and x.shape == (1, 7, 12)
     unk = model.embedding.weight[sst.UNK]
     assert torch.equal(x[0, 2], unk) and torch.equal(x[0, 6], unk)  # -LRB-, zzz: not in training
-    from lstmablate.viz import weight_norms
+    from lstmablate.results.figures import weight_norms
 
     norms = weight_norms(enc, x)[0]
     assert norms.backward is not None and norms.combined.shape == (7, 7)

@@ -31,6 +31,8 @@ FORMATS = ("markdown", "latex", "csv", "json")
 CHECKPOINTS = {"best": "best-dev", "last": "last (end of training)"}
 NOT_RUN_LEGEND = ("— in our columns: the cell is not part of that experiment (its recipe does not "
                   "list it); `missing`: listed, but no finished run.")
+#: rows whose runs depart from the original system (Task.run_deviations)
+DEVIATION_LEGEND = "§ not the original system's setup:"
 
 
 def render_report(runs_dir: Path, table: str | None = None, fmt: str = "markdown") -> str:
@@ -67,7 +69,7 @@ def markdown_table(table: Table) -> str:
              "checkpoint; ours = mean ± std over seeds (n).", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in table.rows:
-        cells = [f"`{row.cell}`" + (" †" if row.shortened else "")]
+        cells = [f"`{row.cell}`" + (" †" if row.shortened else "") + (" §" if row.deviations else "")]
         for j, (col, entry) in enumerate(zip(table.columns, row.entries)):
             if col.paper:
                 cells.append(str(entry) if entry is not None else "—")
@@ -81,6 +83,8 @@ def markdown_table(table: Table) -> str:
     lines += [f"‡ `{cell}` {metric}, {note}." for cell, metric, note in caveat_notes(table)]
     if any(r.not_run for r in table.rows):
         lines.append(NOT_RUN_LEGEND)
+    lines += [f"{DEVIATION_LEGEND} `{r.cell}`: {'; '.join(r.deviations)}."
+              for r in table.rows if r.deviations]
     lines += [f"Paper numbers: {src}." for src in table.sources]
     lines += [f"- {n}" for n in table.notes]
     lines += [f"- training time per run{f' ({group})' if group else ''}, mean over finished "
@@ -178,6 +182,10 @@ def latex_table(table: Table) -> str:
         caption += " " + tex_escape(NOT_RUN_LEGEND.replace("`", ""))
     for cell, metric, note in caveat_notes(table):
         caption += r" \ddag{} " + tex_escape(f"{cell} {metric}, {note}.")
+    for r in table.rows:
+        if r.deviations:
+            caption += (r" \S{} " + tex_escape(f"{DEVIATION_LEGEND[2:]} {r.cell}: "
+                                                f"{'; '.join(r.deviations)}."))
     for src in table.sources:
         caption += f" Paper numbers: {tex_escape(src)}."
     lines = ["% lstmablate report; needs \\usepackage{booktabs} in the preamble",
@@ -196,7 +204,8 @@ def latex_table(table: Table) -> str:
     lines.append(r"\midrule")
     best = [table.best_rows(j) for j in range(ncol)]
     for i, row in enumerate(table.rows):
-        cells = [rf"\texttt{{{tex_escape(row.cell)}}}" + (r"\textsuperscript{\dag}" if row.shortened else "")]
+        cells = [rf"\texttt{{{tex_escape(row.cell)}}}" + (r"\textsuperscript{\dag}" if row.shortened else "")
+                 + (r"\textsuperscript{\S}" if row.deviations else "")]
         for j, (col, entry) in enumerate(zip(table.columns, row.entries)):
             cells.append(_tex_paper(entry, i in best[j]) if col.paper
                          else "--" if j in row.not_run
@@ -248,7 +257,7 @@ def run_rows(runs: list[RunRecord]) -> tuple[list[str], list[dict[str, Any]]]:
     present = {f"{s}.{m}" for r in runs for s in METRIC_SECTIONS
                for m in ((r.result.section(s) if r.result else None) or {})}
     metric_cols = [f"{s}.{m}" for s in METRIC_SECTIONS for m in metrics if f"{s}.{m}" in present]
-    columns = list(RUN_FIELDS) + metric_cols + ["caveats", "problem", "path"]
+    columns = list(RUN_FIELDS) + metric_cols + ["caveats", "deviations", "problem", "path"]
     rows = []
     for r in runs:
         res = r.result.to_json() if r.result else {}
@@ -264,6 +273,7 @@ def run_rows(runs: list[RunRecord]) -> tuple[list[str], list[dict[str, Any]]]:
             row[col] = ((r.result.section(section) if r.result else None) or {}).get(name)
         notes = run_caveats(r) if r.status == "finished" else {}
         row["caveats"] = "; ".join(f"test.{m}: {why}" for m, why in notes.items()) or None
+        row["deviations"] = "; ".join(r.deviations) or None
         row["problem"] = r.problem or None
         row["path"] = str(r.path)
         rows.append({c: _finite(row.get(c)) for c in columns})

@@ -18,7 +18,9 @@ A damaged run folder (config.yaml that is not YAML, a result.json that is binary
 malformed, not a JSON object, ``{}``, or without test metrics) is named in the
 report and skipped; it never aborts the report.  A cell the recipe expects that has
 no finished run is shown as *missing*, never dropped; unfinished runs are
-counted; shortened runs (``train.max_steps`` set) are marked.
+counted; shortened runs (``train.max_steps`` set) are marked, and so are runs that depart
+from the original system in a way their task names (``Task.run_deviations``: e.g. trained
+without the original's pretrained vectors).
 """
 
 from __future__ import annotations
@@ -66,6 +68,14 @@ class RunRecord:
     @property
     def shortened(self) -> bool:
         return bool(self.result and self.result.shortened)
+
+    @property
+    def deviations(self) -> list[str]:
+        """How the run departs from the original system (its task's ``run_deviations``)."""
+        try:
+            return list(get_task(self.task).run_deviations(self.config))
+        except UnknownNameError:  # the task is not installed: nothing to say
+            return []
 
 
 def read_result(path: Path) -> tuple[RunResult | None, str]:
@@ -305,6 +315,8 @@ class Row:
     not_run: set[int] = field(default_factory=set)
     # columns (indices) whose value rests on too little evidence (Task.caveats): why, per seed
     caveats: dict[int, list[str]] = field(default_factory=dict)
+    # how its finished runs depart from the original system (Task.run_deviations), marked §
+    deviations: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -423,8 +435,9 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
                 if notes:
                     caveats[j] = notes
         finished = [r for _, exp in groups for r in exp.runs_of(cell, "finished")]
+        deviations = list(dict.fromkeys(d for r in finished for d in r.deviations))
         rows.append(Row(cell, entries, any(r.shortened for r in finished), len(finished), not_run,
-                        caveats))
+                        caveats, deviations))
     all_finished = [r for _, exp in groups for r in exp.runs if r.status == "finished"]
     tasks = sorted({exp.task for _, exp in groups})
     test_splits = []

@@ -135,7 +135,7 @@ class Trainer:
         self.console = console or Console(stderr=True)
         self.show_progress = self.console.is_terminal if progress is None else progress
         self.primary: Metric = task.primary
-        self.optimizer = build_optimizer(cfg, model.parameters())
+        self.optimizer = build_optimizer(cfg, model)
         self.clipped = clip_scope_parameters(model, cfg.clip_scope)
         self.schedule = Schedule(cfg, self.optimizer)
         self.pos = Position()
@@ -484,8 +484,15 @@ class Trainer:
             loss = loss * (weight * self.dist.world_size / total)
             loss_value = all_reduce_sum(loss_value * weight, self.dist, self.device) / total
         finite = math.isfinite(loss_value) and math.isfinite(float(loss.detach()))
-        if finite:
+        if finite or cfg.nonfinite == "zero":
             loss.backward()
+            if cfg.nonfinite == "zero":  # counted here; _clip_and_norm sets the entries to 0
+                bad = any(not bool(torch.isfinite(p.grad).all())
+                          for p in self.model.parameters() if p.grad is not None)
+                if bad or not finite:
+                    pos.skipped_nonfinite += 1
+                    self.console.print(f"[yellow]non-finite gradient at step {pos.step + 1}: its "
+                                       f"non-finite entries set to 0 ({pos.skipped_nonfinite} so far)[/]")
             norm = self._clip_and_norm()
             finite = bool(torch.isfinite(norm))
             what = "gradient norm"
@@ -503,20 +510,27 @@ class Trainer:
         self.optimizer.step()
         self.carry = out.carry
         pos.step += 1
-        pos.last_finite_loss = loss_value
-        acc.add(loss_value, out.tokens if out.tokens is not None else out.weight)
-        pos.loss_n += 1
+        if math.isfinite(loss_value):  # (nonfinite: zero takes the step of a non-finite loss)
+            pos.last_finite_loss = loss_value
+            acc.add(loss_value, out.tokens if out.tokens is not None else out.weight)
+            pos.loss_n += 1
         return loss_value
 
     def _clip_and_norm(self) -> Tensor:
         """Clip (``clip_norm``, ``clip_scope``) and return the global gradient norm, as a
-        tensor (nothing is read on the host)."""
+        tensor (nothing is read on the host).  ``nonfinite: zero`` first sets non-finite
+        gradient entries to 0 (Dozat & Manning's optimiser); ``clip_on: update`` leaves the
+        clipping to the optimiser, which bounds its update steps instead."""
         cfg = self.cfg
         params = [p for p in self.model.parameters() if p.grad is not None]
+        if cfg.nonfinite == "zero":
+            for p in params:
+                p.grad.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
         clipped = [p for p in self.clipped if p.grad is not None] if cfg.clip_scope else params
-        if cfg.clip_norm > 0:
+        clip_grads = cfg.clip_norm > 0 and cfg.clip_on == "gradient"
+        if clip_grads:
             norm = torch.nn.utils.clip_grad_norm_(clipped, cfg.clip_norm)
-        if cfg.clip_norm <= 0 or cfg.clip_scope:
+        if not clip_grads or cfg.clip_scope:
             norm = torch.linalg.vector_norm(
                 torch.stack([p.grad.detach().norm() for p in params])) if params else torch.tensor(0.0)
         return norm

@@ -10,7 +10,8 @@ annotation, so numbers differ from the paper's Table 3 for that reason alone.
 
 Pretrained vectors (``model.pretrained``): a GloVe-format text file, one word and
 its vector per line, separated by spaces (Parser-v1 uses GloVe 6B 100d,
-``glove.6B.100d.txt``).  As in Parser-v1 (``vocab.py: load_embed_file``) every line
+``glove/glove.6B.100d.txt``, catalogued in :mod:`lstmablate_tasks.vectors`).  As in
+Parser-v1 (``vocab.py: load_embed_file``) every line
 is kept — not only the training words — after three zero rows for PAD, ROOT and
 UNK; a word not in the file reads the UNK row (zeros).
 """
@@ -24,6 +25,8 @@ import torch
 
 from lstmablate.data import DataFile, Dataset, find_file, read_text
 from lstmablate.errors import DataError, where
+
+from ..vectors import pretrained_path
 
 SPLITS = ("train", "dev", "test")
 _EWT_RAW = "https://raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/r2.16/"
@@ -60,17 +63,11 @@ def split_file(data_dir: Path, split: str, files: str = "") -> Path:
     return find_file(data_dir, UD_EWT.file(f"en_ewt-ud-{split}.conllu").relpath)
 
 
-def resolve_pretrained(data_dir: Path, path: str) -> Path:
-    """``model.pretrained``: an absolute path, or one relative to the data directory."""
-    p = Path(path).expanduser()
-    if not p.is_absolute():
-        p = Path(data_dir) / p
-    if not p.is_file() and not p.with_name(p.name + ".gz").is_file():
-        raise DataError(f"model.pretrained: {p} does not exist. Give a GloVe-format text file "
-                        "(e.g. glove.6B.100d.txt from https://nlp.stanford.edu/projects/glove/), "
-                        "absolute or relative to the data directory, or leave model.pretrained "
-                        "empty to train the word embeddings alone.")
-    return p if p.is_file() else p.with_name(p.name + ".gz")
+def resolve_pretrained(data_dir: Path, path: str, verify: bool = True) -> Path:
+    """``model.pretrained``: an absolute path, or one relative to the data directory; the
+    catalogued GloVe 6B 100d file is verified (see :mod:`lstmablate_tasks.vectors`)."""
+    return pretrained_path(data_dir, path, verify=verify,
+                           original="Parser-v1 adds GloVe 6B 100d to its word embeddings.")
 
 
 def file_sha256(path: Path) -> str:

@@ -36,7 +36,16 @@ Parser-v1 details kept (file and function in its code base):
   and once more in ``linalg.bilinear`` — kept here because it doubles the effective
   Adam step of the bias terms;
 * loss (``nn.py: output``): softmax cross-entropy over heads plus over relations
-  (given the gold head), each averaged over the words of the batch.
+  (given the gold head), each averaged over the words of the batch;
+* the encoder's lengths (``encoder_lengths="parser-v1"``): Parser-v1 gives its RNNs the
+  number of *words* as the sequence length (``parsers/parser.py``: tokens whose id is
+  greater than ROOT's) while ROOT occupies position 0, so positions 0 .. n-1 (ROOT and
+  the first n-1 words) are encoded and the last word's position n is past the length:
+  ``rnn.py`` (``_rnn_step``) writes a zero output there and the backward direction,
+  reversed over the same length (``reverse_sequence``), starts at word n-1.  The last
+  word's encoder output is therefore zero in both directions and no other word's output
+  depends on it; it is still scored as a dependent and as a head.  ``"all"`` encodes
+  every word (ROOT + n positions).
 
 Deliberate differences: padded head positions are masked out of the head softmax
 (Parser-v1 lets them in during training and zeroes them only at test), so a
@@ -55,6 +64,10 @@ import torch
 from torch import Tensor, nn
 
 from .vocab import PAD
+
+#: what the encoder reads of a sentence of n words (positions 0 = ROOT .. n):
+#: parser-v1 = positions 0 .. n-1 (Parser-v1's lengths, see the module doc), all = 0 .. n
+ENCODER_LENGTHS = ("parser-v1", "all")
 
 
 def orthonormal_(weight: Tensor, generator: torch.Generator | None = None, n_splits: int = 1) -> Tensor:
@@ -139,8 +152,13 @@ class BiaffineParser(nn.Module):
     def __init__(self, n_words: int, n_tags: int, n_rels: int, encoder: nn.Module, *,
                  word_size: int = 100, tag_size: int = 100, arc_mlp: int = 500, rel_mlp: int = 100,
                  word_dropout: float = 0.33, tag_dropout: float = 0.33, input_dropout: float = 0.33,
-                 mlp_dropout: float = 0.33, pretrained: Tensor | None = None):
+                 mlp_dropout: float = 0.33, pretrained: Tensor | None = None,
+                 encoder_lengths: str = "all"):
         super().__init__()
+        if encoder_lengths not in ENCODER_LENGTHS:
+            raise ValueError(f"encoder_lengths must be one of {ENCODER_LENGTHS}, "
+                             f"got {encoder_lengths!r}")
+        self.encoder_lengths = encoder_lengths
         self.word_dropout, self.tag_dropout = word_dropout, tag_dropout
         self.input_dropout, self.mlp_dropout = input_dropout, mlp_dropout
         self.arc_mlp, self.rel_mlp = arc_mlp, rel_mlp
@@ -198,8 +216,7 @@ class BiaffineParser(nn.Module):
         (B, N, rel_mlp) each, dropout applied; and, given ``heads`` (B, N), the relation scores
         (B, N, R) of each word with that head (see :meth:`rel_scores`), else None."""
         x = same_mask_dropout(self.embed(words, tags, pret), self.input_dropout, self.training)
-        r, _ = self.encoder(x, lengths)
-        r = same_mask_dropout(r, self.mlp_dropout, self.training)
+        r = same_mask_dropout(self.encode(x, lengths), self.mlp_dropout, self.training)
         h = leaky_relu(self.mlp(r))
         a, l = self.arc_mlp, self.rel_mlp
         dep, head = h[..., :a + l], h[..., a + l:]
@@ -215,6 +232,16 @@ class BiaffineParser(nn.Module):
         arc = arc.masked_fill(~real.unsqueeze(1), torch.finfo(arc.dtype).min)
         rel = self.rel_scores(rel_dep, rel_head, heads) if heads is not None else None
         return arc, rel_dep, rel_head, rel
+
+    def encode(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """The encoder's outputs (B, N, 2H) for inputs ``x`` (B, N, D) of sentences of
+        ``lengths`` (ROOT counted); with ``encoder_lengths="parser-v1"`` the encoder reads
+        one position less (Parser-v1's sequence length = the number of words), so the last
+        word's output is zero and nothing else depends on it."""
+        if self.encoder_lengths == "parser-v1":
+            lengths = lengths - 1  # ROOT + the first n-1 words
+        r, _ = self.encoder(x, lengths)
+        return r
 
     def rel_scores(self, rel_dep: Tensor, rel_head: Tensor, heads: Tensor) -> Tensor:
         """s_rel (B, N, R) of each dependent given its head ``heads`` (B, N):

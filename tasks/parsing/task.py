@@ -10,10 +10,12 @@ minibatches, shuffled per epoch by the trainer's generator.
 Model (:mod:`.model`): word + tag embeddings with whole-token dropout, a 3-layer
 bidirectional encoder from the registry (400 per direction, same-mask dropout on
 inputs, between layers and on h_{t-1}), split MLPs (arc 500, relation 100, leaky
-ReLU) and biaffine scorers.  Training (``train_defaults``): Adam β = (0.9, 0.9),
-ε 1e-12, lr 2e-3 · 0.75^(step/5000), clipping at 5, 50,000 iterations, a dev
-evaluation every 100 steps; as Parser-v1, the model at the end of training is
-the one tested (``test_checkpoint: last``).
+ReLU) and biaffine scorers; as Parser-v1, the encoder does not read a sentence's last
+word (``model.encoder_lengths: parser-v1``).  Training (``train_defaults``): Parser-v1's
+Adam — β = (0.9, 0.9), ε 1e-12 inside the square root, embedding rows updated lazily,
+the global norm of the update steps clipped at 5, non-finite gradient entries zeroed —
+lr 2e-3 · 0.75^(step/5000), 50,000 iterations, a dev evaluation every 100 steps; as
+Parser-v1, the model at the end of training is the one tested (``test_checkpoint: last``).
 
 Evaluation (:mod:`.decode`, :mod:`.metrics`): heads decoded to a tree by
 Parser-v1's heuristic (``eval.decoder: parser-v1``) or the maximum spanning tree
@@ -35,16 +37,17 @@ from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan
 from lstmablate.config import MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH, check_range
-from lstmablate.data import check_file
-from lstmablate.errors import ConfigError, DataError, UserError
+from lstmablate.data import check_file, verify_datasets
+from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserError
 from lstmablate.task import Metric, StepOutput, Task
 
+from ..vectors import GLOVE_6B_100D, catalogue_entry
 from . import data as pdata
 from .buckets import assign_buckets, epoch_groups, eval_groups, kmeans_splits
 from .conllu import Sentence, read_conllu, write_conllu
 from .decode import DECODERS, decode_heads, parser_v1_rels
 from .metrics import AttachmentCounter, score_files
-from .model import BiaffineParser, pad_ids, parser_loss
+from .model import ENCODER_LENGTHS, BiaffineParser, pad_ids, parser_loss
 from .vocab import ROOT, UNK, Vocabs, build_vocabs
 
 
@@ -83,6 +86,10 @@ class ParsingModel:
     arc_mlp: int = 500  # attn_mlp_size
     rel_mlp: int = 100  # class_mlp_size
     mlp_dropout: float = 0.33  # 1 - mlp_keep_prob: MLP input and both biaffine inputs
+    # parser-v1: the encoder reads ROOT and the first n-1 of n words, as Parser-v1 does (its
+    # sequence length counts words, ROOT sits at position 0): the last word's encoder output
+    # is zero. all: every word is encoded (see model.py)
+    encoder_lengths: str = "parser-v1"
     cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
 
     #: the largest values that size memory (checked with the other values)
@@ -91,6 +98,8 @@ class ParsingModel:
         "num_layers": MAX_LAYERS, "arc_mlp": MAX_WIDTH, "rel_mlp": MAX_WIDTH}
 
     def validate(self) -> None:
+        if self.encoder_lengths not in ENCODER_LENGTHS:
+            raise UnknownNameError("model.encoder_lengths", self.encoder_lengths, ENCODER_LENGTHS)
         for name in ("word_size", "tag_size", "hidden_size", "num_layers", "arc_mlp", "rel_mlp"):
             check_range("model", self, name, low=1)
         for name in ("word_dropout", "tag_dropout", "input_dropout", "recurrent_dropout",
@@ -135,8 +144,16 @@ class ParsingTask(Task):
     DataConfig = ParsingData
     ModelConfig = ParsingModel
     EvalConfig = ParsingEval
-    datasets = (pdata.UD_EWT,)
+    # GloVe 6B 100d: read when model.pretrained names it (the recipe parsing-ewt does)
+    datasets = (pdata.UD_EWT, GLOVE_6B_100D)
+    # run folders saved before model.encoder_lengths existed encoded every word
+    added_keys = {"model.encoder_lengths": "all"}
+    # Parser-v1's optimiser (lib/optimizers): Adam with b1 = b2 = 0.9, eps 1e-12 inside the
+    # square root, embedding rows updated lazily, the global norm of the update steps clipped
+    # at 5, non-finite gradient entries set to zero
     train_defaults = {"optimizer": "adam", "lr": 2e-3, "betas": (0.9, 0.9), "eps": 1e-12,
+                      "eps_in_sqrt": True, "lazy_embeddings": True, "clip_on": "update",
+                      "nonfinite": "zero",
                       "schedule": "exponential", "decay": 0.75, "decay_steps": 5000,
                       "clip_norm": 5.0, "max_steps": 50_000, "max_epochs": 100_000,
                       "eval_every": 100, "test_checkpoint": "last"}
@@ -160,13 +177,33 @@ class ParsingTask(Task):
 
     # -- data ------------------------------------------------------------------------
     def required_files(self) -> list[str]:
-        return [] if self.data_cfg.files else super().required_files()  # data.files: the user's
+        """UD EWT (unless data.files names the user's treebank) and the catalogued vectors
+        file model.pretrained names."""
+        files = [] if self.data_cfg.files else [f.relpath for f in pdata.UD_EWT.files]
+        entry = catalogue_entry(self.model_cfg.pretrained) if self.model_cfg.pretrained else None
+        return files + ([entry[1].relpath] if entry else [])
 
     def check_data(self) -> list[str]:
         if self.data_cfg.files:
-            return [f"{pdata.split_file(self.data_dir, s, self.data_cfg.files)}: present "
-                    "(data.files: not checksummed)" for s in pdata.SPLITS]
-        return super().check_data()
+            lines = [f"{pdata.split_file(self.data_dir, s, self.data_cfg.files)}: present "
+                     "(data.files: not checksummed)" for s in pdata.SPLITS]
+        else:
+            lines = verify_datasets(self.data_dir, [pdata.UD_EWT])
+        if self.model_cfg.pretrained:
+            path = pdata.resolve_pretrained(self.data_dir, self.model_cfg.pretrained)
+            lines.append(f"{path}: present" + (" and verified" if catalogue_entry(
+                self.model_cfg.pretrained) else " (not a catalogued file: not checksummed)"))
+        return lines
+
+    @classmethod
+    def run_deviations(cls, config: dict[str, Any]) -> list[str]:
+        model = config.get("model") or {}
+        out = []
+        if not model.get("pretrained"):
+            out.append("no pretrained vectors (Parser-v1 adds GloVe 6B 100d)")
+        if model.get("encoder_lengths", cls.added_keys["model.encoder_lengths"]) == "all":
+            out.append("every word encoded (Parser-v1 never encodes a sentence's last word)")
+        return out
 
     def _read(self, split: str, keep_lines: bool = False) -> list[Sentence]:
         """The split's sentences (read once per task object: build_artefacts and setup both
@@ -185,7 +222,8 @@ class ParsingTask(Task):
         vocabs = build_vocabs(self._read("train"), self.data_cfg.min_word_count)
         out = vocabs.to_artefacts()
         if self.model_cfg.pretrained:
-            path = pdata.resolve_pretrained(self.data_dir, self.model_cfg.pretrained)
+            path = pdata.resolve_pretrained(self.data_dir, self.model_cfg.pretrained,
+                                            verify=self.data_cfg.verify)
             out["pretrained_sha256"] = pdata.file_sha256(path)
         return out
 
@@ -199,7 +237,8 @@ class ParsingTask(Task):
     def _load_pretrained(self) -> None:
         if not self.model_cfg.pretrained or self.pretrained_table is not None:
             return
-        path = pdata.resolve_pretrained(self.data_dir, self.model_cfg.pretrained)
+        path = pdata.resolve_pretrained(self.data_dir, self.model_cfg.pretrained,
+                                        verify=self.data_cfg.verify)
         expected = self.artefacts.get("pretrained_sha256")
         if expected and pdata.file_sha256(path) != expected:
             raise DataError(f"model.pretrained: {path} is not the file this run was trained with "
@@ -263,7 +302,8 @@ class ParsingTask(Task):
                               enc, word_size=word_size, tag_size=m.tag_size, arc_mlp=m.arc_mlp,
                               rel_mlp=m.rel_mlp, word_dropout=m.word_dropout,
                               tag_dropout=m.tag_dropout, input_dropout=m.input_dropout,
-                              mlp_dropout=m.mlp_dropout, pretrained=table)
+                              mlp_dropout=m.mlp_dropout, pretrained=table,
+                              encoder_lengths=m.encoder_lengths)
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor], carry: Any) -> StepOutput:
         arc, _, _, rel = model(batch["words"], batch["tags"], batch["lengths"], batch.get("pret"),

@@ -24,10 +24,13 @@ id = byte + 1, wrapped in start 259 / end 260 ids, embedded in 16 dimensions (26
 filters of width 5, ReLU, max over positions, dropout 0.2 on the result (at every position,
 as AllenNLP).  It runs once per distinct word of a batch: the same numbers as once per
 position, without repeating the work for each question about the same paragraph.  A token is padded
-to at least the filter width (AllenNLP's charpad model: ``min_padding_length 5``), and only
-windows inside the token's own (padded) length enter the max, so the longest word of a batch
-never changes another word's vector (in AllenNLP, windows reaching into the batch padding
-could raise the max; here a batch equals its items alone).
+to at least the filter width (AllenNLP's charpad model: ``min_padding_length 5``).  Which
+windows enter the max (``model.char_windows``): ``batch``, AllenNLP's — every window of the
+field's padded width, where the passages' tokens of a batch are padded to the longest passage
+token and the questions' to the longest question token, so windows reaching into the
+padding (zero vectors after the mask) count and a word's vector can change with the longest
+word of its batch; ``word`` — only windows inside the token's own (padded) length, so a batch
+equals its items alone.
 """
 
 from __future__ import annotations
@@ -60,17 +63,20 @@ class CharCNN(nn.Module):
         self.conv = nn.Conv1d(char_dim, filters, width)
         self.output_size = filters
 
-    def forward(self, chars: Tensor, char_len: Tensor) -> Tensor:
-        """chars (N, W) ids (W >= width), char_len (N,) -> (N, filters)."""
+    def forward(self, chars: Tensor, char_len: Tensor, windows: Tensor | None = None) -> Tensor:
+        """chars (N, W) ids (W >= width), char_len (N,) -> (N, filters).  ``windows`` (N,):
+        how many windows of each row enter the max (default: those inside the word padded to
+        the filter width; AllenNLP's: every window of its field's padded width)."""
         W = chars.shape[-1]
         if W < self.width:
             raise ValueError(f"characters must be padded to at least the filter width {self.width}")
         emb = self.embedding(chars) * lengths_mask(char_len, W).unsqueeze(-1)  # padding: zeros
-        n = char_len.clamp(min=self.width)  # each word padded to at least the filter width
+        if windows is None:  # each word padded to at least the filter width
+            windows = char_len.clamp(min=self.width) - self.width + 1
         conv = F.relu(self.conv(emb.transpose(1, 2)))  # (N, filters, W - width + 1)
-        # window k covers characters k .. k+width-1: keep those inside the word's length;
+        # window k covers characters k .. k+width-1: keep the first `windows` of each row;
         # after the ReLU every value is >= 0, so zeroing the others cannot change the max
-        valid = lengths_mask(n - self.width + 1, W - self.width + 1)
+        valid = lengths_mask(windows, W - self.width + 1)
         return (conv * valid.unsqueeze(1)).max(dim=-1).values
 
 
@@ -152,16 +158,17 @@ class BiDAFReader(nn.Module):
 
     def forward(self, chars: Tensor, char_len: Tensor, p_words: Tensor, p_index: Tensor,
                 p_len: Tensor, q_words: Tensor, q_index: Tensor,
-                q_len: Tensor) -> tuple[Tensor, Tensor]:
+                q_len: Tensor, char_windows: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Start and end logits (B, T), -inf at padding.
 
         ``chars`` (N, W) / ``char_len`` (N,): the characters of the batch's N distinct words
         (a paragraph's words recur in every question asked about it); ``p_index`` (B, T) and
-        ``q_index`` (B, J) say which of them each passage / question position holds."""
+        ``q_index`` (B, J) say which of them each passage / question position holds;
+        ``char_windows`` (N,): the CNN windows of each (see :class:`CharCNN`)."""
         drop = lambda x: F.dropout(x, self.dropout, self.training)  # noqa: E731
         p_mask = lengths_mask(p_len, p_words.shape[1])
         q_mask = lengths_mask(q_len, q_words.shape[1])
-        char_vectors = self.chars(chars, char_len)
+        char_vectors = self.chars(chars, char_len, char_windows)
         H = drop(self.phrase(self.embed(p_words, char_vectors, p_index), p_len)[0])
         U = drop(self.phrase(self.embed(q_words, char_vectors, q_index), q_len)[0])
         G = attention_flow(H, U, self.similarity(H, U), p_mask, q_mask)

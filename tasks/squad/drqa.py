@@ -21,8 +21,8 @@ Differences from the originals, on purpose:
 * padding: DrQA runs its training LSTMs over the padding (``--rnn_padding`` off) and packs
   sequences only at evaluation; every encoder here masks padding always (padding never leaks
   into any output), in training too;
-* features: exact match (cased, uncased) and term frequency only — no lemma match, POS or
-  NER (they need a tagger model; see features.py).
+* features: lemma match, POS and NER need a spaCy pipeline with a tagger and NER
+  (``data.tagger``); without one, exact match (cased, uncased) and term frequency only.
 """
 
 from __future__ import annotations
@@ -80,10 +80,10 @@ class DrQAReader(nn.Module):
                  concat_layers: bool = True, use_qemb: bool = True,
                  question_merge: str = "self_attn", dropout_emb: float = 0.4,
                  dropout_rnn: float = 0.4, dropout_rnn_output: bool = True,
-                 cell_options: dict[str, Any] | None = None):
+                 cell_options: dict[str, Any] | None = None, fixed_grad: bool = False):
         super().__init__()
         E = embedding.shape[1]
-        self.embedding = PartiallyTunedEmbedding(embedding, n_tuned)
+        self.embedding = PartiallyTunedEmbedding(embedding, n_tuned, fixed_grad)
         self.dropout_emb, self.use_qemb, self.question_merge = dropout_emb, use_qemb, question_merge
         self.qemb = AlignedQuestionEmbedding(E) if use_qemb else None
         doc_in = E + (E if use_qemb else 0) + n_features

@@ -11,20 +11,27 @@ rule).  The training target is chosen among those spans by the reader:
 * ``most_common``: the span given by most annotators, ties to the first (AllenNLP's
   ``Counter.most_common(1)`` in its reading-comprehension utilities, PROTOCOLS.md §2.1).
 
-A training question none of whose answers lies on token boundaries (DrQA drops these; 1 of
-10,570 in the dev file with this tokenizer) has no target and is left out of training; it is
-always evaluated.
+How an answer becomes a token span (``span_rule``):
+
+* ``exact``: only answers whose characters are exactly a token span count (DrQA's rule,
+  hitvoice ``prepro.py: index_answer``); a training question none of whose answers lies on
+  token boundaries has no target and is left out of training (it is always evaluated);
+* ``allennlp``: every answer gives a span, the tokens AllenNLP's
+  ``char_span_to_token_span`` finds for it, which covers an answer that cuts a token
+  (:func:`~.tokenizer.allennlp_token_span`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from .data import Article
-from .tokenizer import Token, Tokenizer, char_span_to_tokens, span_text
+from .tokenizer import Token, allennlp_token_span, char_span_to_tokens, span_text
 
 TARGET_RULES = ("first", "most_common")
+SPAN_RULES = {"exact": char_span_to_tokens, "allennlp": allennlp_token_span}
 
 
 @dataclass
@@ -79,8 +86,11 @@ def choose_target(spans: list[tuple[int, int]], rule: str) -> tuple[int, int] | 
     raise ValueError(f"unknown answer target rule {rule!r}; use one of {TARGET_RULES}")
 
 
-def tokenize_articles(articles: list[Article], tokenizer: Tokenizer,
-                      target_rule: str = "first") -> SquadExamples:
+def tokenize_articles(articles: list[Article], tokenizer: Any, target_rule: str = "first",
+                      span_rule: str = "exact") -> SquadExamples:
+    """Every paragraph and question tokenised by ``tokenizer`` (``tokenize(text)`` ->
+    tokens), answers located by ``span_rule``, the training target chosen by ``target_rule``."""
+    to_span = SPAN_RULES[span_rule]
     paragraphs: list[TokenizedParagraph] = []
     questions: list[TokenizedQuestion] = []
     for art in articles:
@@ -88,7 +98,7 @@ def tokenize_articles(articles: list[Article], tokenizer: Tokenizer,
             tp = TokenizedParagraph(par.context, tokenizer.tokenize(par.context))
             paragraphs.append(tp)
             for q in par.questions:
-                spans = [s for s in (char_span_to_tokens(tp.tokens, a.start, a.end)
+                spans = [s for s in (to_span(tp.tokens, a.start, a.end)
                                      for a in q.answers) if s is not None]
                 questions.append(TokenizedQuestion(
                     q.qid, len(paragraphs) - 1, tokenizer.tokenize(q.question),

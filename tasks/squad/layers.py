@@ -2,9 +2,12 @@
 
 * :class:`PartiallyTunedEmbedding`: a word embedding whose first ``n_tuned`` rows are trained
   and the rest kept fixed (DrQA's ``--tune_partial 1000`` with GloVe: only ``<PAD>``,
-  ``<UNK>`` and the top-1000 question words move; PROTOCOLS.md §3.1).  The fixed rows are a
-  buffer, so no optimiser ever touches them (hitvoice/DrQA zeroes their gradients and copies
-  them back after each update: the same values).
+  ``<UNK>`` and the top-1000 question words move).  With ``fixed_grad`` the fixed rows get
+  gradients like the others, which count in the gradient-norm clipping, and are put back to
+  their pretrained values before every use, as facebookresearch/DrQA and hitvoice/DrQA (in
+  2018) do (``reset_parameters`` after every update; the optimiser's step on them is undone);
+  without it they are a constant buffer with no gradient (hitvoice/DrQA since May 2018: a
+  gradient hook zeroes their gradients before clipping).
 * :class:`StackedBiEncoder`: DrQA's ``StackedBRNN`` — ``num_layers`` one-layer bidirectional
   encoders from the registry, dropout on every layer's *input*, the layers' outputs
   concatenated (``--concat_rnn_layers``) or the top one, dropout on that output
@@ -23,10 +26,12 @@ from torch.nn import functional as F
 
 
 class PartiallyTunedEmbedding(nn.Module):
-    """Rows ``[0, n_tuned)`` are a parameter, rows ``[n_tuned, V)`` a fixed buffer; id 0 is
-    padding (its row is zero and gets no gradient)."""
+    """Rows ``[0, n_tuned)`` are a parameter, rows ``[n_tuned, V)`` fixed: a buffer, or with
+    ``fixed_grad`` a parameter reset from the buffer ``fixed_value`` at every forward (its
+    gradient counts in the clip norm; its update is undone); id 0 is padding (its row is
+    zero and gets no gradient)."""
 
-    def __init__(self, weight: Tensor, n_tuned: int):
+    def __init__(self, weight: Tensor, n_tuned: int, fixed_grad: bool = False):
         super().__init__()
         V, D = weight.shape
         n_tuned = max(0, min(int(n_tuned), V))
@@ -34,13 +39,21 @@ class PartiallyTunedEmbedding(nn.Module):
         w = weight.clone()
         w[0] = 0.0  # <PAD>
         self.tuned = nn.Parameter(w[:n_tuned])
-        self.register_buffer("fixed", w[n_tuned:])
+        self.fixed_grad = fixed_grad and n_tuned < V
+        if self.fixed_grad:
+            self.fixed = nn.Parameter(w[n_tuned:].clone())
+            self.register_buffer("fixed_value", w[n_tuned:])
+        else:
+            self.register_buffer("fixed", w[n_tuned:])
 
     @property
     def weight(self) -> Tensor:
         return torch.cat([self.tuned, self.fixed], dim=0)
 
     def forward(self, ids: Tensor) -> Tensor:
+        if self.fixed_grad:
+            with torch.no_grad():  # DrQA's reset_parameters: the fixed rows keep their values
+                self.fixed.copy_(self.fixed_value)
         n = self.n_tuned
         if n == self.num_embeddings:
             return F.embedding(ids, self.tuned, padding_idx=0)

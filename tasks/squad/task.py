@@ -10,7 +10,8 @@ target among several annotations and the span decoder (at most 15 tokens vs no l
 each gets its own defaults, and a run's task name says which protocol it followed.
 
 Shared here (:class:`SquadTask`): data (official files, or the **stand-in** split of the dev
-file by article, ``data.splitting: dev-by-article``), tokenisation with character offsets,
+file by article, ``data.splitting: dev-by-article``), tokenisation with character offsets
+(spaCy's English tokenizer as both originals, or the built-in regular expressions),
 batching, the loss NLL(start) + NLL(end), best-span decoding, and evaluation with the
 official v1.1 EM/F1 on the exact original text of each predicted span; ``write_predictions``
 writes the official ``{question id: answer}`` JSON and scores that file.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -36,16 +38,18 @@ from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserErro
 from lstmablate.task import Metric, StepOutput, Task
 
 from . import data as squad_data
-from .batches import eval_batches, length_sorted_batches
+from ..vectors import GLOVE_6B_100D, GLOVE_840B_300D, catalogue_entry, pretrained_path
+from .batches import eval_batches, length_sorted_batches, random_batches
 from .decode import best_spans
 from .drqa import DrQAReader
 from .examples import SquadExamples, tokenize_articles
-from .features import FEATURES, UNAVAILABLE, token_features
+from .features import BASIC_FEATURES, FEATURES, TAGGER_FEATURES, feature_size, token_features
 from .metrics import read_predictions, score_predictions
-from .tokenizer import Tokenizer
-from .vocab import Vocab, build_vocab, read_vectors, vector_file_words
+from .tokenizer import TOKENIZERS, make_tokenizer
+from .vocab import Vocab, build_vocab, frequency_order, read_vectors, vector_file_words
 
 SPLITS = ("train", "dev")
+BATCH_ORDERS = ("length", "random")
 
 
 # -- configs shared by both readers ---------------------------------------------------------
@@ -58,8 +62,18 @@ class SquadData:
     standin_dev_articles: int = 10
     train_file: str = squad_data.TRAIN_FILE  # relative to the data directory (.gz accepted)
     dev_file: str = squad_data.DEV_FILE
-    split_hyphens: bool = True  # tokenizer: split hyphens between letters (see tokenizer.py)
+    # spacy: spaCy's rule-based English tokenizer, as hitvoice/DrQA and AllenNLP (no model
+    # needed; `pip install spacy`) | regex: the built-in rules of tokenizer.py
+    tokenizer: str = "spacy"
+    split_hyphens: bool = True  # regex tokenizer: split hyphens between letters
+    # a spaCy pipeline with a tagger and NER (a package such as en_core_web_md, or a
+    # directory) whose tokens, lemmas, tags and entities DrQA's features em_lemma, pos, ner
+    # read; "" = spaCy's blank English tokenizer
+    tagger: str = ""
     batch_size: int = 32
+    # length: batches of similar context lengths in a random order (DrQA's SortedBatchSampler,
+    # AllenNLP's bucket iterator) | random: batches drawn at random (hitvoice/DrQA, Feb 2018)
+    batch_order: str = "length"
     # use only the first N trainable training questions (0 = all): smoke tests and overfit
     # checks; a run that sets it is not the protocol
     max_train_questions: int = 0
@@ -71,6 +85,12 @@ class SquadData:
     def validate(self) -> None:
         if self.splitting not in squad_data.SPLITTINGS:
             raise UnknownNameError("data.splitting", self.splitting, squad_data.SPLITTINGS)
+        if self.tokenizer not in TOKENIZERS:
+            raise UnknownNameError("data.tokenizer", self.tokenizer, TOKENIZERS)
+        if self.tagger and self.tokenizer != "spacy":
+            raise ConfigError("data.tagger is a spaCy pipeline: it needs data.tokenizer=spacy")
+        if self.batch_order not in BATCH_ORDERS:
+            raise UnknownNameError("data.batch_order", self.batch_order, BATCH_ORDERS)
         check_range("data", self, "standin_dev_articles", low=1)
         check_range("data", self, "batch_size", low=1)
         check_range("data", self, "max_train_questions", low=0, why="0 = all")
@@ -93,33 +113,71 @@ class SquadTask(Task):
     """What both readers share; subclasses set the configs and the model hooks."""
 
     datasets = (squad_data.SQUAD_DATASET,)
+    # run folders saved before these keys existed tokenised with the regex rules and drew
+    # length-sorted batches
+    added_keys = {"data.tokenizer": "regex", "data.batch_order": "length"}
     metrics = (Metric("f1", True, "F1", ".2f"), Metric("em", True, "EM", ".2f"))
     primary = metrics[0]
     # SQuAD's test set is hidden: both systems select on dev and report dev (the official
     # protocol); the final ("test") evaluation is the best checkpoint on dev
     dev_split = "dev"
     test_split = "dev"
-    #: which annotated span is the training target (examples.py)
+    #: which annotated span is the training target, and how answers become spans (examples.py)
     target_rule: ClassVar[str] = "first"
+    span_rule: ClassVar[str] = "exact"
+    #: spaCy tokenizer: whitespace as spaces before tokenising, keep spaCy's whitespace tokens
+    clean_spaces: ClassVar[bool] = True
+    keep_space: ClassVar[bool] = True
+    #: the pretrained vectors the original system used (for messages and run_deviations)
+    original_vectors: ClassVar[str] = ""
     #: the batch entries holding paragraph and question lengths (tokens/s of progress lines)
     length_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.tokenizer = Tokenizer(split_hyphens=self.data_cfg.split_hyphens)
+        self._tokenizer: Any = None  # built on first use (spaCy is loaded only when needed)
         self.examples: dict[str, SquadExamples] = {}
         self.train_indices: list[int] = []
         self.reads_training_data = False  # setup() was asked for the train split
 
     # -- data ------------------------------------------------------------------------------
     @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            d = self.data_cfg
+            self._tokenizer = make_tokenizer(d.tokenizer, split_hyphens=d.split_hyphens,
+                                             pipeline=d.tagger, clean_spaces=self.clean_spaces,
+                                             keep_space=self.keep_space)
+        return self._tokenizer
+
+    def _vectors_path(self) -> Path:
+        """model.pretrained: verified when it is a catalogued GloVe file (see vectors.py)."""
+        return pretrained_path(self.data_dir, self.model_cfg.pretrained,
+                               original=self.original_vectors, verify=self.data_cfg.verify)
+
+    @classmethod
+    def run_deviations(cls, config: dict[str, Any]) -> list[str]:
+        data, model = config.get("data") or {}, config.get("model") or {}
+        out = []
+        if not model.get("pretrained"):
+            out.append(f"no pretrained vectors ({cls.original_vectors})")
+        if data.get("tokenizer", cls.added_keys["data.tokenizer"]) != "spacy":
+            out.append("regular-expression tokenizer (the original tokenised with spaCy)")
+        return out
+
+    @property
     def standin(self) -> bool:
         return self.data_cfg.splitting == "dev-by-article"
 
-    def required_files(self) -> list[str]:
+    def _squad_files(self) -> list[str]:
         """The stand-in split reads the dev file only."""
         d = self.data_cfg
         return [d.dev_file] if self.standin else [d.train_file, d.dev_file]
+
+    def required_files(self) -> list[str]:
+        """The SQuAD files, and the catalogued vectors file ``model.pretrained`` names."""
+        entry = catalogue_entry(self.model_cfg.pretrained) if self.model_cfg.pretrained else None
+        return self._squad_files() + ([entry[1].relpath] if entry else [])
 
     def _verify(self, relpath: str) -> str:
         """Compare a file's checksum with the catalogue (DataError if it differs)."""
@@ -131,7 +189,9 @@ class SquadTask(Task):
         return f"{r.path}: {r.algo} ok" if r.ok else f"{r.path}: {r.message}"
 
     def check_data(self) -> list[str]:
-        lines = [self._verify(rel) for rel in self.required_files()]
+        lines = [self._verify(rel) for rel in self._squad_files()]
+        if self.model_cfg.pretrained:
+            lines.append(f"{self._vectors_path()}: present")
         if self.standin:
             lines.append(f"stand-in split: {self.data_cfg.dev_file} by article, the last "
                          f"{self.data_cfg.standin_dev_articles} articles evaluate")
@@ -156,7 +216,7 @@ class SquadTask(Task):
                                 "squad-drqa-standin-dev-split / squad-bidaf-standin-dev-split."
                                 ) from None
             raise
-        ex = tokenize_articles(articles, self.tokenizer, self.target_rule)
+        ex = tokenize_articles(articles, self.tokenizer, self.target_rule, self.span_rule)
         self.examples[split] = ex
         return ex
 
@@ -200,7 +260,11 @@ class SquadTask(Task):
 
     def train_plan(self, epoch: int, generator: torch.Generator) -> Sequence[dict[str, Tensor]]:
         ex = self.examples["train"]
-        groups = length_sorted_batches(ex, self.train_indices, self.data_cfg.batch_size, generator)
+        if self.data_cfg.batch_order == "random":
+            groups = random_batches(self.train_indices, self.data_cfg.batch_size, generator)
+        else:
+            groups = length_sorted_batches(ex, self.train_indices, self.data_cfg.batch_size,
+                                           generator)
         return BatchPlan(groups, lambda g: self.collate(ex, g))
 
     # -- reader hooks ------------------------------------------------------------------------
@@ -263,6 +327,7 @@ class SquadTask(Task):
 @dataclass
 class DrQAData(SquadData):
     batch_size: int = 32  # DrQA -bs 32
+    batch_order: str = "random"  # hitvoice/DrQA (February 2018): shuffled, not length-sorted
 
 
 @dataclass
@@ -274,13 +339,19 @@ class DrQAModel:
     pretrained: str = ""
     tune_partial: int = 1000  # with pretrained vectors: train only <PAD>, <UNK> and the top-N
     #                           question words (hitvoice --tune_partial 1000); 0 = all fixed
+    # the other rows with pretrained vectors: reset (they get gradients, counted in the clip
+    # norm, and are put back to their vectors before every use: DrQA's reset_parameters) |
+    # constant (a buffer without gradient)
+    fixed_rows: str = "reset"
     hidden_size: int = 128
     doc_layers: int = 3
     question_layers: int = 3
     concat_layers: bool = True
     use_qemb: bool = True  # aligned question embedding
     question_merge: str = "self_attn"  # self_attn | avg
-    features: list[str] = field(default_factory=lambda: list(FEATURES))
+    # DrQA's are em_cased, em_uncased, em_lemma, tf, pos, ner; the last three need a spaCy
+    # pipeline with a tagger and NER (data.tagger)
+    features: list[str] = field(default_factory=lambda: list(BASIC_FEATURES))
     dropout_emb: float = 0.4
     dropout_rnn: float = 0.4
     dropout_rnn_output: bool = True
@@ -299,12 +370,13 @@ class DrQAModel:
             check_range("model", self, name, low=0, high=1, high_open=True)
         if self.question_merge not in ("self_attn", "avg"):
             raise UnknownNameError("model.question_merge", self.question_merge, ("self_attn", "avg"))
+        if self.fixed_rows not in ("reset", "constant"):
+            raise UnknownNameError("model.fixed_rows", self.fixed_rows, ("reset", "constant"))
         for f in self.features:
-            if f in UNAVAILABLE:
-                raise ConfigError(f"model.features: {f!r} is not available here: it "
-                                  f"{UNAVAILABLE[f]}. Available: {', '.join(FEATURES)}.")
             if f not in FEATURES:
                 raise UnknownNameError("model.features entry", f, FEATURES)
+        if len(set(self.features)) != len(self.features):
+            raise ConfigError(f"model.features lists a feature twice: {self.features}")
 
 
 class DrQATask(SquadTask):
@@ -314,61 +386,98 @@ class DrQATask(SquadTask):
     DataConfig = DrQAData
     ModelConfig = DrQAModel
     EvalConfig = SquadEval
-    # PROTOCOLS.md §3: Adamax (PyTorch defaults, lr 0.002), clip 10, 40 epochs, batch 32
+    datasets = (squad_data.SQUAD_DATASET, GLOVE_840B_300D)
+    added_keys = {**SquadTask.added_keys, "model.fixed_rows": "constant"}
+    # hitvoice/DrQA: Adamax (PyTorch defaults, lr 0.002), clip 10, 40 epochs, batch 32
     train_defaults = {"optimizer": "adamax", "lr": 0.002, "clip_norm": 10.0, "max_epochs": 40}
     target_rule = "first"
+    original_vectors = "DrQA uses GloVe 840B 300d"
 
-    def _vectors_path(self) -> Path:
-        p = Path(self.model_cfg.pretrained).expanduser()
-        return p if p.is_absolute() else self.data_dir / p
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        tagged = [f for f in self.model_cfg.features if f in TAGGER_FEATURES]
+        if tagged and not self.data_cfg.tagger:
+            raise ConfigError(
+                f"model.features {tagged} need a spaCy pipeline with a tagger and NER: set "
+                "data.tagger (e.g. en_core_web_md, as hitvoice/DrQA; `python -m spacy download "
+                "en_core_web_md`), or leave them out: --set model.features=[em_cased,"
+                "em_uncased,tf] (the report marks such runs).")
+
+    @classmethod
+    def run_deviations(cls, config: dict[str, Any]) -> list[str]:
+        out = super().run_deviations(config)
+        features = (config.get("model") or {}).get("features") or list(BASIC_FEATURES)
+        missing = [f for f in FEATURES if f not in features]
+        if missing:
+            out.append(f"without DrQA's features {', '.join(missing)}")
+        return out
 
     def build_vocabularies(self, train: SquadExamples) -> dict[str, Any]:
+        """hitvoice/DrQA's vocabulary: question words then context words by frequency; with
+        pretrained vectors, those of the training *and* dev data that have a vector (a dev
+        word reads its fixed vector), words compared in NFD form; POS and entity tags of both."""
         m = self.model_cfg
-        keep = vector_file_words(self._vectors_path(), m.embedding_dim) if m.pretrained else None
-        q_words = (w for q in train.questions for w in q.words)
-        c_words = (w for p in train.paragraphs for w in p.words)
+        norm = "NFD"
+        parts = [train]
+        if m.pretrained or self.data_cfg.tagger:
+            parts.append(self._load("dev"))  # words (and tags) only: no answer is read
+        keep = vector_file_words(self._vectors_path(), m.embedding_dim, norm) if m.pretrained else None
+        vparts = parts if m.pretrained else parts[:1]
+        normal = Vocab(["<PAD>", "<UNK>"], norm).normal
+        q_words = (normal(w) for ex in vparts for q in ex.questions for w in q.words)
+        c_words = (normal(w) for ex in vparts for p in ex.paragraphs for w in p.words)
         words = build_vocab(q_words, c_words, keep)
         n_tuned = min(m.tune_partial + 2, len(words)) if m.pretrained else len(words)
-        return {"words": words, "features": list(m.features), "n_tuned": n_tuned,
-                "embeddings": (f"pretrained {m.pretrained}, rows 0..{n_tuned - 1} trained"
-                               if m.pretrained else "trainable, N(0, 1) initialisation")}
+        out = {"words": words, "normalize": norm, "features": list(m.features), "n_tuned": n_tuned,
+               "embeddings": (f"pretrained {m.pretrained}, rows 0..{n_tuned - 1} trained, "
+                              f"the other {len(words) - n_tuned} fixed ({m.fixed_rows})"
+                              if m.pretrained else "trainable, N(0, 1) initialisation")}
+        if "pos" in m.features or "ner" in m.features:
+            ctx = [t for ex in parts for p in ex.paragraphs for t in p.tokens]
+            out["pos_tags"] = frequency_order(Counter(t.tag for t in ctx))
+            out["ner_tags"] = frequency_order(Counter(t.ent for t in ctx))
+        return out
 
     def use_artefacts(self, artefacts: dict[str, Any]) -> None:
         super().use_artefacts(artefacts)
-        self.vocab = Vocab(artefacts["words"])
+        self.vocab = Vocab(artefacts["words"], artefacts.get("normalize", ""))
         self.features = tuple(artefacts["features"])
         self.n_tuned = int(artefacts["n_tuned"])
+        self.pos_tags = tuple(artefacts.get("pos_tags", ()))
+        self.ner_tags = tuple(artefacts.get("ner_tags", ()))
 
     def build_model(self, make_encoder) -> nn.Module:
         m = self.model_cfg
         V, E = len(self.vocab), m.embedding_dim
-        weight = torch.randn(V, E)  # nn.Embedding's N(0, 1)
+        weight = torch.randn(V, E)  # nn.Embedding's N(0, 1): <UNK> keeps it, as in both DrQAs
         if m.pretrained and self.reads_training_data:  # evaluation reads the embeddings from the checkpoint
             vectors, found = read_vectors(self._vectors_path(), E, self.vocab)
-            weight = vectors  # every kept word has a vector (the vocabulary was restricted)
-            weight[1] = 0.0  # <UNK> starts at zero, as in hitvoice/DrQA
-        return DrQAReader(make_encoder, weight, self.n_tuned, len(self.features),
+            weight[2:] = vectors[2:]  # every kept word has a vector (the vocabulary was restricted)
+        n_features = feature_size(self.features, self.pos_tags, self.ner_tags)
+        return DrQAReader(make_encoder, weight, self.n_tuned, n_features,
                           hidden_size=m.hidden_size, doc_layers=m.doc_layers,
                           question_layers=m.question_layers, concat_layers=m.concat_layers,
                           use_qemb=m.use_qemb, question_merge=m.question_merge,
                           dropout_emb=m.dropout_emb, dropout_rnn=m.dropout_rnn,
-                          dropout_rnn_output=m.dropout_rnn_output, cell_options=m.cell_options)
+                          dropout_rnn_output=m.dropout_rnn_output, cell_options=m.cell_options,
+                          fixed_grad=bool(m.pretrained) and m.fixed_rows == "reset")
 
     length_keys = ("doc_len", "q_len")  # the batch's paragraph and question lengths
 
     def collate(self, ex: SquadExamples, group: Sequence[int]) -> dict[str, Tensor]:
         qs = [ex.questions[i] for i in group]
-        docs = [ex.paragraphs[q.paragraph].words for q in qs]
+        docs = [ex.paragraphs[q.paragraph].tokens for q in qs]
         B, T = len(qs), max(len(d) for d in docs)
         Q = max(max(len(q.tokens) for q in qs), 1)
         doc_ids = torch.zeros(B, T, dtype=torch.long)
         q_ids = torch.zeros(B, Q, dtype=torch.long)
-        feats = torch.zeros(B, T, len(self.features))
+        feats = torch.zeros(B, T, feature_size(self.features, self.pos_tags, self.ner_tags))
         for b, (q, d) in enumerate(zip(qs, docs)):
-            doc_ids[b, :len(d)] = torch.tensor(self.vocab.ids(d))
+            doc_ids[b, :len(d)] = torch.tensor(self.vocab.ids(t.text for t in d))
             if q.tokens:
                 q_ids[b, :len(q.tokens)] = torch.tensor(self.vocab.ids(q.words))
-            feats[b, :len(d)] = token_features(d, q.words, self.features)
+            feats[b, :len(d)] = token_features(d, q.tokens, self.features, self.pos_tags,
+                                               self.ner_tags)
         target = [q.target if q.target is not None else (-100, -100) for q in qs]
         return {"doc_ids": doc_ids, "doc_len": torch.tensor([len(d) for d in docs]),
                 "doc_feats": feats, "q_ids": q_ids,
@@ -388,7 +497,7 @@ class DrQATask(SquadTask):
             raise UserError("--text is empty; give a question, e.g. 'Who won Super Bowl 50?'.")
         device = next(model.parameters()).device
         emb = model.embedding(torch.tensor([self.vocab.ids(words)], device=device))
-        labels = [w if w in self.vocab.index else f"{w} (<UNK>)" for w in words]
+        labels = [w if w in self.vocab else f"{w} (<UNK>)" for w in words]
         return model.question_rnn.layers[0], emb, labels
 
 
@@ -415,6 +524,9 @@ class BiDAFModel:
     char_filters: int = 100
     char_width: int = 5
     char_dropout: float = 0.2
+    # which CNN windows enter a word's max: batch (AllenNLP: every window of the field's
+    # padded width in the batch) | word (only those inside the word: a batch equals its items)
+    char_windows: str = "batch"
     highway_layers: int = 2
     hidden_size: int = 100  # per direction, all three recurrent layers
     modeling_layers: int = 2
@@ -433,6 +545,8 @@ class BiDAFModel:
         check_range("model", self, "highway_layers", low=0)
         for name in ("dropout", "char_dropout"):
             check_range("model", self, name, low=0, high=1, high_open=True)
+        if self.char_windows not in ("batch", "word"):
+            raise UnknownNameError("model.char_windows", self.char_windows, ("batch", "word"))
 
 
 class BiDAFTask(SquadTask):
@@ -450,10 +564,11 @@ class BiDAFTask(SquadTask):
                       "max_epochs": 20, "patience": 10, "schedule": "plateau", "decay": 0.5,
                       "plateau_patience": 2}
     target_rule = "most_common"  # AllenNLP: the span most annotators gave
-
-    def _vectors_path(self) -> Path:
-        p = Path(self.model_cfg.pretrained).expanduser()
-        return p if p.is_absolute() else self.data_dir / p
+    span_rule = "allennlp"  # every answer gives a span, covering an answer that cuts a token
+    clean_spaces = keep_space = False  # AllenNLP's SpacyWordSplitter: raw text, no space tokens
+    datasets = (squad_data.SQUAD_DATASET, GLOVE_6B_100D)
+    added_keys = {**SquadTask.added_keys, "model.char_windows": "word"}
+    original_vectors = "AllenNLP's BiDAF uses GloVe 6B 100d, frozen"
 
     def build_vocabularies(self, train: SquadExamples) -> dict[str, Any]:
         """Lower-cased words by frequency (AllenNLP ``lowercase_tokens``).  With frozen
@@ -496,32 +611,49 @@ class BiDAFTask(SquadTask):
                            modeling_layers=m.modeling_layers, dropout=m.dropout,
                            cell_options=m.cell_options)
 
-    def _word_ids(self, seqs: list[list[str]], distinct: dict[str, int]) -> tuple[Tensor, ...]:
+    def _word_ids(self, seqs: list[list[str]], distinct: dict[tuple[str, str], int],
+                  field_name: str) -> tuple[Tensor, ...]:
         """(lower-cased word ids, indices into the batch's distinct words, lengths) of ``seqs``,
-        adding new words to ``distinct`` (word -> row)."""
+        adding new words to ``distinct`` ((field, word) -> row; with char_windows=batch a word
+        of the passages and the same word of the questions are two rows, as their padded
+        widths may differ)."""
         B, T = len(seqs), max(max(len(s) for s in seqs), 1)
         words = torch.zeros(B, T, dtype=torch.long)
         index = torch.zeros(B, T, dtype=torch.long)
+        key = field_name if self.model_cfg.char_windows == "batch" else ""
         for b, s in enumerate(seqs):
             if s:
                 words[b, :len(s)] = torch.tensor(self.vocab.ids(w.lower() for w in s))
-                index[b, :len(s)] = torch.tensor([distinct.setdefault(w, len(distinct)) for w in s])
+                index[b, :len(s)] = torch.tensor([distinct.setdefault((key, w), len(distinct))
+                                                  for w in s])
         return words, index, torch.tensor([max(len(s), 1) for s in seqs])
 
-    def _char_table(self, distinct: dict[str, int]) -> tuple[Tensor, Tensor]:
-        """(N, W) character ids of the distinct words (W >= the filter width) and (N,) lengths."""
+    def _char_table(self, distinct: dict[tuple[str, str], int]) -> tuple[Tensor, Tensor, Tensor]:
+        """(N, W) character ids of the distinct words (W >= the filter width), (N,) lengths and
+        (N,) the number of CNN windows of each: inside the word padded to the filter width, or
+        (char_windows=batch, AllenNLP) every window of its field's padded width."""
         from .bidaf import token_char_ids
 
-        ids = [token_char_ids(w) for w in distinct] or [[]]
-        W = max([self.model_cfg.char_width] + [len(c) for c in ids])
+        width = self.model_cfg.char_width
+        ids = [token_char_ids(w) for _, w in distinct] or [[]]
+        fields = [f for f, _ in distinct] or [""]
+        padded = {}  # field -> its padded width (the longest word of that field in the batch)
+        for f, c in zip(fields, ids):
+            padded[f] = max(padded.get(f, width), len(c))
+        W = max(padded.values())
         chars = torch.zeros(len(ids), W, dtype=torch.long)
         for k, c in enumerate(ids):
             chars[k, :len(c)] = torch.tensor(c, dtype=torch.long)
-        return chars, torch.tensor([len(c) for c in ids])
+        lengths = torch.tensor([len(c) for c in ids])
+        if self.model_cfg.char_windows == "batch":
+            windows = torch.tensor([padded[f] - width + 1 for f in fields])
+        else:
+            windows = lengths.clamp(min=width) - width + 1
+        return chars, lengths, windows
 
     #: batch entries shared by all its rows (the distinct words' characters): not split
     #: between processes under torchrun
-    shared_keys = ("chars", "char_len")
+    shared_keys = ("chars", "char_len", "char_windows")
     length_keys = ("p_len", "q_len")  # the batch's paragraph and question lengths
 
     def shard(self, batch: Any, dist_info: Any) -> Any:
@@ -532,19 +664,21 @@ class BiDAFTask(SquadTask):
 
     def collate(self, ex: SquadExamples, group: Sequence[int]) -> dict[str, Tensor]:
         qs = [ex.questions[i] for i in group]
-        distinct: dict[str, int] = {}
-        pw, pi, pl = self._word_ids([ex.paragraphs[q.paragraph].words for q in qs], distinct)
-        qw, qi, ql = self._word_ids([q.words for q in qs], distinct)
-        chars, char_len = self._char_table(distinct)
+        distinct: dict[tuple[str, str], int] = {}
+        pw, pi, pl = self._word_ids([ex.paragraphs[q.paragraph].words for q in qs], distinct, "p")
+        qw, qi, ql = self._word_ids([q.words for q in qs], distinct, "q")
+        chars, char_len, windows = self._char_table(distinct)
         target = [q.target if q.target is not None else (-100, -100) for q in qs]
-        return {"chars": chars, "char_len": char_len, "p_words": pw, "p_index": pi, "p_len": pl,
+        return {"chars": chars, "char_len": char_len, "char_windows": windows,
+                "p_words": pw, "p_index": pi, "p_len": pl,
                 "q_words": qw, "q_index": qi, "q_len": ql,
                 "start": torch.tensor([t[0] for t in target]),
                 "end": torch.tensor([t[1] for t in target])}
 
     def span_scores(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         return model(batch["chars"], batch["char_len"], batch["p_words"], batch["p_index"],
-                     batch["p_len"], batch["q_words"], batch["q_index"], batch["q_len"])
+                     batch["p_len"], batch["q_words"], batch["q_index"], batch["q_len"],
+                     batch["char_windows"])
 
     def visualization_inputs(self, model: nn.Module, text: str):
         """The phrase layer and the highway outputs of ``text``'s tokens."""
@@ -552,9 +686,9 @@ class BiDAFTask(SquadTask):
         if not words:
             raise UserError("--text is empty; give a question, e.g. 'Who won Super Bowl 50?'.")
         device = next(model.parameters()).device
-        distinct: dict[str, int] = {}
-        w, index, _ = self._word_ids([words], distinct)
-        chars, char_len = self._char_table(distinct)
-        vectors = model.chars(chars.to(device), char_len.to(device))
-        labels = [t if t.lower() in self.vocab.index else f"{t} (<UNK>)" for t in words]
+        distinct: dict[tuple[str, str], int] = {}
+        w, index, _ = self._word_ids([words], distinct, "q")
+        chars, char_len, windows = self._char_table(distinct)
+        vectors = model.chars(chars.to(device), char_len.to(device), windows.to(device))
+        labels = [t if t.lower() in self.vocab else f"{t} (<UNK>)" for t in words]
         return model.phrase, model.embed(w.to(device), vectors, index.to(device)), labels

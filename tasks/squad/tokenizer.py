@@ -1,10 +1,23 @@
-"""A rule-based English tokenizer that keeps character offsets.
+"""Tokenizers that keep character offsets: spaCy's rule-based English tokenizer (the
+originals'), and a built-in regular-expression one.
 
 Every token is ``(text, start, end)`` with ``text == source[start:end]``, so a predicted
 span of tokens ``i..j`` maps back to the exact original characters
 ``source[tokens[i].start:tokens[j].end]`` (what the SQuAD scorer compares).
 
-The rules follow DrQA's ``RegexpTokenizer`` (facebookresearch/DrQA,
+**spaCy** (``data.tokenizer: spacy``, :class:`SpacyTokenizer`): hitvoice/DrQA
+(``prepro.py``) and AllenNLP's BiDAF (``WordTokenizer`` -> ``SpacyWordSplitter``) both
+tokenised with spaCy's English tokenizer, which needs no trained model
+(``spacy.blank("en")``; a pipeline such as ``en_core_web_md`` tokenises with the same
+rules).  spaCy is imported only when this tokenizer is built, so everything else works
+without it.  As the originals: DrQA replaces every whitespace character by a space before
+tokenising (``clean_spaces``, the offsets unchanged) and keeps the tokens spaCy makes of
+extra whitespace; AllenNLP drops them (``is_space``).  With a pipeline that has a tagger
+and an entity recogniser, each token also carries its lemma, fine-grained tag and entity
+type (DrQA's features, :mod:`.features`).
+
+**Regular expressions** (``data.tokenizer: regex``, :class:`Tokenizer`): the rules follow
+DrQA's ``RegexpTokenizer`` (facebookresearch/DrQA,
 drqa/tokenizers/regexp_tokenizer.py; "emulates the Stanford/NLTK PTB tokenizers", one of the
 tokenizers DrQA's reader preprocessing offers besides CoreNLP and spaCy).  At each position
 the first of these patterns that matches is taken:
@@ -30,8 +43,11 @@ always the original characters.  Matching is case-insensitive (titles, ``n't``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import regex
+
+from lstmablate.errors import ConfigError, UserError
 
 _ALNUM = r"[\p{L}\p{N}\p{M}]"
 _PATTERNS = (
@@ -55,6 +71,10 @@ class Token:
     text: str
     start: int  # character offsets into the source string; text == source[start:end]
     end: int
+    # from a spaCy pipeline with a tagger and NER (else ""): lemma, fine-grained tag, entity type
+    lemma: str = ""
+    tag: str = ""
+    ent: str = ""
 
 
 class Tokenizer:
@@ -71,6 +91,82 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(split_hyphens={self.split_hyphens})"
+
+
+TOKENIZERS = ("spacy", "regex")
+_WHITESPACE = regex.compile(r"\s")
+
+
+def load_spacy(pipeline: str = "") -> Any:
+    """``spacy.blank("en")``, or the installed pipeline ``pipeline`` (a package name such as
+    ``en_core_web_md`` or a directory), with a clear error when spaCy or the pipeline is
+    missing."""
+    try:
+        import spacy
+    except ImportError:
+        raise UserError(
+            "data.tokenizer=spacy: spaCy is not installed. The SQuAD readers tokenise with "
+            "spaCy's rule-based English tokenizer, as hitvoice/DrQA and AllenNLP did (no model "
+            "needed): `pip install spacy` (`make install` installs it). Or use the built-in "
+            "regular-expression tokenizer, which is not the originals': --set "
+            "data.tokenizer=regex (the report marks such runs).") from None
+    if not pipeline:
+        return spacy.blank("en")
+    try:
+        return spacy.load(pipeline)
+    except OSError as e:
+        raise UserError(
+            f"data.tagger={pipeline!r}: spaCy cannot load this pipeline ({str(e).splitlines()[0]}). "
+            f"Install it (`python -m spacy download {pipeline}` for a spaCy model), or leave "
+            "DrQA's tagger features out: --set data.tagger= --set "
+            "model.features=[em_cased,em_uncased,tf] (the report marks such runs).") from None
+
+
+class SpacyTokenizer:
+    """spaCy's rule-based English tokenizer, or a whole spaCy pipeline (``nlp``: then every
+    token carries its lemma, tag and entity type).  ``clean_spaces``: tokenise the text with
+    every whitespace character replaced by a space (hitvoice/DrQA's ``clean_spaces``; the
+    offsets do not change); ``keep_space``: keep spaCy's tokens of extra whitespace (DrQA)
+    rather than dropping them (AllenNLP)."""
+
+    def __init__(self, nlp: Any = None, *, clean_spaces: bool = True, keep_space: bool = True):
+        self.nlp = nlp if nlp is not None else load_spacy()
+        self.clean_spaces, self.keep_space = clean_spaces, keep_space
+        names = set(getattr(self.nlp, "pipe_names", ()))
+        self.annotates = bool(names)  # a pipeline with components: run it (tags, entities)
+
+    def tokenize(self, text: str) -> list[Token]:
+        src = _WHITESPACE.sub(" ", text) if self.clean_spaces else text
+        doc = self.nlp(src) if self.annotates else self.nlp.make_doc(src)
+        out = []
+        for w in doc:
+            if w.is_space and not self.keep_space:
+                continue
+            start, end = w.idx, w.idx + len(w.text)
+            if self.annotates:
+                out.append(Token(text[start:end], start, end, w.lemma_, w.tag_, w.ent_type_))
+            else:
+                out.append(Token(text[start:end], start, end))
+        return out
+
+    def __repr__(self) -> str:
+        name = (f"{self.nlp.meta.get('lang', '')}_{self.nlp.meta.get('name', '')}"
+                if self.annotates else "spacy.blank('en')")
+        return f"SpacyTokenizer({name}, clean_spaces={self.clean_spaces}, keep_space={self.keep_space})"
+
+
+def make_tokenizer(name: str, *, split_hyphens: bool = True, pipeline: str = "",
+                   clean_spaces: bool = True, keep_space: bool = True) -> Tokenizer | SpacyTokenizer:
+    """The tokenizer ``data.tokenizer`` names (``pipeline``: ``data.tagger``, spaCy only)."""
+    if name == "regex":
+        if pipeline:
+            raise ConfigError("data.tagger needs data.tokenizer=spacy (the tagger's tokens are "
+                              "spaCy's)")
+        return Tokenizer(split_hyphens=split_hyphens)
+    if name == "spacy":
+        return SpacyTokenizer(load_spacy(pipeline), clean_spaces=clean_spaces,
+                              keep_space=keep_space)
+    raise ConfigError(f"data.tokenizer must be one of {', '.join(TOKENIZERS)}, got {name!r}")
 
 
 def span_text(source: str, tokens: list[Token], first: int, last: int) -> str:
@@ -96,3 +192,22 @@ def covering_tokens(tokens: list[Token], start: int, end: int) -> tuple[int, int
     overlaps them)."""
     inside = [i for i, t in enumerate(tokens) if t.end > start and t.start < end]
     return (inside[0], inside[-1]) if inside else None
+
+
+def allennlp_token_span(tokens: list[Token], start: int, end: int) -> tuple[int, int] | None:
+    """The token span AllenNLP trains on for the characters ``[start, end)``, exact or not
+    (``reading_comprehension/util.py: char_span_to_token_span``): the first token starting
+    at or after ``start``, one back if it starts after it; then from there the first token
+    ending at or after ``end`` (the last token when none does).  A span cutting a token
+    ("gold" of "golden") keeps the whole token.  None only when there are no tokens."""
+    if not tokens:
+        return None
+    first = 0
+    while first < len(tokens) and tokens[first].start < start:
+        first += 1
+    if first == len(tokens) or tokens[first].start > start:
+        first = max(first - 1, 0)
+    last = first
+    while last < len(tokens) - 1 and tokens[last].end < end:
+        last += 1
+    return first, last

@@ -1,4 +1,4 @@
-"""Time one training step of the Billion Word LSTM-2048-512 at its real size (issue 20, part 3).
+"""Time one training step of the Billion Word LSTM-2048-512 at its real size.
 
 The model of tasks/bwb at the recipe's values (vocabulary 793,470, embedding 512, one LSTM layer
 of 2048 units projected to 512, dropout 0.1, sampled softmax with 8,192 candidates), on a

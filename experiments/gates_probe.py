@@ -1,13 +1,13 @@
-"""Probe: why does LSTM - GATES (the S-RNN) explode at lr 1.0 on PTB?  (issue 20, part 1)
+"""Probe: why does LSTM - GATES (the S-RNN) explode at lr 1.0 on PTB?
 
 Levy et al. (ACL 2018, Table 1) report -GATES at 140.9 (medium) / 126.1 (large) with the
-TensorFlow PTB tutorial's LSTM hyperparameters, lr 1.0 (../shared/seeds/002_*.txt); our
+TensorFlow PTB tutorial's LSTM hyperparameters, lr 1.0 (the paper, §4.1); our
 ``lstm-gates`` explodes there.  This script trains candidate readings of "-GATES" and candidate
 differences between the tutorial and our pipeline for the first N minibatches of PTB and records,
 every ``--log-every`` steps, the training perplexity and whether/when the run explodes.
 
 It is deliberately independent of the project's trainer: its own loop is the tutorial's
-``run_epoch`` (PROTOCOLS.md §1.2) -- state carried across minibatches (truncated BPTT, zeros at
+``run_epoch`` (``ptb_word_lm.py``) -- state carried across minibatches (truncated BPTT, zeros at
 the start), cost = sum over the num_steps time steps of the batch-mean NLL, global-norm clipping
 over *all* trainable variables (``tf.clip_by_global_norm``), plain SGD.  The cells are defined
 here (TF layout: one kernel over [x_t; h_{t-1}], one bias), except the candidate ``project``,
@@ -42,7 +42,7 @@ from lstmablate_tasks.ptb import data as ptb_data
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gates"
 
-# The TF PTB tutorial's configs (PROTOCOLS.md §1.1; tensorflow/models tutorials/rnn/ptb).
+# The TF PTB tutorial's configs (tensorflow/models tutorials/rnn/ptb, ``ptb_word_lm.py``).
 SIZES = {
     "small": dict(hidden=200, num_steps=20, init_scale=0.1, clip=5.0, keep_prob=1.0),
     "medium": dict(hidden=650, num_steps=35, init_scale=0.05, clip=5.0, keep_prob=0.5),

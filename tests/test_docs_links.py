@@ -143,6 +143,17 @@ def test_no_user_document_names_files_a_user_does_not_have(doc):
     assert found == [], f"{doc.relative_to(ROOT)}: {found}"
 
 
+def test_shipped_code_and_recipes_cite_papers_not_notes_files():
+    """Docstrings, comments and recipe notes cite the papers and the original code by name."""
+    shipped = [p for top in ("lstmablate", "tasks", "recipes", "experiments")
+               for p in sorted((ROOT / top).rglob("*"))
+               if p.suffix in (".py", ".yaml", ".c", ".h", ".md") and p.is_file()]
+    assert len(shipped) > 50
+    found = [f"{p.relative_to(ROOT)}: {s!r}" for p in shipped
+             for s in FORBIDDEN[:3] if s in p.read_text(encoding="utf-8")]
+    assert found == []
+
+
 # -- the newcomer's path ---------------------------------------------------------------------
 def headline_table_pages() -> list[Path]:
     """The result pages the README's first table links to."""

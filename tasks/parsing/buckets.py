@@ -1,4 +1,4 @@
-"""Parser-v1's length buckets and token-count minibatches (PROTOCOLS.md §4.1).
+"""Parser-v1's length buckets and token-count minibatches (tdozat/Parser-v1).
 
 Parser-v1 (``dataset.py``, ``lib/etc/k_means.py``) sorts the training sentences
 into ``n_bkts = 40`` buckets by length — the length counts the ROOT token that

@@ -5,7 +5,7 @@ log-probabilities (row 0, the ROOT token, is ignored); a tree is an array ``head
 of length n+1 with ``heads[0] = 0``, exactly one word attached to 0, and no cycle.
 
 * :func:`parser_v1_heads` — Parser-v1's ``ensure_tree`` heuristic
-  (``lib/models/nn.py: parse_argmax``, ``lib/etc/tarjan.py``; PROTOCOLS.md §4.1):
+  (``lib/models/nn.py: parse_argmax``, ``lib/etc/tarjan.py``):
   greedy argmax heads with self-loops blocked; if no word is attached to ROOT, the
   word with the best ratio p(root)/p(current head) becomes the root; if several
   are, each would move to its best other head and the one that would lose most

@@ -5,7 +5,7 @@ and relation (the full DEPREL string, subtypes included, as Parser-v1 compares
 them) are both right.  Which words are scored:
 
 * ``uas`` / ``las`` — Parser-v1's convention, the primary numbers
-  (``base_parser.py: evaluate``, PROTOCOLS.md §4.4): every word except those whose
+  (Parser-v1's ``base_parser.py: evaluate``): every word except those whose
   gold XPOS (CoNLL column 5) is one of `` '' : , . PU PUNCT.  On UD English EWT
   that column holds PTB tags, so -LRB- -RRB- HYPH NFP $ # are still scored;
 * ``uas_all`` / ``las_all`` — every word (the CoNLL 2018 shared task's UAS; its LAS

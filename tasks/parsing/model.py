@@ -1,4 +1,4 @@
-"""Dozat & Manning's deep biaffine parser, as Parser-v1 builds it (PROTOCOLS.md §4.1).
+"""Dozat & Manning's deep biaffine parser, as Parser-v1 builds it (Dozat & Manning 2017; tdozat/Parser-v1).
 
 Per sentence of n words, position 0 is the ROOT token (its own word and tag ids),
 so every tensor has N = n + 1 positions::

@@ -1,5 +1,5 @@
 """The ``parsing`` task plugin: Dozat & Manning's deep biaffine dependency parser with the
-Parser-v1 protocol (PROTOCOLS.md §4) on UD English EWT, with any registered cell.
+Parser-v1 protocol (Dozat & Manning 2017; tdozat/Parser-v1) on UD English EWT, with any registered cell.
 
 Data (:mod:`.data`, :mod:`.conllu`): ``ud-ewt/en_ewt-ud-{train,dev,test}.conllu``
 read strictly; vocabularies from the training file (:mod:`.vocab`: uncased words

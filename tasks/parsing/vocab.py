@@ -1,4 +1,4 @@
-"""The parser's vocabularies, built from the training file (PROTOCOLS.md §4.1).
+"""The parser's vocabularies, built from the training file (Dozat's Parser-v1).
 
 Parser-v1 (``vocab.py``):
 

@@ -5,7 +5,7 @@ by context length and shuffles the batches likewise): the trainable questions so
 context length, then question length, ties in a random order; cut into consecutive batches of
 ``batch_size``; the batches in a random order.  Every draw comes from the epoch's generator,
 so the plan is fixed by it (resume jumps to ``plan[i]``).  AllenNLP's BiDAF iterator buckets
-by (passage, question) length in the same way (PROTOCOLS.md §2.2).
+by (passage, question) length in the same way (its ``BucketIterator`` on passage and question lengths).
 
 ``random_batches``: hitvoice/DrQA's training batches as of February 2018, drawn at random
 whatever the lengths (it sorted by length from May 2018 on).

@@ -1,5 +1,5 @@
 """BiDAF (Seo et al. 2017) as in AllenNLP's early-2018 configuration (training_config/bidaf.json
-at allenai/allennlp c66fac02, PROTOCOLS.md §2), with its three recurrent layers — the phrase
+at allenai/allennlp c66fac02), with its three recurrent layers — the phrase
 layer, the modeling layer and the span-end encoder — built by the run's cell.
 
 Shapes: B questions, T passage tokens, J question tokens, W characters per token (with the

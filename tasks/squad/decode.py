@@ -3,7 +3,7 @@
 The score of a span (i, j) is ``start[i] + end[j]`` with ``i <= j`` (and, with a maximum
 length L, ``j - i + 1 <= L``):
 
-* DrQA (PROTOCOLS.md §3.1, ``--max_len 15``) takes the argmax of the outer product
+* DrQA (``--max_len 15``) takes the argmax of the outer product
   ``p_start(i) * p_end(j)`` over ``i <= j <= i + 14``; with log-probabilities as scores the
   product is this sum, so the argmax is the same;
 * BiDAF (AllenNLP ``_get_best_span``, §2.1) maximises ``start_logit[i] + end_logit[j]``

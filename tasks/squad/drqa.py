@@ -1,5 +1,5 @@
 """The DrQA document reader (Chen et al. 2017), as in hitvoice/DrQA and facebookresearch/DrQA
-(PROTOCOLS.md §3), with every recurrent layer built by the run's cell.
+(Chen et al. 2017, §3), with every recurrent layer built by the run's cell.
 
 Shapes: B questions, T context tokens, Q question tokens, E embedding size, H hidden size
 per direction, L layers; with layers concatenated the encoders emit 2·H·L features.

@@ -9,7 +9,7 @@ rule).  The training target is chosen among those spans by the reader:
 * ``first``: the first answer that lies on token boundaries (DrQA's ``single_answer``; the
   official training file has one answer per question);
 * ``most_common``: the span given by most annotators, ties to the first (AllenNLP's
-  ``Counter.most_common(1)`` in its reading-comprehension utilities, PROTOCOLS.md §2.1).
+  ``Counter.most_common(1)`` in its reading-comprehension utilities).
 
 How an answer becomes a token span (``span_rule``):
 

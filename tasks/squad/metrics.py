@@ -1,7 +1,6 @@
 """Exact match and F1 exactly as the official SQuAD v1.1 evaluation script defines them.
 
-(``evaluate-v1.1.py`` from the SQuAD explorer; AllenNLP and DrQA carry copies of it —
-PROTOCOLS.md §2.3, §3.1.)
+(``evaluate-v1.1.py`` from the SQuAD explorer; AllenNLP and DrQA carry copies of it.)
 
 * normalise an answer: lower-case -> delete every ASCII punctuation character
   (``string.punctuation``) -> replace the words ``a``, ``an``, ``the`` by a space ->

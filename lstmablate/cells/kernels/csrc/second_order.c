@@ -3,7 +3,7 @@
    vector mixing K choice matrices); the buffers are those of the PyTorch loops of
    lstmablate/cells/kernels/factored.py and multi_matrix.py.
 
-   mRNN (Sutskever et al. 2011) / mLSTM (Krause et al. 2016), PROTOCOLS §7:
+   mRNN (Sutskever et al. 2011) / mLSTM (Krause et al. 2016):
        m_t = (W_mx x_t) * (W_mh h_{t-1});  [i; f; o; u] = W_x x_t + W_hm m_t + b
    mmRNN / mmLSTM (Renganathan & Singh, "004"), eqs 6-22:
        v_g,t = softmax(W_g^proj [v_g,t-1; h_{t-1}; x_t]);  W_g^hh_t = sum_j v_g,t[j] W_g[j]

@@ -24,9 +24,8 @@ THREADS ?= 2
 PYTEST_ARGS ?= -q
 SWEEP_ARGS ?=   # e.g. SWEEP_ARGS="--device cuda"
 
-.PHONY: install install-torch demo test readme-check bench gpu-check report reproduce-dyck reproduce-table1 \
-	reproduce-table2 reproduce-table2-standin reproduce-table3 reproduce-table3-cpu \
-	reproduce-table4 reproduce-table4-cpu reproduce-secondorder reproduce-sst clean-demo
+# (reproduce-% is a pattern rule, which .PHONY would switch off; no file has such a name.)
+.PHONY: install install-torch demo test readme-check bench gpu-check report clean-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -74,67 +73,37 @@ GPU_CHECK_PY = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 gpu-check:
 	$(GPU_CHECK_PY) -m lstmablate.bench.gpu_check --out benchmarks/results
 
-# The paper tables: run the runs that are missing, resume interrupted ones, print the table.
-# `make -n reproduce-table1` shows the commands; `lstmablate sweep table1 --list` lists every run.
-reproduce-dyck:
-	$(PY) -m lstmablate sweep dyck-report --out $(RUNS) --threads $(THREADS)
-	$(PY) -m lstmablate sweep dyck-rnn-trainable --out $(RUNS) --threads $(THREADS)
-	$(PY) -m lstmablate report $(RUNS) --table dyck-report
-	$(PY) -m lstmablate report $(RUNS) --table dyck-rnn-trainable
-
-reproduce-table1:
-	$(PY) -m lstmablate sweep table1 --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
-	$(PY) -m lstmablate report $(RUNS) --table table1
-
-# Table 2 (SQuAD v1.1 dev, DrQA and BiDAF): needs train-v1.1.json (and GloVe for the paper's
-# embeddings); the stand-in trains on dev split by article and is labelled as such.
-reproduce-table2:
-	$(PY) -m lstmablate sweep table2 --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
-	$(PY) -m lstmablate report $(RUNS) --table table2
-
-reproduce-table2-standin:
-	$(PY) -m lstmablate sweep table2-standin --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
-	$(PY) -m lstmablate report $(RUNS) --table table2-standin
-
-# Table 3 (UD EWT parsing, Parser-v1): paper scale needs a GPU; the CPU-scale recipe is labelled.
-reproduce-table3:
-	$(PY) -m lstmablate sweep table3 --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
-	$(PY) -m lstmablate report $(RUNS) --table table3
-
-reproduce-table3-cpu:
-	$(PY) -m lstmablate sweep parsing-ewt-cpu --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
-	$(PY) -m lstmablate report $(RUNS) --table parsing-ewt-cpu
-
-# Table 4 (Multi30k En->De, OpenNMT-py's default model): paper scale needs a GPU.
-reproduce-table4:
-	$(PY) -m lstmablate sweep table4 --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
-	$(PY) -m lstmablate report $(RUNS) --table table4
-
-reproduce-table4-cpu:
-	$(PY) -m lstmablate sweep nmt-multi30k-cpu --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
-	$(PY) -m lstmablate report $(RUNS) --table nmt-multi30k-cpu
-
+# The paper tables: `make reproduce-<name>` sweeps the recipe or table spec <name> (runs the
+# runs that are missing, resumes interrupted ones) and prints its table: reproduce-table1 …
+# reproduce-table4 (the paper's scale: a GPU job, SWEEP_ARGS="--device cuda"),
+# reproduce-table2-standin (SQuAD without the official training file: dev split by article,
+# labelled), and the names below, which sweep or report more than one recipe.
+# `make -n reproduce-table1` shows the commands; `lstmablate sweep table1 --list` every run.
+RECIPES_table3-cpu := parsing-ewt-cpu    # Table 3 at CPU scale (3 x 100, 4,000 steps)
+RECIPES_table4-cpu := nmt-multi30k-cpu   # Table 4 at CPU size (2 x 256)
+RECIPES_dyck := dyck-report dyck-rnn-trainable
 # The second-order report's PTB language models (Renganathan & Singh: Table 2, char BPC and word
-# cross-entropy; Table 3, training on sentences cut at 25/50/75 characters). Paper scale needs a
-# GPU (SWEEP_ARGS="--device cuda"); `make reproduce-secondorder CPU=1` runs the CPU stand-ins
-# (secondorder-*-cpu: char models at 0.15M parameters and at most 20 epochs, word models
-# at the report's sizes and 2 epochs). See docs/secondorder-lm.md.
-reproduce-secondorder:
-	$(PY) -m lstmablate sweep secondorder-table2$(if $(CPU),-cpu) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
-	$(PY) -m lstmablate sweep secondorder-table3$(if $(CPU),-cpu) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
-	$(if $(CPU),,$(PY) -m lstmablate sweep secondorder-char-1layer-matched --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS))
-	$(PY) -m lstmablate report $(RUNS) --table secondorder-table2-char$(if $(CPU),-cpu)
-	$(PY) -m lstmablate report $(RUNS) --table secondorder-table2-word$(if $(CPU),-cpu)
-	$(PY) -m lstmablate report $(RUNS) --table secondorder-table3$(if $(CPU),-cpu)
-
+# cross-entropy; Table 3, training on sentences cut at 25/50/75 characters). CPU=1 runs the CPU
+# stand-ins (secondorder-*-cpu: char models at 0.15M parameters and at most 20 epochs, word
+# models at the report's sizes and 2 epochs). See docs/secondorder-lm.md.
+RECIPES_secondorder := secondorder-table2$(if $(CPU),-cpu) secondorder-table3$(if $(CPU),-cpu) \
+	$(if $(CPU),,secondorder-char-1layer-matched)
+TABLES_secondorder := secondorder-table2-char$(if $(CPU),-cpu) secondorder-table2-word$(if $(CPU),-cpu) \
+	secondorder-table3$(if $(CPU),-cpu)
 # The Stanford Sentiment Treebank (SST-5 and SST-2, sentence accuracy): the five paper cells in an
 # InferSent-style BiLSTM-max classifier with Tai et al. (2015)'s training. For the published
 # setting add GloVe 840B: SWEEP_ARGS="--set model.pretrained=PATH/glove.840B.300d.txt"; without
-# it the embeddings are random. `make reproduce-sst CPU=1` runs the CPU-scale recipes
-# (sst{5,2}-bilstm-max-cpu: random 100-d embeddings, three seeds; docs/results/sst.md).
-reproduce-sst:
-	$(PY) -m lstmablate sweep sst$(if $(CPU),-cpu) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
-	$(PY) -m lstmablate report $(RUNS) --table sst$(if $(CPU),-cpu)
+# it the embeddings are random. CPU=1 runs the CPU-scale recipes (sst{5,2}-bilstm-max-cpu:
+# random 100-d embeddings, three seeds; docs/results/sst.md).
+RECIPES_sst := sst$(if $(CPU),-cpu)
+
+define newline
+
+
+endef
+reproduce-%:
+	$(foreach r,$(or $(RECIPES_$*),$*),$(PY) -m lstmablate sweep $(r) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)$(newline))
+	$(foreach t,$(or $(TABLES_$*),$(RECIPES_$*),$*),$(PY) -m lstmablate report $(RUNS) --table $(t)$(newline))
 
 clean-demo:
 	rm -rf $(RUNS)/dyck-demo

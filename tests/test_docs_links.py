@@ -184,6 +184,14 @@ def shipped_recipes() -> set[str]:
     return {line.split("\t")[0] for line in out.splitlines()[1:] if line.strip()}
 
 
+def unshipped_recipes(args: list[str], recipes: set[str]) -> list[str]:
+    """The recipe names in an ``lstmablate`` command's arguments that are not shipped."""
+    named = [args[i + 1] for i, w in enumerate(args[:-1]) if w in ("--recipe", "--table")]
+    if len(args) > 1 and args[0] == "sweep":
+        named.append(args[1])
+    return [n for n in named if not n.startswith("$") and n not in recipes]
+
+
 def test_the_headline_table_leads_to_pages_whose_commands_name_shipped_recipes():
     recipes = shipped_recipes()
     make = shutil.which("make")
@@ -196,10 +204,7 @@ def test_the_headline_table_leads_to_pages_whose_commands_name_shipped_recipes()
         for cmd in commands:
             words = shlex.split(cmd)
             if words[0] == "lstmablate":
-                named = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--recipe", "--table")]
-                if len(words) > 2 and words[1] == "sweep":
-                    named.append(words[2])
-                unknown = [n for n in named if not n.startswith("$") and n not in recipes]
+                unknown = unshipped_recipes(words[1:], recipes)
                 assert unknown == [], f"{name}: `{cmd}` names recipes that are not shipped: {unknown}"
             elif words[0] == "make" and make:
                 targets = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
@@ -207,3 +212,9 @@ def test_the_headline_table_leads_to_pages_whose_commands_name_shipped_recipes()
                     r = subprocess.run([make, "-n", "-C", str(ROOT), target],
                                        capture_output=True, text=True)
                     assert r.returncode == 0, f"{name}: `{cmd}`: {r.stderr.strip()}"
+                    # reproduce-% is a pattern rule: what it runs must name shipped recipes
+                    for line in r.stdout.splitlines():
+                        run = line.split()  # make's echo of a command, not for a shell
+                        if "lstmablate" in run and "-m" in run:
+                            unknown = unshipped_recipes(run[run.index("lstmablate") + 1:], recipes)
+                            assert unknown == [], f"{name}: `{cmd}` runs `{line}`: {unknown}"

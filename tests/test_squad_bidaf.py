@@ -20,7 +20,8 @@ from lstmablate.run.runs import RunFiles
 from lstmablate.train import Trainer
 from lstmablate_tasks.squad.bidaf import (CharCNN, Highway, TrilinearSimilarity, attention_flow,
                                           token_char_ids)
-from lstmablate_tasks.squad.task import BiDAFData, BiDAFEval, BiDAFModel, BiDAFTask
+from lstmablate_tasks.squad.config import BiDAFData, BiDAFEval, BiDAFModel
+from lstmablate_tasks.squad.task import BiDAFTask
 
 from test_squad_drqa import _official_evaluate
 

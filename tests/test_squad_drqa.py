@@ -22,7 +22,8 @@ from lstmablate.recipes import resolve_config
 from lstmablate.errors import ConfigError, DataError
 from lstmablate.run.runs import RunFiles
 from lstmablate.train import Trainer
-from lstmablate_tasks.squad.task import DrQAData, DrQAModel, DrQATask, SquadEval
+from lstmablate_tasks.squad.config import DrQAData, DrQAModel, SquadEval
+from lstmablate_tasks.squad.task import DrQATask
 
 pytest.importorskip("spacy")  # the readers tokenise with spaCy (data.tokenizer: spacy)
 

@@ -25,10 +25,11 @@ factor) is of the order of the tensor itself, many orders above the tolerance.
 from __future__ import annotations
 
 import copy
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 import torch
 
+from lstmablate.bench.measure import torch_threads
 from lstmablate.cells import reference_mode
 
 #: float32: the largest error may be this many times the float32 reference loop's own ...
@@ -99,18 +100,6 @@ def float64_reference(enc, x, lengths, state, masks, seed=5):
     return res
 
 
-@contextmanager
-def threads(n: int):
-    """Run the block with ``torch.set_num_threads(n)`` (the native kernels' OpenMP loops
-    run on PyTorch's OpenMP runtime, so this splits their rows across threads too)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def _max_abs(t: torch.Tensor) -> float:
     return float(t.detach().abs().max()) if t.numel() else 0.0
 
@@ -179,7 +168,7 @@ def assert_fast_matches_reference(enc, x, lengths, state, tol, none_is_zero=Fals
         torch.manual_seed(5)
         masks = enc.sample_masks(x.shape[0], like=x)
         ref64 = float64_reference(enc, x, lengths, state, masks)
-    with threads(fast_threads) if fast_threads else nullcontext():
+    with torch_threads(fast_threads) if fast_threads else nullcontext():
         fast, n_fast, masks = run_forward_backward(enc, x, lengths, state, reference=False,
                                                    masks=masks)
     ref, n_ref, _ = run_forward_backward(enc, x, lengths, state, reference=True, masks=masks)

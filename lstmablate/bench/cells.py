@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from lstmablate.cells import available_cells, build_encoder, reference_mode
 from lstmablate.errors import ConfigError
 
-from .measure import (_Candidate, _memory_mb, _path, _threads, _time_rounds,
+from .measure import (_Candidate, _memory_mb, _path, torch_threads, _time_rounds,
                       matrix_entries)
 
 
@@ -156,7 +156,7 @@ def bench_cells(cells: list[str] | None = None, shapes: list[str] | None = None,
     else:
         shape_list = [parse_shape(s) for s in (shapes or DEFAULT_SHAPES)]
     rows: list[dict] = []
-    with _threads(threads):
+    with torch_threads(threads):
         for shape in shape_list:
             rows.extend(_bench_shape(cells, shape, dev, threads, repeats, warmup, reference, seed,
                                      progress))

@@ -25,7 +25,9 @@ from lstmablate.cells.kernels.interface import family_of, native_sources
 # ---------------------------------------------------------------------------------
 
 @contextmanager
-def _threads(n: int):
+def torch_threads(n: int):
+    """Run the block with ``torch.set_num_threads(n)`` (the native kernels' OpenMP loops run on
+    PyTorch's OpenMP runtime, so this splits their rows across threads too)."""
     old = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -142,7 +144,7 @@ def _path(enc: nn.Module, device: torch.device, dtype: torch.dtype, masked: bool
 def machine_gflops(threads: int = 2, device: str = "cpu", n: int = 1024, repeats: int = 10) -> float:
     """Median GFLOP/s of an n x n x n float32 matrix product (the machine's matmul rate)."""
     dev = torch.device(device)
-    with _threads(threads):
+    with torch_threads(threads):
         a = torch.randn(n, n, device=dev)
         b = torch.randn(n, n, device=dev)
         for _ in range(3):

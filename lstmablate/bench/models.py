@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.errors import ConfigError
 
-from .measure import _Candidate, _path, _threads, _time_rounds
+from .measure import _Candidate, _path, torch_threads, _time_rounds
 
 
 # ---------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ def bench_models(cells: list[str] | None = None, threads: int = 2, device: str =
     n_batches = 8
     data = torch.randint(0, vocab, (n_batches, batch, steps + 1), generator=gen).to(dev)
     cands, meta = [], {}
-    with _threads(threads):
+    with torch_threads(threads):
         torch.manual_seed(seed)
         for cell in ["nn.LSTM", *cells]:
             try:

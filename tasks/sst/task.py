@@ -33,14 +33,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan, pooled_batches
 from lstmablate.cells.pooling import LAYER_MIXES, POOLINGS
-from lstmablate.config import check_range
+from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import read_lines
 from lstmablate.errors import ConfigError, DataError, UserError, where
 from lstmablate.task import Metric, StepOutput, Task
@@ -60,6 +60,9 @@ class SSTData:
     lowercase: bool = False  # fold case in the vocabulary (Tai et al.: cased, as GloVe 840B)
     batch_size: int = 25  # sentences (or phrases) per batch; Tai et al.: 25
     verify: bool = True  # compare the files' checksums with the catalogue
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {"classes": max(sst.CLASSES), "batch_size": MAX_BATCH}
 
     def validate(self) -> None:
         if self.classes not in sst.CLASSES:
@@ -87,6 +90,11 @@ class SSTModel:
     dropout: float = 0.5  # before every linear layer of the classifier (Tai et al.: 0.5)
     cell_options: dict[str, Any] = field(default_factory=dict)  # passed to make_encoder
 
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {
+        "embedding_size": MAX_WIDTH, "hidden_size": MAX_WIDTH, "num_layers": MAX_LAYERS,
+        "mlp_hidden": MAX_WIDTH}
+
     def validate(self) -> None:
         for name in ("embedding_size", "hidden_size", "num_layers"):
             check_range("model", self, name, low=1)
@@ -107,6 +115,9 @@ class SSTModel:
 @dataclass
 class SSTEval:
     batch_size: int = 256  # sentences per evaluation batch (the numbers do not depend on it)
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {"batch_size": MAX_BATCH}
 
     def validate(self) -> None:
         check_range("eval", self, "batch_size", low=1)

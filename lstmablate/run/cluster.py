@@ -1,0 +1,582 @@
+"""Sweeps on a Slurm cluster (``sweep --launcher slurm``) through submitit, and ``--status``.
+
+A sweep's unfinished runs go to Slurm as one array job (submitit's ``SlurmExecutor``): each
+array task is a :class:`TrainTask`, which trains its run as ``lstmablate train`` does — the
+same command a local ``sweep --jobs N`` starts, with ``--resume`` when the run was started
+before — in a child process logging to ``<run folder>.log``.  A run that finished meanwhile,
+or that another process is training (its lock is held), is skipped, as in a local sweep.
+
+Time limits and preemption follow submitit's checkpointing protocol.  Slurm sends the job
+submitit's signal (``USR2``, ``signal_delay_s`` before the time limit, or at preemption when the
+cluster is so configured); submitit's handler, in the task's Python process, calls
+:meth:`TrainTask.checkpoint`, which asks the training process to stop (SIGTERM: it finishes its
+step and saves ``last.pt``) and waits for it, then hands submitit the same task to run again:
+submitit requeues the array task (``scontrol requeue``), and the requeued task resumes the run
+from ``last.pt`` exactly.  The training process ignores submitit's signal itself (Slurm signals
+every process of a job), so the one request to stop comes from its parent.
+
+What was submitted is kept in the runs folder (:class:`~lstmablate.run.runs.SlurmFiles`): the
+runs of each array job in task order, and how each task's training ended.  ``--status`` reads
+those, the run folders and the queue (``squeue``; ``sacct`` is not used, since clusters without
+accounting have none) and says per run: finished, running, queued, interrupted, failed (with
+the last lines of its log) or missing.
+
+submitit is optional (``pip install 'lstmablate[slurm]'``); only this module imports it, and
+only when a sweep is submitted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from lstmablate.console import escape
+from lstmablate.errors import ConfigError, UnknownNameError, UserError
+from lstmablate.io import atomic_write_json, read_json
+from .runlock import lock_holder
+from .runs import RunFiles, SlurmFiles
+from .sweep import SweepItem, claim
+
+INSTALL = "pip install 'lstmablate[slurm]'"
+CONFIG_ENV = "LSTMABLATE_SLURM_CONFIG"
+#: how often a task may reach its time limit and be requeued: every requeue continues from
+#: the step the previous job saved, so a run longer than its jobs' time limit still finishes
+MAX_TIMEOUTS = 50
+DEFAULT_TIME = "4:00:00"
+#: sbatch options lstmablate (through submitit) sets itself; --slurm-opt may not change them
+MANAGED = ("array", "output", "error", "signal", "open-mode", "job-name", "wrap")
+
+
+# -- options ---------------------------------------------------------------------------------
+@dataclass
+class SlurmOptions:
+    """What each array task asks Slurm for.  The command line's options win over the user's
+    config file (:func:`config_path`), which wins over these defaults."""
+
+    partition: str | None = None
+    gpus_per_job: int | None = None
+    cpus_per_job: int | None = None
+    mem: str | None = None
+    time: str = DEFAULT_TIME
+    account: str | None = None
+    qos: str | None = None
+    array_parallelism: int | None = None
+    #: further ``#SBATCH --KEY=VALUE`` lines (``--slurm-opt``; True: a flag without a value)
+    slurm_opts: dict[str, Any] = field(default_factory=dict)
+    #: shell lines run before the task (``module load ...``, activating an environment)
+    setup: list[str] = field(default_factory=list)
+
+    @property
+    def time_minutes(self) -> int:
+        return parse_time(self.time)
+
+    def executor_parameters(self, job_name: str) -> dict[str, Any]:
+        """submitit's ``SlurmExecutor.update_parameters`` keywords."""
+        params: dict[str, Any] = {"job_name": job_name, "time": self.time_minutes,
+                                  "nodes": 1, "ntasks_per_node": 1}
+        for ours, theirs in (("partition", "partition"), ("gpus_per_job", "gpus_per_node"),
+                             ("cpus_per_job", "cpus_per_task"), ("mem", "mem"),
+                             ("account", "account"), ("qos", "qos"),
+                             ("array_parallelism", "array_parallelism")):
+            value = getattr(self, ours)
+            if value is not None:
+                params[theirs] = value
+        if self.slurm_opts:
+            params["additional_parameters"] = dict(self.slurm_opts)
+        if self.setup:
+            params["setup"] = list(self.setup)
+        return params
+
+
+_OPTION_KEYS = [f.name.replace("_", "-") for f in fields(SlurmOptions)]
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_MEM = re.compile(r"^\d+[KMGT]?$", re.I)
+_OPT_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+def parse_time(text: str | int, where: str = "--time") -> int:
+    """A Slurm time limit (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
+    ``D-HH:MM:SS``) in whole minutes, rounded up."""
+    m = _TIME.match(str(text).strip())
+    if m is None or isinstance(text, bool):
+        raise ConfigError(f"{where} {text!r} is not a Slurm time limit; give minutes (240), "
+                          "HH:MM:SS (4:00:00) or D-HH:MM:SS (1-12:00:00).")
+    days, a, b, c = m.groups()
+    nums = [int(x) for x in (a, b, c) if x is not None]
+    if days is not None:  # D-HH[:MM[:SS]]
+        h, mins, s = (nums + [0, 0])[:3]
+        seconds = ((int(days) * 24 + h) * 60 + mins) * 60 + s
+    elif len(nums) == 1:
+        seconds = nums[0] * 60
+    elif len(nums) == 2:  # MM:SS
+        seconds = nums[0] * 60 + nums[1]
+    else:
+        seconds = (nums[0] * 60 + nums[1]) * 60 + nums[2]
+    minutes = -(-seconds // 60)
+    if minutes < 1:
+        raise ConfigError(f"{where} {text!r}: a job needs at least one minute.")
+    return minutes
+
+
+def parse_slurm_opts(items: list[str], where: str = "--slurm-opt") -> dict[str, Any]:
+    """``KEY=VALUE`` (or a bare ``KEY`` flag) items as ``#SBATCH --KEY=VALUE`` lines."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = str(item).partition("=")
+        key = key.strip().lstrip("-")
+        _check_opt_key(key, f"{where} {item!r}")
+        out[key] = value if eq else True
+    return out
+
+
+def _check_opt_key(key: str, where: str) -> None:
+    if not _OPT_KEY.match(key):
+        raise ConfigError(f"{where}: {key!r} is not an sbatch option name; write KEY=VALUE, "
+                          "e.g. constraint=a100 or mail-type=END.")
+    if key.replace("_", "-") in MANAGED:
+        raise ConfigError(f"{where}: --{key} is set by lstmablate for every sweep (the array, its "
+                          "logs and the signal before the time limit); leave it out.")
+
+
+def _checked(key: str, value: Any, where: str) -> Any:
+    """One option's value, checked (ConfigError naming ``where``)."""
+    if value is None:
+        return None
+    if key in ("gpus-per-job", "cpus-per-job", "array-parallelism"):
+        lowest = 0 if key == "gpus-per-job" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+            raise ConfigError(f"{where}: {key} must be a whole number of at least {lowest}, "
+                              f"got {value!r}.")
+        return value
+    if key == "mem":
+        if not _MEM.match(str(value)):
+            raise ConfigError(f"{where}: mem must be a size as sbatch --mem reads it (16G, "
+                              f"16000M, 16000 in MB), got {value!r}.")
+        return str(value)
+    if key == "time":
+        parse_time(value, where)
+        return str(value)
+    if key == "slurm-opts":
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: slurm-opts must be a mapping of sbatch option names to "
+                              f"values (constraint: a100), got {value!r}.")
+        for k in value:
+            _check_opt_key(str(k), where)
+        return {str(k): (v if v is True else str(v)) for k, v in value.items()}
+    if key == "setup":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: setup must be a list of shell lines, got {value!r}.")
+        return value
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise ConfigError(f"{where}: {key} must be a name, got {value!r}.")
+    return str(value)
+
+
+def config_path() -> Path:
+    """The user's Slurm defaults: ``$LSTMABLATE_SLURM_CONFIG``, else
+    ``$XDG_CONFIG_HOME/lstmablate/slurm.yaml`` (``~/.config/lstmablate/slurm.yaml``)."""
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV])
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "lstmablate" / "slurm.yaml"
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The options in a user config file (plain YAML, keys as the command-line options without
+    ``--``, plus ``slurm-opts`` and ``setup``); a key or value that does not fit is a
+    ConfigError naming the file and line."""
+    import yaml
+
+    from lstmablate.recipes import load_yaml
+
+    if not path.exists():
+        if os.environ.get(CONFIG_ENV):
+            raise ConfigError(f"{CONFIG_ENV}={path}: no such file. Point it at your Slurm defaults "
+                              "(a YAML mapping such as `partition: gpu`) or unset it.")
+        return {}
+    data = load_yaml(path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of Slurm options (partition: gpu, "
+                          f"time: '4:00:00', ...), got {type(data).__name__}.")
+    lines = {}  # the line of each top-level key (yaml.compose builds nodes, never objects)
+    node = yaml.compose(path.read_text(encoding="utf-8"))
+    for key_node, _ in getattr(node, "value", []):
+        lines[str(key_node.value)] = key_node.start_mark.line + 1
+    out = {}
+    for key, value in data.items():
+        name = str(key).replace("_", "-")
+        where = f"{path}, line {lines.get(str(key), '?')}"
+        if name not in _OPTION_KEYS:
+            raise UnknownNameError(f"key in {where}", str(key), _OPTION_KEYS,
+                                   hint="Keys are the sweep's Slurm options without `--`.")
+        out[name.replace("-", "_")] = _checked(name, value, where)
+    return out
+
+
+def slurm_options(cli: dict[str, Any], config: Path | None = None) -> SlurmOptions:
+    """The options of a submission: ``cli`` (keyword -> value; None: not given on the command
+    line) over the config file over the defaults."""
+    path = config or config_path()
+    merged = read_config(path)
+    for key, value in cli.items():
+        if key == "slurm_opts":
+            value = {**merged.get("slurm_opts", {}), **parse_slurm_opts(value or [])}
+        elif value is not None:
+            value = _checked(key.replace("_", "-"), value, "--" + key.replace("_", "-"))
+        if value is not None:
+            merged[key] = value
+    return SlurmOptions(**merged)
+
+
+def check_launcher(launcher: str, slurm: dict[str, Any], *, dry_run: bool, jobs: int,
+                   other: bool) -> None:
+    """UserError for options that do not go together: a Slurm option without ``--launcher
+    slurm``, ``--jobs`` with it, ``--dry-run`` with ``--list`` or ``--status``."""
+    if launcher not in ("local", "slurm"):
+        raise UserError(f"--launcher {launcher!r}: expected local (run here) or slurm (submit "
+                        "one Slurm array job).")
+    given = [f"--{k.replace('_', '-')}" for k, v in slurm.items() if v not in (None, [])]
+    if dry_run:
+        given.append("--dry-run")
+    if launcher == "local" and given and not other:
+        raise UserError(f"{', '.join(given)}: option(s) of --launcher slurm; add --launcher slurm "
+                        "to submit the sweep to Slurm, or leave them out to run it here.")
+    if launcher == "slurm" and jobs != 1:
+        raise UserError("--jobs runs several runs at once on this machine; with --launcher slurm "
+                        "every run is its own array task (--array-parallelism limits how many run "
+                        "at once).")
+    if dry_run and other:
+        raise UserError("--dry-run shows what --launcher slurm would submit; --list and --status "
+                        "run nothing already: leave --dry-run out.")
+
+
+# -- submitting ------------------------------------------------------------------------------
+def require_submitit() -> Any:
+    try:
+        import submitit
+    except ImportError:
+        raise UserError(f"--launcher slurm submits through submitit, which is not installed: "
+                        f"`{INSTALL}` (or `pip install submitit`).") from None
+    return submitit
+
+
+def task_argv(item: SweepItem, gpus: int | None) -> list[str]:
+    """The training command of an array task: ``item``'s ``lstmablate train`` command, under
+    ``torchrun`` (one process per GPU, on the job's node) when the job has several GPUs."""
+    argv = item.argv
+    if gpus and gpus > 1:
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={gpus}", *argv[1:]]
+    return argv
+
+
+class TrainTask:
+    """One array task: train one run of a sweep (submitit calls it, pickled, in the job)."""
+
+    def __init__(self, item: SweepItem, gpus: int | None = None):
+        self.item = item
+        self.gpus = gpus
+        self._proc: subprocess.Popen | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"item": self.item, "gpus": self.gpus}  # never the child process
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["item"], state["gpus"])
+
+    def __call__(self) -> str:
+        import submitit
+
+        console = Console(stderr=True, highlight=False)
+        job = submitit.JobEnvironment().job_id
+        busy: list[str] = []
+        item = claim(self.item, console, busy)  # finished meanwhile, or trained elsewhere: skip
+        if item is None:
+            state = "finished" if RunFiles(self.item.run_dir).is_finished() else "skipped"
+            _write_outcome(self.item, job, state, None, busy[0] if busy else "")
+            return state
+        files = RunFiles(item.run_dir)
+        files.log.parent.mkdir(parents=True, exist_ok=True)
+        argv = task_argv(item, self.gpus)
+        console.print(f"{job}: {shlex.join(argv)} (log {files.log})", soft_wrap=True)
+        sig = getattr(signal, "SIG" + submitit.JobEnvironment.USR_SIG)
+        with open(files.log, "a", encoding="utf-8") as log:
+            self._proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=lambda: signal.signal(sig, signal.SIG_IGN))  # its parent passes it on
+            while self._proc.poll() is None:  # (a signal handler may run between the polls)
+                time.sleep(0.5)
+        code = self._proc.returncode
+        state = "finished" if files.is_finished() else "interrupted" if code == 0 else "failed"
+        _write_outcome(item, job, state, code, "")
+        if state == "failed":
+            raise RuntimeError(f"training {item.run_dir} failed (exit {code}); its log: {files.log}")
+        return state
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """submitit's hook at the time limit or preemption: the training process saves
+        ``last.pt`` and stops; the same task, requeued, resumes it."""
+        import submitit
+
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            try:
+                proc.send_signal(signal.SIGTERM)  # finish the step, save last.pt, exit
+                os.waitpid(proc.pid, 0)  # (not proc.wait(): the interrupted poll may hold its lock)
+            except (ChildProcessError, ProcessLookupError):
+                pass
+        # (requeued even if the run just finished: the next task then only says so)
+        return submitit.helpers.DelayedSubmission(TrainTask(self.item, self.gpus))
+
+
+def _for_job(item: SweepItem) -> SweepItem:
+    """``item`` with absolute paths (a job may start in another directory)."""
+    recipe = Path(item.recipe)
+    if recipe.suffix in (".yaml", ".yml") and recipe.is_file():
+        item = replace(item, recipe=str(recipe.resolve()))
+    return replace(item, out=item.out.resolve(), run_dir=item.run_dir.resolve(),
+                   data_dir=str(Path(item.data_dir).resolve()) if item.data_dir else None)
+
+
+def _write_outcome(item: SweepItem, job: str, state: str, code: int | None, note: str) -> None:
+    atomic_write_json(SlurmFiles(item.out).outcome(job),
+                      {"job": job, "run": _rel(item), "state": state, "exit": code, "note": note,
+                       "ended": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+
+
+def _rel(item: SweepItem) -> str:
+    return str(item.run_dir.relative_to(item.out))
+
+
+def submit_command(folder: Path) -> str:
+    """What each array task runs: submitit's job runner on the pickled task."""
+    return f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
+
+
+def sbatch_script(opts: SlurmOptions, folder: Path, n: int, job_name: str) -> str:
+    """The sbatch script submitit writes for an array of ``n`` tasks (``--dry-run``)."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    params = opts.executor_parameters(job_name)
+    if n > 1:
+        params["map_count"] = n
+    return _make_sbatch_string(command=submit_command(folder), folder=folder, **params)
+
+
+def submit_sweep(plan: list[SweepItem], recipe: str, opts: SlurmOptions, *, dry_run: bool = False,
+                 console: Console | None = None, out: Console | None = None) -> list[str]:
+    """Submit the unfinished runs of ``plan`` as one array job; returns the task job ids
+    (``<job>_<task>``; none for a dry run, which prints the sbatch script to ``out``)."""
+    console = console or Console(stderr=True, highlight=False)
+    out = out or Console(highlight=False)
+    submitit = require_submitit()
+    queue = squeue() or {}
+    latest = latest_jobs(plan)
+    todo, waiting = [], []
+    for it in plan:
+        if it.finished:
+            continue
+        job = latest.get(_rel(it), "")
+        holder = lock_holder(it.run_dir)
+        if holder:
+            waiting.append(f"{_rel(it)} (being trained by {holder})")
+        elif queue.get(job) in QUEUED + RUNNING:
+            waiting.append(f"{_rel(it)} (job {job}, {queue[job].lower()})")
+        else:
+            todo.append(it)
+    if waiting:
+        console.print(f"{len(waiting)} run(s) already queued or running, not submitted again: "
+                      + escape("; ".join(waiting)), soft_wrap=True)
+    if not todo:
+        console.print(f"nothing to submit: {len(plan) - len(waiting)} of {len(plan)} runs are "
+                      "finished" + (", the others queued or running" if waiting else "") + ".",
+                      soft_wrap=True)
+        return []
+    threads = opts.cpus_per_job or 1  # torch would otherwise use every core of the node
+    todo = [_for_job(it if it.threads else replace(it, threads=threads)) for it in todo]
+    files = SlurmFiles(todo[0].out)
+    job_name = f"lstmablate-{Path(recipe).stem}"
+    if dry_run:
+        out.print(sbatch_script(opts, files.folder, len(todo), job_name), markup=False,
+                  soft_wrap=True)
+        console.print(f"dry run: {len(todo)} array task(s), nothing submitted:", soft_wrap=True)
+        for i, it in enumerate(todo):
+            console.print(f"  task {i}: {escape(shlex.join(task_argv(it, opts.gpus_per_job)))}",
+                          soft_wrap=True)
+        return []
+    try:
+        executor = submitit.SlurmExecutor(folder=files.folder, max_num_timeout=MAX_TIMEOUTS)
+    except RuntimeError as e:  # no srun
+        raise UserError(f"cannot submit to Slurm from this machine ({e}); run the sweep on a "
+                        "machine of the cluster (a login node), or `--dry-run` to see the "
+                        "script.") from None
+    executor.update_parameters(**opts.executor_parameters(job_name))
+    try:
+        with executor.batch():
+            jobs = [executor.submit(TrainTask(it, opts.gpus_per_job)) for it in todo]
+    except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError,
+            subprocess.CalledProcessError, OSError) as e:
+        raise UserError(f"sbatch refused the sweep's array job: {' '.join(str(e).split())[:800]} "
+                        "Fix the Slurm options (--partition, --time, --mem, --slurm-opt, or "
+                        f"{config_path()}); nothing was submitted.") from None
+    ids = [j.job_id for j in jobs]
+    master = ids[0].split("_")[0]
+    atomic_write_json(files.submission(master), {
+        "job": master, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "recipe": recipe,
+        "runs": [{"run": _rel(it), "job": j} for it, j in zip(todo, ids)]})
+    console.print(f"submitted Slurm job {master}: {len(todo)} run(s) "
+                  f"({len(plan) - len(todo) - len(waiting)} finished); Slurm's logs in "
+                  f"{escape(files.folder)}, each run's beside its folder (.log). "
+                  f"`lstmablate sweep {escape(recipe)} --out {escape(todo[0].out)} --status` "
+                  "shows where they are.", soft_wrap=True)
+    return ids
+
+
+# -- status ----------------------------------------------------------------------------------
+QUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESIZING",
+          "SUSPENDED", "STOPPED")
+RUNNING = ("RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT")
+
+
+def squeue() -> dict[str, str] | None:
+    """The caller's jobs in the queue, ``{"<job>_<task>" or "<job>": state}``, one entry per
+    array task; None where there is no ``squeue``."""
+    if shutil.which("squeue") is None:
+        return None
+    user = os.environ.get("USER") or _user()
+    try:
+        done = subprocess.run(["squeue", "-h", "-r", "-u", user, "-o", "%i|%T"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    jobs = {}
+    for line in done.stdout.splitlines():
+        job, _, state = line.strip().partition("|")
+        if job:
+            jobs[job] = state
+    return jobs
+
+
+def _user() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def latest_jobs(plan: list[SweepItem]) -> dict[str, str]:
+    """Each run's (folder relative to its runs root) most recently submitted task job id."""
+    latest: dict[str, str] = {}
+    for root in sorted({it.out for it in plan}, key=str):
+        for path in SlurmFiles(root).submissions():
+            try:
+                doc = read_json(path)
+                for entry in doc["runs"]:
+                    latest[str(entry["run"])] = str(entry["job"])
+            except (UserError, KeyError, TypeError):
+                continue  # a damaged record says nothing; the run folders still do
+    return latest
+
+
+@dataclass
+class RunStatus:
+    item: SweepItem
+    state: str  # finished | running | queued | interrupted | failed | missing | conflict
+    job: str = ""
+    detail: str = ""
+
+
+def log_tail(path: Path, lines: int = 5) -> str:
+    """The last non-empty lines of a log, joined with `` | ``."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    kept = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(kept[-lines:])
+
+
+def sweep_status(plan: list[SweepItem]) -> list[RunStatus]:
+    """Where each run of a sweep stands, from its folder, the jobs submitted for it and the
+    queue."""
+    latest = latest_jobs(plan)
+    queue = squeue() if latest else {}
+    out = []
+    for it in plan:
+        files = RunFiles(it.run_dir)
+        job = latest.get(_rel(it), "")
+        in_queue = (queue or {}).get(job, "")
+        if it.conflict:
+            out.append(RunStatus(it, "conflict", job, "trained with another config: "
+                                 + ", ".join(it.conflict)))
+            continue
+        if files.is_finished():
+            out.append(RunStatus(it, "finished", job))
+            continue
+        holder = lock_holder(it.run_dir)
+        if in_queue in RUNNING or holder:
+            out.append(RunStatus(it, "running", job if in_queue else "", holder or "starting"))
+            continue
+        if in_queue in QUEUED:
+            out.append(RunStatus(it, "queued", job, in_queue.lower()))
+            continue
+        outcome = _outcome(SlurmFiles(it.out), job) if job else None
+        if outcome and outcome.get("state") == "failed":
+            out.append(RunStatus(it, "failed", job, f"exit {outcome.get('exit')}: "
+                                 + log_tail(files.log)))
+        elif files.last.exists():
+            out.append(RunStatus(it, "interrupted", job, "resumes from last.pt"))
+        elif files.log.exists():  # a start that failed before the first checkpoint
+            out.append(RunStatus(it, "failed", job, log_tail(files.log)))
+        elif job and not outcome and SlurmFiles(it.out).slurm_log(job).exists():
+            out.append(RunStatus(it, "failed", job, "the job ended before training started: "
+                                 + log_tail(SlurmFiles(it.out).slurm_log(job))))
+        else:
+            out.append(RunStatus(it, "missing", job, "its job ended before it ran" if job else ""))
+    if latest and queue is None:
+        for s in out:
+            if s.state in ("interrupted", "failed", "missing") and s.job:
+                s.detail = (s.detail + "; " if s.detail else "") + "no squeue here: queue unknown"
+    return out
+
+
+def _outcome(files: SlurmFiles, job: str) -> dict[str, Any] | None:
+    path = files.outcome(job)
+    if not path.exists():
+        return None
+    try:
+        doc = read_json(path)
+    except UserError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def print_status(statuses: list[RunStatus], out: Console, err: Console) -> None:
+    """One line per run (a table on a terminal, TSV otherwise), then the counts."""
+    from lstmablate.console import print_listing
+
+    rows = [[_rel(s.item), s.state, s.job or "-", s.detail] for s in statuses]
+    print_listing(("run", "status", "job", "detail"), rows, keep=("run", "status", "job"),
+                  console=out)
+    counts: dict[str, int] = {}
+    for s in statuses:
+        counts[s.state] = counts.get(s.state, 0) + 1
+    order = ("finished", "running", "queued", "interrupted", "failed", "missing", "conflict")
+    err.print(f"{len(statuses)} run{'s' if len(statuses) != 1 else ''}: " + ", ".join(f"{counts[k]} {k}" for k in order if k in counts),
+              soft_wrap=True)

@@ -42,7 +42,7 @@ from typing import Any
 from rich.console import Console
 
 from lstmablate.console import escape
-from lstmablate.errors import ConfigError, UnknownNameError, UserError
+from lstmablate.errors import ConfigError, UserError, did_you_mean
 from lstmablate.io import atomic_write_json, read_json
 from .runlock import lock_holder
 from .runs import RunFiles, SlurmFiles
@@ -201,7 +201,7 @@ def read_config(path: Path) -> dict[str, Any]:
     from lstmablate.recipes import load_yaml
 
     if not path.exists():
-        if os.environ.get(CONFIG_ENV):
+        if os.environ.get(CONFIG_ENV) and Path(os.environ[CONFIG_ENV]) == path:
             raise ConfigError(f"{CONFIG_ENV}={path}: no such file. Point it at your Slurm defaults "
                               "(a YAML mapping such as `partition: gpu`) or unset it.")
         return {}
@@ -220,8 +220,11 @@ def read_config(path: Path) -> dict[str, Any]:
         name = str(key).replace("_", "-")
         where = f"{path}, line {lines.get(str(key), '?')}"
         if name not in _OPTION_KEYS:
-            raise UnknownNameError(f"key in {where}", str(key), _OPTION_KEYS,
-                                   hint="Keys are the sweep's Slurm options without `--`.")
+            close = did_you_mean(name, _OPTION_KEYS)
+            raise ConfigError(f"{where}: unknown key {key!r}."
+                              + (f" Did you mean {close!r}?" if close else "")
+                              + f" The keys are the sweep's Slurm options without `--`: "
+                              + ", ".join(_OPTION_KEYS) + ".")
         out[name.replace("-", "_")] = _checked(name, value, where)
     return out
 

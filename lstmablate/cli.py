@@ -511,12 +511,13 @@ def sweep(
     lstmablate sweep table1 --status
     """
     from .run import cluster
+    from .run.slurm_options import check_launcher, slurm_options
     from .run.sweep import plan_sweep, run_sweep
 
     slurm = {"partition": partition, "gpus_per_job": gpus, "cpus_per_job": cpus, "mem": mem,
              "time": time_limit, "account": account, "qos": qos, "array_parallelism": parallel,
              "slurm_opts": slurm_opt}
-    cluster.check_launcher(launcher, slurm, dry_run=dry_run, jobs=jobs, other=list_only or status)
+    check_launcher(launcher, slurm, dry_run=dry_run, jobs=jobs, runs_nothing=list_only or status)
     plan = plan_sweep(recipe, out_dir, overrides=set_ or [], threads=threads, device=device,
                       data_dir=data_dir, refuse_conflicts=not status)
     if status:
@@ -532,7 +533,7 @@ def sweep(
                       f"{escape(recipe)}` prints its table.", soft_wrap=True)
         return
     if launcher == "slurm":
-        cluster.submit_sweep(plan, recipe, cluster.slurm_options(slurm), dry_run=dry_run,
+        cluster.submit_sweep(plan, recipe, slurm_options(slurm), dry_run=dry_run,
                              console=err, out=out)
         return
     run_sweep(plan, console=err, jobs=jobs)

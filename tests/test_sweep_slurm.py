@@ -22,7 +22,7 @@ import pytest
 
 from cli_in_process import run_cli
 from lstmablate.errors import ConfigError
-from lstmablate.run import cluster
+from lstmablate.run import cluster, slurm_options
 from lstmablate.run.runlock import RunLock
 from lstmablate.run.runs import RunFiles, SlurmFiles
 from lstmablate.run.sweep import plan_sweep
@@ -45,13 +45,13 @@ def _tsv(stdout: str) -> dict[str, list[str]]:
                                            ("1-12", 2160), ("1-00:30", 1470),
                                            ("1-00:00:30", 1441)])
 def test_time_limits_in_the_forms_sbatch_reads_are_whole_minutes(text, minutes):
-    assert cluster.parse_time(text) == minutes
+    assert slurm_options.parse_time(text) == minutes
 
 
 @pytest.mark.parametrize("text", ["soon", "0", "1:2:3:4", "-5"])
 def test_a_time_limit_sbatch_would_not_read_is_refused(text):
     with pytest.raises(ConfigError, match="time"):
-        cluster.parse_time(text)
+        slurm_options.parse_time(text)
 
 
 def test_the_command_line_wins_over_the_user_file_over_the_defaults(tmp_path, monkeypatch,
@@ -59,12 +59,12 @@ def test_the_command_line_wins_over_the_user_file_over_the_defaults(tmp_path, mo
     conf = tmp_path / "slurm.yaml"
     conf.write_text("partition: gpu\ntime: '2:00:00'\ncpus_per_job: 4\n"
                     "slurm-opts: {constraint: a100}\nsetup: ['module load cuda']\n")
-    monkeypatch.setenv(cluster.CONFIG_ENV, str(conf))
-    opts = cluster.slurm_options({"partition": "debug", "time": None, "mem": "16G",
+    monkeypatch.setenv(slurm_options.CONFIG_ENV, str(conf))
+    opts = slurm_options.slurm_options({"partition": "debug", "time": None, "mem": "16G",
                                   "slurm_opts": ["exclude=node7", "exclusive"]})
     assert (opts.partition, opts.time_minutes, opts.cpus_per_job, opts.mem) == ("debug", 120, 4, "16G")
     assert opts.slurm_opts == {"constraint": "a100", "exclude": "node7", "exclusive": True}
-    assert cluster.slurm_options({}, config=tmp_path / "absent.yaml").time_minutes == 240
+    assert slurm_options.slurm_options({}, config=tmp_path / "absent.yaml").time_minutes == 240
 
     r = run_cli("sweep", tiny_recipe, "--out", "runs", "--launcher", "slurm", "--dry-run",
                 "--partition", "debug", "--slurm-opt", "exclude=node7", cwd=tmp_path)
@@ -93,7 +93,7 @@ def test_a_bad_user_file_is_one_message_naming_file_and_line(tmp_path, monkeypat
                                                              text, where, expected):
     conf = tmp_path / "slurm.yaml"
     conf.write_text(text)
-    monkeypatch.setenv(cluster.CONFIG_ENV, str(conf))
+    monkeypatch.setenv(slurm_options.CONFIG_ENV, str(conf))
     r = run_cli("sweep", tiny_recipe, "--launcher", "slurm", "--dry-run", cwd=tmp_path)
     assert r.returncode == 2
     message = " ".join(r.stderr.split())
@@ -106,7 +106,8 @@ def test_a_bad_user_file_is_one_message_naming_file_and_line(tmp_path, monkeypat
     (["--dry-run"], "--dry-run: option(s) of --launcher slurm"),
     (["--launcher", "slurm", "--jobs", "2"], "--array-parallelism"),
     (["--launcher", "pbs"], "expected local"),
-    (["--launcher", "slurm", "--status", "--dry-run"], "leave --dry-run out"),
+    (["--launcher", "slurm", "--status", "--dry-run"], "--status submit nothing"),
+    (["--list", "--partition", "gpu"], "--status submit nothing"),
     (["--launcher", "slurm", "--dry-run", "--slurm-opt", "output=x.log"], "set by lstmablate"),
     (["--launcher", "slurm", "--dry-run", "--cpus-per-job", "0"], "at least 1"),
 ])

@@ -534,7 +534,7 @@ def sweep(
         return
     if launcher == "slurm":
         cluster.submit_sweep(plan, recipe, slurm_options(slurm), dry_run=dry_run,
-                             console=err, out=out)
+                             overrides=set_ or [], console=err, out=out)
         return
     run_sweep(plan, console=err, jobs=jobs)
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -267,7 +269,8 @@ def test_a_sweep_on_slurm_equals_the_same_sweep_run_here(slurm, tmp_path, tiny_r
     # what --dry-run printed is what was submitted
     assert (records.folder / f"{job}_submission.sh").read_text().strip() == dry.stdout.strip()
 
-    during = _tsv(run_cli("sweep", recipe, "--out", "cluster", "--status", cwd=tmp_path).stdout)
+    [suggested] = re.findall(r"`(lstmablate sweep [^`]*--status)`", " ".join(r.stderr.split()))
+    during = _tsv(run_cli(*shlex.split(suggested)[1:], cwd=tmp_path).stdout)  # as it is printed
     assert {row[1] for row in during.values()} == {f"{job}_0", f"{job}_1"}
     assert {row[0] for row in during.values()} <= {"queued", "running", "finished"}
     again = run_cli(*args, cwd=tmp_path)  # nothing is submitted twice

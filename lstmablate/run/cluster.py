@@ -168,9 +168,11 @@ def sbatch_script(opts: SlurmOptions, folder: Path, n: int, job_name: str) -> st
 
 
 def submit_sweep(plan: list[SweepItem], recipe: str, opts: SlurmOptions, *, dry_run: bool = False,
-                 console: Console | None = None, out: Console | None = None) -> list[str]:
-    """Submit the unfinished runs of ``plan`` as one array job; returns the task job ids
-    (``<job>_<task>``; none for a dry run, which prints the sbatch script to ``out``)."""
+                 overrides: list[str] | None = None, console: Console | None = None,
+                 out: Console | None = None) -> list[str]:
+    """Submit the unfinished runs of ``plan`` (the sweep of ``recipe`` with the ``--set``
+    ``overrides``) as one array job; returns the task job ids (``<job>_<task>``; none for a dry
+    run, which prints the sbatch script to ``out``)."""
     console = console or Console(stderr=True, highlight=False)
     out = out or Console(highlight=False)
     submitit = require_submitit()
@@ -224,6 +226,9 @@ def submit_sweep(plan: list[SweepItem], recipe: str, opts: SlurmOptions, *, dry_
                         "Fix the Slurm options (--partition, --time, --mem, --slurm-opt, or "
                         f"{config_path()}); nothing was submitted.") from None
     ids = [j.job_id for j in jobs]
+    status_command = ["lstmablate", "sweep", recipe, "--out", str(todo[0].out), "--status"]
+    for o in overrides or []:
+        status_command += ["--set", o]
     master = ids[0].split("_")[0]
     atomic_write_json(files.submission(master), {
         "job": master, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "recipe": recipe,
@@ -231,7 +236,7 @@ def submit_sweep(plan: list[SweepItem], recipe: str, opts: SlurmOptions, *, dry_
     console.print(f"submitted Slurm job {master}: {len(todo)} run(s) "
                   f"({len(plan) - len(todo) - len(waiting)} finished); Slurm's logs in "
                   f"{escape(files.folder)}, each run's beside its folder (.log). "
-                  f"`lstmablate sweep {escape(recipe)} --out {escape(todo[0].out)} --status` "
+                  f"`{escape(shlex.join(status_command))}` "
                   "shows where they are.", soft_wrap=True)
     return ids
 

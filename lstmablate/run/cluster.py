@@ -114,7 +114,7 @@ class TrainTask:
         state = "finished" if files.is_finished() else "interrupted" if code == 0 else "failed"
         _write_outcome(item, job, state, code, "")
         if state == "failed":
-            raise RuntimeError(f"training {item.run_dir} failed (exit {code}); its log: {files.log}")
+            raise RuntimeError(f"training {item.run_dir} failed (exit {code}); log: {files.log}")
         return state
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
@@ -374,5 +374,5 @@ def print_status(statuses: list[RunStatus], out: Console, err: Console) -> None:
     for s in statuses:
         counts[s.state] = counts.get(s.state, 0) + 1
     order = ("finished", "running", "queued", "interrupted", "failed", "missing", "conflict")
-    err.print(f"{len(statuses)} run{'s' if len(statuses) != 1 else ''}: " + ", ".join(f"{counts[k]} {k}" for k in order if k in counts),
-              soft_wrap=True)
+    shown = ", ".join(f"{counts[k]} {k}" for k in order if k in counts)
+    err.print(f"{len(statuses)} run{'s' if len(statuses) != 1 else ''}: {shown}", soft_wrap=True)

@@ -150,6 +150,19 @@ def test_an_array_task_trains_its_run_skips_a_locked_one_and_requeues_itself(tmp
     assert files.is_finished() and "done" in files.log.read_text()
     assert task() == "finished"  # a finished run is not trained again
 
+    # a run that fails: the task says so (submitit marks the job failed) and keeps the outcome
+    broken = RunFiles(Path("runs/tiny/lstm/seed-1"))
+    broken.root.mkdir(parents=True)
+    broken.config.write_text("task: [dyck\n")  # damaged, after the run had started
+    broken.last.write_bytes(b"")
+    broken = cluster._for_job(plan_sweep(str(tiny_recipe), Path("runs"), threads=1,
+                                         refuse_conflicts=False)[0])
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
+    with pytest.raises(RuntimeError, match="failed .exit 2"):
+        cluster.TrainTask(broken)()
+    assert json.loads(records.outcome("40_0").read_text())["state"] == "failed"
+    assert "not valid YAML" in RunFiles(broken.run_dir).log.read_text()
+
     # submitit pickles the task without its child process and, at a time limit, requeues it
     import cloudpickle
 

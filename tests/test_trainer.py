@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import signal
 from dataclasses import dataclass
 
 import pytest
@@ -225,6 +227,38 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
     assert resumed.metrics_path.read_bytes() == full.metrics_path.read_bytes()
     # the plan jumped to the saved position: batches 1-7 were never built again
     assert full.task.collated == 18 and resumed.task.collated == 18 - 7
+
+
+def test_sigterm_twice_still_saves_and_resumes_exactly_a_second_ctrl_c_gives_up(tmp_path):
+    """Slurm signals every process of a job and srun forwards signals too, so a run can get
+    SIGTERM more than once: the second one must not abandon the save of last.pt.  A second
+    Ctrl-C (SIGINT) still stops at once."""
+    cfg = TrainConfig(optimizer="adam", lr=0.01, max_epochs=3, eval_every=5)
+    full = make_trainer(tmp_path, cfg, name="full")
+    full.fit()
+
+    def signalled_at_7(trainer, sig):
+        real_step = trainer._train_step
+
+        def step(batch):
+            out = real_step(batch)
+            if trainer.pos.step == 7:
+                os.kill(os.getpid(), sig)  # the handler runs before the next line
+                os.kill(os.getpid(), sig)
+            return out
+        trainer._train_step = step
+        return trainer
+
+    part = signalled_at_7(make_trainer(tmp_path, cfg, name="part"), signal.SIGTERM)
+    assert part.fit().interrupted and load_checkpoint(part.last_path)["position"]["step"] == 7
+    resumed = make_trainer(tmp_path, cfg, name="part")
+    resumed.fit(resume=True)
+    assert resumed.metrics_path.read_bytes() == full.metrics_path.read_bytes()
+
+    ctrl_c = signalled_at_7(make_trainer(tmp_path, cfg, name="ctrl-c"), signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        ctrl_c.fit()
+    assert signal.getsignal(signal.SIGTERM) != ctrl_c._on_signal  # handlers restored
 
 
 def test_test_checkpoint_last_uses_the_final_model(tmp_path):

@@ -117,6 +117,12 @@ class RunFiles:
     def tensorboard(self) -> Path:
         return self.root / self.TENSORBOARD
 
+    @property
+    def log(self) -> Path:
+        """``<run folder>.log``, beside the folder: the output of a run a sweep started in a
+        subprocess (``--jobs``, a Slurm job)."""
+        return self.root.with_name(self.root.name + ".log")
+
     def is_finished(self) -> bool:
         return self.result.exists()
 
@@ -141,6 +147,41 @@ class RunFiles:
         if (folder / cls.CONFIG).is_file():
             return [cls(folder)]
         return [cls(p.parent) for p in sorted(folder.rglob(cls.CONFIG))]
+
+
+@dataclass(frozen=True)
+class SlurmFiles:
+    """``<runs>/_slurm/``: what ``sweep --launcher slurm`` keeps beside the run folders.
+    submitit's files (``<job>_submission.sh``, pickles, ``<job>_0_log.out``/``.err``) and ours:
+    per array job ``<job>_runs.json`` (its runs in task order, ``{"job", "submitted",
+    "runs": [{"run": <folder relative to runs>, "job": <job>_<task>}]}``) and per array task
+    ``<job>_<task>_outcome.json`` (how its training process ended)."""
+
+    runs_root: Path
+
+    FOLDER: ClassVar[str] = "_slurm"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "runs_root", Path(self.runs_root))
+
+    @property
+    def folder(self) -> Path:
+        return self.runs_root / self.FOLDER
+
+    def submission(self, job: str) -> Path:
+        return self.folder / f"{job}_runs.json"
+
+    def submissions(self) -> list[Path]:
+        """Every ``<job>_runs.json``, oldest job first."""
+        found = self.folder.glob("*_runs.json") if self.folder.is_dir() else []
+        return sorted(found, key=lambda p: (len(p.name), p.name))
+
+    def outcome(self, task_job: str) -> Path:
+        return self.folder / f"{task_job}_outcome.json"
+
+    def slurm_log(self, task_job: str) -> Path:
+        """submitit's stderr of an array task (``<job>_<task>``), or of a single job."""
+        return self.folder / f"{task_job}_0_log.err"
 
 
 @dataclass

@@ -62,14 +62,21 @@ class SweepItem:
             parts.append("--resume")
         return shlex.join(parts)
 
+    @property
+    def argv(self) -> list[str]:
+        """:attr:`command` as this Python runs it (``python -m lstmablate train ...``)."""
+        return [sys.executable, "-m", "lstmablate", *shlex.split(self.command)[1:]]
+
 
 def plan_sweep(recipe: str, out: Path, *, overrides: list[str] | None = None, threads: int | None = None,
-               device: str = "cpu", data_dir: str | None = None) -> list[SweepItem]:
+               device: str = "cpu", data_dir: str | None = None,
+               refuse_conflicts: bool = True) -> list[SweepItem]:
     """Every run of a recipe (cells x seeds x grid points), or of each recipe of a table spec.
 
     Each run's config is resolved (and so checked) as ``train`` would resolve it; a run folder
     that already holds a run with another config (a different ``--set``, an edited recipe) is a
-    conflict: the sweep refuses to start, naming each such folder and the keys that differ."""
+    conflict: the sweep refuses to start, naming each such folder and the keys that differ
+    (with ``refuse_conflicts=False`` the items carry their conflicts, for ``--status``)."""
     from .runner import check_threads
 
     check_threads(threads)
@@ -77,7 +84,7 @@ def plan_sweep(recipe: str, out: Path, *, overrides: list[str] | None = None, th
     items = _plan(recipe, out, overrides=overrides, threads=threads, device=device,
                   data_dir=data_dir)
     conflicts = [it for it in items if it.conflict]
-    if conflicts:
+    if conflicts and refuse_conflicts:
         shown = "; ".join(f"{it.run_dir} ({', '.join(it.conflict)})" for it in conflicts[:5])
         more = f"; and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
         raise RunDirError(
@@ -231,12 +238,10 @@ def _run_parallel(todo: list[SweepItem], console: Console, jobs: int, busy: list
                 it = claim(pending.pop(0), console, busy)
                 if it is None:
                     continue
-                log_path = it.run_dir.with_name(it.run_dir.name + ".log")
+                log_path = RunFiles(it.run_dir).log
                 log_path.parent.mkdir(parents=True, exist_ok=True)
                 log = open(log_path, "a", encoding="utf-8")
-                args = shlex.split(it.command)[1:]
-                proc = subprocess.Popen([sys.executable, "-m", "lstmablate", *args],
-                                        stdout=log, stderr=subprocess.STDOUT)
+                proc = subprocess.Popen(it.argv, stdout=log, stderr=subprocess.STDOUT)
                 console.print(f"started {escape(it.run_dir)} (log {escape(log_path)})", highlight=False)
                 running.append((it, proc, log))
             for entry in list(running):

@@ -224,8 +224,10 @@ class Trainer:
 
     # -- signals ------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
-        if self._stop_signal is not None:  # second Ctrl-C: give up at once
-            raise KeyboardInterrupt
+        if self._stop_signal is not None:
+            if signum == signal.SIGINT:  # a second Ctrl-C: give up at once
+                raise KeyboardInterrupt
+            return  # SIGTERM again (Slurm signals every process of a job, srun forwards too)
         self._stop_signal = signal.Signals(signum).name
 
     def _install_signal_handlers(self) -> dict[int, Any]:

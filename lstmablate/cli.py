@@ -200,6 +200,7 @@ def eval_(
 def _write_scores(run_dir: Path, split: str, data_dir: Optional[str], device: str,
                   threads: Optional[int], as_json: bool) -> None:
     from .run.runner import score_run
+    from .run.runs import RunFiles
 
     done = score_run(run_dir, split, data_dir=data_dir, device=device, threads=threads)
     err.print(f"wrote {escape(done.path)} ({done.split} split, {done.checkpoint}.pt)", soft_wrap=True)
@@ -212,8 +213,8 @@ def _write_scores(run_dir: Path, split: str, data_dir: Optional[str], device: st
     rows = [(t.metric_name(k), t.format_metric(k, v), t.format_metric(k, done.metrics[k]),
              t.format_metric(k, reported[k]) if k in reported else "—")
             for k, v in done.recomputed.items()]
-    print_listing(("metric", "from the scores", "this evaluation", "result.json"), rows,
-                  keep=("metric", "from the scores", "this evaluation", "result.json"))
+    columns = ("metric", "from the scores", "this evaluation", RunFiles.RESULT)
+    print_listing(columns, rows, keep=columns)
 
 
 @app.command()

@@ -72,7 +72,7 @@ class Run:
         return {"dev": t.dev_split, "test": t.test_split}.get(split, split)
 
     def reported(self, split: str) -> dict[str, float]:
-        """result.json's metrics of ``split`` (the final dev evaluation where there is one)."""
+        """The metrics result.json reports for ``split`` (its final dev evaluation if any)."""
         name = self.split_name(split)
         if name == self.task.test_split:
             return dict(self.result.test or {})

@@ -69,7 +69,7 @@ def test_markdown_marks_each_ablation_with_a_footnote(here):
     acc = 2  # cell, accuracy, vs, paper, loss, vs
     assert rows["lstm"][acc] == "reference"
     # three seeds each, every seed of the ablation far below every LSTM seed
-    assert rows["lstm-srnn"][acc] == "worse (ASO ε 0.00; 3/3 pairs worse)"
+    assert rows["lstm-srnn"][acc] == "worse (ASO worse ε 0.00; 3/3 pairs worse)"
     # one run, three answers away from LSTM seed 1: no pair says different
     assert rows["lstm-gates"][acc].startswith("not distinguishable (")
     assert rows["lstm-srnn-out"][acc] == "no scores"
@@ -78,7 +78,7 @@ def test_markdown_marks_each_ablation_with_a_footnote(here):
     plain = _md_rows(render(build_report(Path("runs"), table="sig"), "markdown"))
     for cell, cells in rows.items():
         assert [c for j, c in enumerate(cells) if j not in (2, 5)] == plain[cell]
-    assert "paired bootstrap over test items (Koehn 2004; 1000 resamples, seed 12345" in text
+    assert "the paired bootstrap (Koehn 2004; 1000 resamples, seed 12345" in text
     assert "level 0.05" in text and "Almost Stochastic Order" in text
     assert ("No per-item scores for 1 run(s)" in text and "runs/sig/lstm-srnn-out/seed-1" in text
             and "lstmablate eval RUN --split test --scores" in text)
@@ -96,7 +96,7 @@ def test_latex_has_the_same_marks_and_names_the_test_in_the_caption(here, tmp_pa
     rows = [line for line in tex.splitlines() if line.startswith(r"\texttt{")]
     assert ncol == 6 and all(row.count(" & ") == ncol - 1 for row in rows)
     srnn = next(r for r in rows if r.startswith(r"\texttt{lstm-srnn} "))
-    assert r"worse (ASO $\varepsilon$ 0.00; 3/3 pairs worse)" in srnn
+    assert r"worse (ASO worse $\varepsilon$ 0.00; 3/3 pairs worse)" in srnn
     caption = next(line for line in tex.splitlines() if line.startswith(r"\caption"))
     assert "paired bootstrap" in caption and "1000 resamples" in caption and "level 0.05" in caption
     if shutil.which("pdflatex"):
@@ -113,7 +113,8 @@ def test_csv_and_json_carry_each_runs_pair_and_the_cells_mark(here):
     for seed in (1, 2, 3):
         assert by[("lstm", seed)]["vs_lstm.accuracy.verdict"] == "reference"
         srnn = by[("lstm-srnn", seed)]
-        assert srnn["vs_lstm.accuracy.verdict"] == "worse" and srnn["vs_lstm.accuracy.by"] == "aso"
+        assert srnn["vs_lstm.accuracy.verdict"] == "worse"
+        assert srnn["vs_lstm.accuracy.by"] == "aso+bootstrap"
         assert srnn["vs_lstm.accuracy.against"] == f"runs/sig/lstm/seed-{seed}"  # its own seed
         assert float(srnn["vs_lstm.accuracy.p"]) < 0.05
         assert srnn["vs_lstm.accuracy.pair_verdict"] == "worse"
@@ -165,12 +166,13 @@ def test_compare_cli_text_and_json(here):
     assert done.returncode == 0, done.stderr
     assert "Paired bootstrap over the 200 test items (1000 resamples, seed 12345" in done.stdout
     assert "Almost Stochastic Order" in done.stdout and "A worse" in done.stdout
+    assert "Overall (aso and bootstrap, as report --significance marks it): A worse" in done.stdout
     assert "A 63.50 ± 3.50 (n=3), B 78.50 ± 2.00 (n=3)" in done.stdout
     js = run_cli("compare", "runs/sig/lstm-srnn/seed-1", "runs/sig/lstm/seed-1", "--json",
                  "--resamples", "100", "--seed", "3", cwd=here)
     got = json.loads(js.stdout)
     assert got["resamples"] == 100 and got["seed"] == 3 and got["paired"][0]["verdict"] == "worse"
-    assert got["aso"] is None and got["spread_a"]["std"] is None
+    assert got["aso"] is None and got["spread_a"]["std"] is None and got["verdict"] == "worse"
     glob = run_cli("compare", "runs/sig/lstm-srnn/seed-*", "runs/sig/lstm", cwd=here)
     assert glob.returncode == 0 and glob.stdout == done.stdout
 
@@ -268,3 +270,21 @@ def test_bleu_comparison_equals_sacrebleus_paired_bootstrap(tmp_path):
         assert f"{r.p_value:.4f}" in render_comparison(ours)
     default = compare([load_run(a)], [load_run(b)])
     assert default.metric.name == "bleu"  # the primary metric (ppl) is not a final one
+
+
+@pytest.mark.parametrize("aso, pairs, mark", [
+    ("worse", ["worse", "worse", "not distinguishable"], "worse"),
+    ("worse", ["worse", "not distinguishable", "not distinguishable"], "not distinguishable"),
+    ("not distinguishable", ["worse"] * 3, "not distinguishable"),
+    ("better", [], "better"),
+    (None, ["worse", "worse"], "worse"),
+    (None, ["worse", "better"], "not distinguishable"),
+    (None, [], ""),
+])
+def test_the_mark_needs_both_tests_when_there_are_both(aso, pairs, mark):
+    from lstmablate.results.compare import ASO_THRESHOLD, combined_verdict
+    from lstmablate.results.significance import SeedResult
+
+    eps = {"better": (0.0, 1.0), "worse": (1.0, 0.0), "not distinguishable": (0.4, 0.6)}
+    seeds = None if aso is None else SeedResult(*eps[aso], 3, 3, ASO_THRESHOLD)
+    assert combined_verdict(seeds, pairs)[0] == mark

@@ -245,8 +245,8 @@ class Comparison:
     seeds: SeedResult | None  # ASO over seeds (A better / B better)
     notes: list[str] = field(default_factory=list)
 
-    def seed_verdict(self) -> str | None:
-        return self.seeds.verdict() if self.seeds is not None else None
+    def pair_verdicts(self) -> list[str]:
+        return [r.verdict(self.metric.higher_is_better, self.level) for _, _, r in self.pairs]
 
 
 def check_settings(level: float, n_samples: int) -> None:
@@ -329,12 +329,27 @@ def render(c: Comparison) -> str:
     else:
         lines.append(f"Almost Stochastic Order: needs at least {MIN_SEEDS} finished seeds on each "
                      "side")
+    mark, by = combined_verdict(c.seeds, c.pair_verdicts())
+    if mark:
+        lines.append(f"Overall ({by.replace('+', ' and ')}, as report --significance marks it): "
+                     f"{verdict_text(mark)}")
     lines += [f"note: {n}" for n in c.notes]
     return "\n".join(lines) + "\n"
 
 
+def _finite(value: Any) -> Any:
+    """JSON without NaN/inf: a non-finite number becomes None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
 def to_json(c: Comparison) -> dict[str, Any]:
-    return {
+    return _finite({
         "metric": c.metric.name, "higher_is_better": c.metric.higher_is_better, "split": c.split,
         "level": c.level, "resamples": c.n_samples, "seed": c.seed,
         "a": [str(r.path) for r in c.a], "b": [str(r.path) for r in c.b],
@@ -348,8 +363,9 @@ def to_json(c: Comparison) -> dict[str, Any]:
         "aso": None if c.seeds is None else {
             "eps_min_a_better": c.seeds.eps_a_better, "eps_min_b_better": c.seeds.eps_b_better,
             "threshold": c.seeds.threshold, "verdict": c.seeds.verdict()},
+        "verdict": combined_verdict(c.seeds, c.pair_verdicts())[0] or None,
         "notes": c.notes,
-    }
+    })
 
 
 # -- a table's ablations against its reference cell (report --significance) -------------------
@@ -418,11 +434,23 @@ def cell_test(cell_runs: list[Run], reference: list[Run], split: str, metric: Me
     if len(va) >= MIN_SEEDS and len(vb) >= MIN_SEEDS:
         test.seeds = compare_seeds(va, vb, metric.higher_is_better, confidence=1 - options.level,
                                    threshold=ASO_THRESHOLD)
-        test.verdict, test.by = test.seeds.verdict(), "aso"
-    elif test.pairs:
-        verdicts = set(test.pair_verdicts())
-        test.verdict = verdicts.pop() if len(verdicts) == 1 else "not distinguishable"
-        test.by = "bootstrap"
-    elif test.missing and not test.why:
+    test.verdict, test.by = combined_verdict(test.seeds, test.pair_verdicts())
+    if not test.verdict and test.missing and not test.why:
         test.why = "no per-item scores"
     return test
+
+
+def combined_verdict(seeds: SeedResult | None, pairs: list[str]) -> tuple[str, str]:
+    """(mark, what decided it) from the seed-level test and the pairs' bootstrap verdicts:
+    with both, better / worse when ASO says so and so do more than half of the pairs (beyond
+    the seeds' spread *and* the test set's sampling); with one, that one — ASO's verdict, or
+    the pairs' when every pair agrees.  ("", "") when there is neither."""
+    if seeds is not None and pairs:
+        way = seeds.verdict()
+        agree = way != "not distinguishable" and 2 * pairs.count(way) > len(pairs)
+        return (way if agree else "not distinguishable"), "aso+bootstrap"
+    if seeds is not None:
+        return seeds.verdict(), "aso"
+    if pairs:
+        return (pairs[0] if len(set(pairs)) == 1 else "not distinguishable"), "bootstrap"
+    return "", ""

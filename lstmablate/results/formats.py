@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lstmablate.errors import UnknownNameError
-from .compare import MIN_SEEDS
+from .compare import ASO_THRESHOLD, MIN_SEEDS
 from .report import Report, Row, RunRecord, Stat, Table, build_report, run_caveats
 from lstmablate.task import get_task
 
@@ -74,9 +74,10 @@ def verdict_cell(table: Table, row: Row, j: int) -> str:
         return "no scores" if lacking else "—"
     evidence = []
     if test.seeds is not None:
+        way = test.seeds.verdict()
         eps = {"better": test.seeds.eps_a_better, "worse": test.seeds.eps_b_better}.get(
-            test.verdict, min(test.seeds.eps_a_better, test.seeds.eps_b_better))
-        evidence.append(f"ASO ε {eps:.2f}")
+            way, min(test.seeds.eps_a_better, test.seeds.eps_b_better))
+        evidence.append(f"ASO {'n.d.' if way == 'not distinguishable' else way} ε {eps:.2f}")
     if len(test.pairs) == 1 and test.seeds is None:
         evidence.append(f"p {test.pairs[0][2].p_value:.3f}")
     elif test.pairs:
@@ -94,13 +95,15 @@ def significance_notes(table: Table) -> list[str]:
     if not any(row.cell == ref for row in table.rows):
         return [f"--significance: the table has no `{ref}` row to compare the others with."]
     notes = [f"vs `{ref}`: better / worse / not distinguishable from `{ref}` at level "
-             f"{opt.level:g}. When both cells have at least {MIN_SEEDS} finished seeds the mark is "
-             "Almost Stochastic Order over the seeds' test numbers (Dror et al. 2019, computed as "
-             f"deepsig does; ε = ε_min of the direction marked, below 0.5 at confidence "
-             f"{1 - opt.level:g}); otherwise the paired bootstrap over test items (Koehn 2004; "
-             f"{opt.n_samples} resamples, seed {opt.seed}, sacreBLEU's p-value), which marks better "
-             "or worse only when every pair of runs does (runs paired by seed; a cell with one "
-             f"run paired with every run of the other). Not corrected for the "
+             f"{opt.level:g}, by two tests. Over test items: the paired bootstrap (Koehn 2004; "
+             f"{opt.n_samples} resamples, seed {opt.seed}, sacreBLEU's p-value) of each run "
+             f"against the `{ref}` run of its seed (a cell with one run: against every run of the "
+             f"other). Over seeds, when both cells have at least {MIN_SEEDS} finished seeds: "
+             "Almost Stochastic Order of their test numbers (Dror et al. 2019, computed as "
+             f"deepsig does; better when ε_min < {ASO_THRESHOLD:g} at confidence "
+             f"{1 - opt.level:g}; ε shown for the direction found). With both, the mark is "
+             "better or worse only when ASO says so and so do more than half of the pairs; with "
+             "one, that test's (the pairs' only when all agree). Not corrected for the "
              f"{sum(1 for _, _, t in tests if t.verdict)} comparisons of the table."]
     missing = list(dict.fromkeys(p for _, _, t in tests for p in t.missing))
     if missing:

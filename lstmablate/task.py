@@ -105,7 +105,7 @@ class ItemMetric:
         return float(np.asarray(self.value(self.stats(records).sum(0)), dtype=np.float64))
 
 
-def fields(*names: str) -> Callable[[Sequence[Mapping[str, Any]]], np.ndarray]:
+def record_fields(*names: str) -> Callable[[Sequence[Mapping[str, Any]]], np.ndarray]:
     """``ItemMetric.stats`` of plain numeric fields: one column per name, one row per record
     (the name ``"items"`` is 1 for every record: summed, the number of items)."""
     def stats(records: Sequence[Mapping[str, Any]]) -> np.ndarray:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lstmablate.task import ItemMetric, fields, ratio
+from lstmablate.task import ItemMetric, ratio, record_fields
 
 
 def sentence_records(sentence: Sequence[int] | np.ndarray, logprobs: Sequence[float] | np.ndarray,
@@ -37,7 +37,7 @@ def _perplexity(sums: np.ndarray) -> np.ndarray:
 
 def lm_item_metrics(bits: bool = True) -> dict[str, ItemMetric]:
     """``ppl``, ``nll`` and (``bits``) ``bpc`` from the summed ``nll`` and ``tokens``."""
-    stats = fields("nll", "tokens")
+    stats = record_fields("nll", "tokens")
     out = {"ppl": ItemMetric("ppl", stats, _perplexity),
            "nll": ItemMetric("nll", stats, ratio())}
     if bits:

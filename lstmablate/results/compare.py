@@ -156,7 +156,12 @@ def check_same_items(a: Scores, b: Scores, task: Task) -> None:
                         "evaluated on different test sets (another data configuration), so they "
                         "cannot be paired item by item.")
     for i, (ra, rb) in enumerate(zip(a.records, b.records)):
-        ka, kb = task.item_key(ra), task.item_key(rb)
+        try:
+            ka, kb = task.item_key(ra), task.item_key(rb)
+        except (KeyError, TypeError, IndexError) as e:
+            raise DataError(f"{where}: item {i + 1} lacks what identifies a {task.name} item "
+                            f"({type(e).__name__}: {e}); write the files again with `"
+                            f"{scores_command(a.path.parents[1], a.split)}`.") from None
         if ka != kb:
             raise UserError(f"{where} differ at item {i + 1} ({json.dumps(ka, default=str)} vs "
                             f"{json.dumps(kb, default=str)}): the runs were evaluated on different "

@@ -64,7 +64,7 @@ def format_stat(stat: Stat | None, fmt: str) -> str:
 
 # -- significance (report --significance) ------------------------------------------------------
 def verdict_cell(table: Table, row: Row, j: int) -> str:
-    """Column ``j``'s mark for ``row``: ``worse (ASO ε 0.00; 3/3 pairs worse)``,
+    """Column ``j``'s mark for ``row``: ``worse (ASO worse ε 0.00; 3/3 pairs worse)``,
     ``better (p 0.004)``, ``reference``, ``no scores`` or ``—`` (not tested)."""
     if row.cell == table.significance.reference:
         return "reference"

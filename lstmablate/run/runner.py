@@ -451,16 +451,16 @@ def score_run(run_path: Path, split: str = "test", data_dir: str | None = None,
     check_threads(threads)
     files = RunFiles(Path(run_path))
     if not files.config.exists():
-        raise ConfigError(f"{run_path} is not a run directory (no config.yaml).")
+        raise ConfigError(f"{run_path} is not a run directory (no {RunFiles.CONFIG}).")
     if not files.result.exists():
-        raise UserError(f"{run_path} has no result.json: the run is not finished. Its final "
+        raise UserError(f"{run_path} has no {RunFiles.RESULT}: the run is not finished. Its final "
                         "evaluation writes the scores file when it finishes (continue it with "
                         "the same `lstmablate train` command plus --resume).")
     result = read_result(files.root)
     checkpoint = str(result.test_checkpoint or "best")
     ckpt_path = files.checkpoint(checkpoint)
     if ckpt_path is None or not ckpt_path.exists():
-        raise CheckpointError(f"{run_path}: result.json's test numbers come from the "
+        raise CheckpointError(f"{run_path}: {RunFiles.RESULT}'s test numbers come from the "
                               f"{checkpoint!r} checkpoint, which is not in the run folder "
                               f"({ckpt_path.name if ckpt_path else checkpoint + '.pt'}); without "
                               "it the scores cannot be computed.")

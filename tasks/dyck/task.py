@@ -35,7 +35,7 @@ from lstmablate.batching import BatchPlan, contiguous_groups
 from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import find_file
 from lstmablate.errors import ConfigError
-from lstmablate.task import ItemMetric, Metric, StepOutput, Task, fields, ratio
+from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
 
 from .generator import (PAD_ID, START_ID, DyckVocab, default_lengths, make_splits,
                         read_split)
@@ -373,7 +373,7 @@ class DyckTask(Task):
         return {"wcpa_min": ItemMetric("wcpa_min", buckets, wcpa_min),
                 "wcpa_mean": ItemMetric("wcpa_mean", buckets, wcpa_mean),
                 "accuracy": ItemMetric("accuracy", buckets, accuracy),
-                "loss": ItemMetric("loss", fields("nll", "targets"), ratio())}
+                "loss": ItemMetric("loss", record_fields("nll", "targets"), ratio())}
 
     def item_key(self, record: Mapping[str, Any]) -> Any:
         return record["id"], record["targets"]

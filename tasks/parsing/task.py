@@ -39,7 +39,7 @@ from lstmablate.batching import BatchPlan
 from lstmablate.config import MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import check_file, verify_datasets
 from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserError
-from lstmablate.task import ItemMetric, Metric, StepOutput, Task, fields, ratio
+from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
 
 from ..vectors import GLOVE_6B_100D, catalogue_entry
 from . import data as pdata
@@ -369,7 +369,8 @@ class ParsingTask(Task):
 
     def item_metrics(self) -> dict[str, ItemMetric]:
         """UAS = 100 heads / scored, LAS = 100 labels / scored, per convention."""
-        return {f"{m}{c}": ItemMetric(f"{m}{c}", fields(f"{what}{c}", f"scored{c}"), ratio(100.0))
+        return {f"{m}{c}": ItemMetric(f"{m}{c}", record_fields(f"{what}{c}", f"scored{c}"),
+                                      ratio(100.0))
                 for m, what in (("las", "labels"), ("uas", "heads")) for c in CONVENTIONS}
 
     def item_key(self, record: Mapping[str, Any]) -> Any:

@@ -33,7 +33,7 @@ from torch.nn import functional as F
 from lstmablate.batching import BatchPlan
 from lstmablate.data import verify
 from lstmablate.errors import ConfigError, DataError, UserError
-from lstmablate.task import ItemMetric, Metric, StepOutput, Task, fields, ratio
+from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
 
 from . import data as squad_data
 from ..vectors import GLOVE_6B_100D, GLOVE_840B_300D, catalogue_entry, pretrained_path
@@ -270,7 +270,7 @@ class SquadTask(Task):
         return score_predictions(gold, preds), records
 
     def item_metrics(self) -> dict[str, ItemMetric]:
-        return {m.name: ItemMetric(m.name, fields(m.name, "items"), ratio(100.0))
+        return {m.name: ItemMetric(m.name, record_fields(m.name, "items"), ratio(100.0))
                 for m in self.metrics}
 
     def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:

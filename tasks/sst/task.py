@@ -43,7 +43,7 @@ from lstmablate.cells.pooling import LAYER_MIXES, POOLINGS
 from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import read_lines
 from lstmablate.errors import ConfigError, DataError, UserError, where
-from lstmablate.task import ItemMetric, Metric, StepOutput, Task, fields, ratio
+from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
 
 from . import data as sst
 from .data import PAD, Example, Vocab
@@ -294,8 +294,9 @@ class SSTTask(Task):
         return {**self.accuracy(pred, gold), "loss": nll / max(len(gold), 1)}, records
 
     def item_metrics(self) -> dict[str, ItemMetric]:
-        return {"accuracy": ItemMetric("accuracy", fields("correct", "items"), ratio(100.0)),
-                "loss": ItemMetric("loss", fields("nll", "items"), ratio())}
+        return {"accuracy": ItemMetric("accuracy", record_fields("correct", "items"),
+                                       ratio(100.0)),
+                "loss": ItemMetric("loss", record_fields("nll", "items"), ratio())}
 
     def item_key(self, record: Mapping[str, Any]) -> Any:
         return record["id"], record["gold"]

@@ -110,9 +110,12 @@ def significance_notes(table: Table) -> list[str]:
         notes.append(f"No per-item scores for {len(missing)} run(s), so no paired bootstrap with "
                      "them (`lstmablate eval RUN --split test --scores` writes them from the run's "
                      "checkpoint): " + ", ".join(str(p) for p in missing) + ".")
-    notes += list(dict.fromkeys(
-        f"`{row.cell}` {table.columns[j].metric.name}: not tested ({t.why})."
-        for row, j, t in tests if t.why and t.why != "no per-item scores"))
+    untested: dict[tuple[str, str], list[str]] = {}  # (cell, why) -> metrics
+    for row, j, t in tests:
+        if t.why and t.why not in ("no per-item scores", "no finished run"):  # shown in the table
+            untested.setdefault((row.cell, t.why), []).append(table.columns[j].metric.name)
+    notes += [f"`{cell}` {', '.join(dict.fromkeys(names))}: not tested ({why})."
+              for (cell, why), names in untested.items()]
     return notes
 
 

@@ -236,8 +236,8 @@ def compare(
 
     Examples:
 
-    lstmablate compare runs/nmt-multi30k-cpu/lstm-srnn/seed-1 runs/nmt-multi30k-cpu/lstm/seed-1
-    lstmablate compare runs/sst2-bilstm-max-cpu/lstm-gates runs/sst2-bilstm-max-cpu/lstm
+    lstmablate compare runs/dyck-demo/lstm-srnn/seed-1 runs/dyck-demo/lstm/seed-1
+    lstmablate compare runs/dyck-demo/lstm-gates runs/dyck-demo/lstm --metric wcpa_mean
     lstmablate compare 'runs/ptb-small/lstm*/seed-1' runs/ptb-small/gru --json
     """
     from .results.compare import compare as run_compare, find_runs, render, to_json
@@ -274,7 +274,7 @@ def report(
     lstmablate report runs --table dyck-demo
     lstmablate report runs --table table1 --format latex --out table1.tex
     lstmablate report runs --format csv > runs.csv
-    lstmablate report runs --table nmt-multi30k-cpu --significance
+    lstmablate report runs --table table4 --significance
     """
     from .errors import UnknownNameError
     from .results.compare import SignificanceOptions, check_settings

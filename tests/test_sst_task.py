@@ -21,6 +21,7 @@ import torch
 from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.config import TrainConfig, update_dataclass
 from lstmablate.errors import ConfigError, DataError, UserError
+from lstmablate.run.runs import RunFiles
 from lstmablate.train import Trainer
 from lstmablate_tasks.sst import data as sst
 from lstmablate_tasks.sst.task import SSTData, SSTEval, SSTModel, SSTTask
@@ -44,7 +45,7 @@ def make_task(data_dir=FIXTURES, splits=("train", "dev", "test"), classes=5, eva
 def train(task, model, run_dir, **overrides):
     cfg = update_dataclass(TrainConfig(), dict(SSTTask.train_defaults), "train", "defaults")
     cfg = update_dataclass(cfg, overrides, "train", "test")
-    return Trainer(cfg, task, model, run_dir, seed=1, device=torch.device("cpu"),
+    return Trainer(cfg, task, model, RunFiles(run_dir), seed=1, device=torch.device("cpu"),
                    identity={"task": "sst"}, progress=False).fit()
 
 

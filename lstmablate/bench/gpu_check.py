@@ -135,7 +135,15 @@ def run_trainer(device: str, budget: float) -> tuple[dict, list[dict]]:
     if missing:
         return dict(status="skipped", reason=f"the CLI needs {', '.join(missing)}"), []
     data_dir = os.environ.get("LSTMABLATE_DATA", str(ROOT / "data"))
-    if not any((Path(data_dir) / "ptb" / f"ptb.train.txt{gz}").exists() for gz in ("", ".gz")):
+    from lstmablate.data import find_file
+    from lstmablate.errors import DataError
+    from lstmablate.task import get_task
+
+    try:  # the files the recipe's task reads (the task plugin owns their names)
+        for ds in get_task("ptb").datasets:
+            for f in ds.files:
+                find_file(data_dir, f.relpath)
+    except DataError:
         return dict(status="skipped",
                     reason=f"no PTB data under {data_dir} (set LSTMABLATE_DATA)"), []
     rows, errors, start = [], [], time.perf_counter()

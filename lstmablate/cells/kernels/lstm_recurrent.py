@@ -57,11 +57,16 @@ def c_layout(lib: native.NativeLibrary, L: Layout, nbias: int = 0):
 
 def recurrent(cell, x, state, lengths, h_mask):
     """The LSTM-family recurrence (gates and/or content read h_{t-1}) over a whole call."""
-    L = layout(cell)
+    return apply_recurrence(RecurrentLSTM, layout(cell), cell, x, state, lengths, h_mask)
+
+
+def apply_recurrence(function, L: Layout, v, x, state, lengths, h_mask):
+    """One call of an LSTM-family recurrence ``function`` (this module's, or a GPU kernel's
+    with the same signature); ``v`` holds the weights (the cell, or its view)."""
     h0 = state[0]
     c0 = state[1] if L.memory else None
-    out, hn, cn = RecurrentLSTM.apply(L, x, h0, c0, cell.weight_ih, cell.weight_hh, cell.bias,
-                                       cell.weight_hr, h_mask, lengths)
+    out, hn, cn = function.apply(L, x, h0, c0, v.weight_ih, v.weight_hh, v.bias, v.weight_hr,
+                                 h_mask, lengths)
     return out, ((hn, cn) if L.memory else (hn,))
 
 

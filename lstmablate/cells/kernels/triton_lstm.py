@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from .lstm_recurrent import Layout, RecurrentLSTM
+from .lstm_recurrent import Layout, RecurrentLSTM, apply_recurrence
 from .sequences import input_products, input_side_grads
 from .triton_common import (RecurrentLoops, acc, emit, grad_h, last_rows, launch, live_rows,
                             run_grads, run_loops, sigmoid, tanh)
@@ -122,6 +122,16 @@ def lstm_cell_grad(dhh, dc, i, f, o, g, c_prev, tc, HAS_F: tl.constexpr,
 # ---------------------------------------------------------------------------------------
 
 
+@triton.jit
+def row_lanes(n, H, NB: tl.constexpr, BLOCK: tl.constexpr):
+    """This program's lanes over the n = B*H (row b, unit) pairs: the flat offsets, their
+    mask, the row, and the unit's offset in a [B, NB*H] matrix of blocks (its block 0)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    b = offs // H
+    return offs, m, b, b * (NB * H) + (offs - b * H)
+
+
 @triton.jit(do_not_specialize=["t"])
 def lstm_step(Z, C0, C1, H0, H1, HM1, OUT, HH, MASK, LEN, t, n, H,
               NB: tl.constexpr, NG: tl.constexpr, FI: tl.constexpr, OI: tl.constexpr,
@@ -129,10 +139,8 @@ def lstm_step(Z, C0, C1, H0, H1, HM1, OUT, HH, MASK, LEN, t, n, H,
               HAS_MASK: tl.constexpr, HAS_LEN: tl.constexpr, ACC: tl.constexpr,
               BLOCK: tl.constexpr):
     """One step's element-wise work; Z: the step's pre-activations (recurrent product added)."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    b = offs // H
-    z = Z + b * (NB * H) + (offs - b * H)
+    offs, m, b, j = row_lanes(n, H, NB, BLOCK)
+    z = Z + j
     live = live_rows(LEN, b, m, t, HAS_LEN)
     if MEMORY:
         zi, zf, zo, zg = load_blocks(z, H, m, NG, FI, OI, ACC)
@@ -157,10 +165,7 @@ def lstm_step_grad(A, C0, C1, DOUT, DHN, DCN, G, MASK, DHH, DCR, DZ, LEN, t, T, 
                    BLOCK: tl.constexpr):
     """One backward step: dZ_t from dh_t (with a projection: DHH, dh_t W_hr) and the
     carried dc (DCR, replaced by dc_{t-1})."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    b = offs // H
-    j = b * (NB * H) + (offs - b * H)
+    offs, m, b, j = row_lanes(n, H, NB, BLOCK)
     live = live_rows(LEN, b, m, t, HAS_LEN)
     last = last_rows(LEN, b, m, t, T, HAS_LEN)
     if PROJ:
@@ -211,10 +216,7 @@ def lstm_scan(Z, C, OUT, HN, H0, LEN, T, n, H, NB: tl.constexpr, NG: tl.constexp
               FI: tl.constexpr, OI: tl.constexpr, SRNN: tl.constexpr, HAS_LEN: tl.constexpr,
               ACC: tl.constexpr, BLOCK: tl.constexpr):
     """The whole sequence of a cell in which nothing reads h_{t-1}: eq 5 as a scan."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    b = offs // H
-    j = b * (NB * H) + (offs - b * H)
+    offs, m, b, j = row_lanes(n, H, NB, BLOCK)
     c = tl.load(C + offs, mask=m, other=0.0).to(ACC)
     hfin = tl.load(H0 + offs, mask=m, other=0.0).to(ACC)
     for t in range(0, T):
@@ -236,10 +238,7 @@ def lstm_scan_grad(A, C, DOUT, DHN, DCN, DZ, DC0, LEN, T, n, H, NB: tl.constexpr
                    HAS_LEN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     """The reverse scan: dZ for every step and dc_0, from the outputs' and final
     state's gradients."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    b = offs // H
-    j = b * (NB * H) + (offs - b * H)
+    offs, m, b, j = row_lanes(n, H, NB, BLOCK)
     dhn = tl.load(DHN + offs, mask=m, other=0.0).to(ACC)
     dcn = tl.load(DCN + offs, mask=m, other=0.0).to(ACC)
     dc = tl.zeros([BLOCK], dtype=ACC)
@@ -364,11 +363,7 @@ class TritonRecurrentLSTM(torch.autograd.Function):
 
 def recurrent(v, L: Layout, x, state, lengths, h_mask):
     """The LSTM-family recurrence of one call (``v``: the cell's view)."""
-    h0 = state[0]
-    c0 = state[1] if L.memory else None
-    out, hn, cn = TritonRecurrentLSTM.apply(L, x, h0, c0, v.weight_ih, v.weight_hh, v.bias,
-                                            v.weight_hr, h_mask, lengths)
-    return out, ((hn, cn) if L.memory else (hn,))
+    return apply_recurrence(TritonRecurrentLSTM, L, v, x, state, lengths, h_mask)
 
 
 # ---------------------------------------------------------------------------------------

@@ -33,16 +33,21 @@ typedef struct {
     long par_min; /* element-wise work per step above which rows are split across threads */
 } LAYOUT;
 
+/* The blocks of one row of nb*H values: i at 0, f at block fi, o at block oi, the content at
+   block nG; an absent gate (HAS_F / HAS_O false) points at block 0 and is never touched. */
+#define GATE_BLOCKS(T, base, pi, pf, po, pg)          \
+    T* pi = (base);                                    \
+    T* pf = (base) + (HAS_F ? fi : 0) * H;             \
+    T* po = (base) + (HAS_O ? oi : 0) * H;             \
+    T* pg = (base) + nG * H
+
 /* One row (b) of one step of the forward element-wise work; HAS_F, HAS_O, SRNN are constants at
    every call site (see fwd_row), so each combination compiles to its own branch-free loop.
    z (nb*H): pre-activations in, activations out. */
 static inline __attribute__((always_inline)) void SFX(fwd_row_impl)(
         const int HAS_F, const int HAS_O, const int SRNN, const int H, real_t* z, int fi, int oi, int nG,
         const real_t* cp, real_t* c, real_t* tc, real_t* h) {
-    real_t* zi = z;
-    real_t* zf = z + (HAS_F ? fi : 0) * H;
-    real_t* zo = z + (HAS_O ? oi : 0) * H;
-    real_t* zg = z + nG * H;
+    GATE_BLOCKS(real_t, z, zi, zf, zo, zg);
     #pragma omp simd
     for (int j = 0; j < H; ++j) {
         real_t i = SFX(sig)(zi[j]);                   /* eq 3 */
@@ -141,14 +146,8 @@ static inline __attribute__((always_inline)) void SFX(bwd_row_impl)(
         const int HAS_F, const int HAS_O, const int SRNN, const int H, const real_t* a, int fi, int oi,
         int nG, const real_t* cp, const real_t* tc, const real_t* dhh, const real_t* dcin, real_t* dz,
         real_t* carry) {
-    const real_t* ai = a;
-    const real_t* af = a + (HAS_F ? fi : 0) * H;
-    const real_t* ao = a + (HAS_O ? oi : 0) * H;
-    const real_t* ag = a + nG * H;
-    real_t* di = dz;
-    real_t* df = dz + (HAS_F ? fi : 0) * H;
-    real_t* dO = dz + (HAS_O ? oi : 0) * H;
-    real_t* dg = dz + nG * H;
+    GATE_BLOCKS(const real_t, a, ai, af, ao, ag);
+    GATE_BLOCKS(real_t, dz, di, df, dO, dg);
     #pragma omp simd
     for (int j = 0; j < H; ++j) {
         real_t i = ai[j], g = ag[j], t = tc[j], d = dhh[j];

@@ -446,8 +446,8 @@ def score_run(run_path: Path, split: str = "test", data_dir: str | None = None,
               device: str = "cpu", threads: int | None = None) -> ScoredRun:
     """Write ``scores/<split>.jsonl`` for a finished run: the final evaluation of ``split``
     item by item, with the checkpoint its result.json's test numbers came from and the eval
-    options it was trained with.  Writes nothing else (the run's lock is held meanwhile, so no
-    training of the same run can start)."""
+    options it was trained with.  Writes nothing else but the run's lock file, held meanwhile
+    (it names this command), so no training of the same run starts while it runs."""
     check_threads(threads)
     files = RunFiles(Path(run_path))
     if not files.config.exists():

@@ -156,6 +156,10 @@ def eval_(
     write_predictions: Optional[Path] = typer.Option(
         None, "--write-predictions", metavar="FILE", help="Also write the predictions here, in "
         "the format of the task's official scorer; the metrics shown are computed from that file."),
+    scores: bool = typer.Option(
+        False, "--scores", help="Write the run's scores/SPLIT.jsonl instead (the final evaluation "
+        "item by item, for `lstmablate compare` and `report --significance`), with the checkpoint "
+        "and eval options of its result.json; nothing else in the run changes."),
     device: str = typer.Option("cpu", "--device", metavar="DEVICE", help=DEVICE_HELP),
     threads: Optional[int] = typer.Option(None, "--threads", metavar="N", help=THREADS_HELP),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", metavar="DIR", help=DATA_DIR_HELP),
@@ -168,9 +172,16 @@ def eval_(
     lstmablate eval runs/dyck-demo/lstm-srnn/seed-1
     lstmablate eval runs/dyck-demo/lstm-srnn/seed-1 --split dev --checkpoint last --json
     lstmablate eval RUN_DIR --set eval.batch_size=16 --write-predictions preds.jsonl
+    lstmablate eval runs/dyck-demo/lstm-srnn/seed-1 --split test --scores
     """
     from .run.runner import evaluate_run_task
 
+    if scores:
+        if checkpoint or set_ or write_predictions:
+            raise UserError("--scores evaluates with the checkpoint and eval options the run's "
+                            "result.json came from; leave out --checkpoint, --set and "
+                            "--write-predictions (run those as a separate eval).")
+        return _write_scores(run_dir, split, data_dir, device, threads, as_json)
     task, metrics = evaluate_run_task(run_dir, split=split, checkpoint=checkpoint,
                                       data_dir=data_dir, device=device, eval_overrides=set_ or [],
                                       write_predictions=write_predictions, threads=threads)
@@ -186,6 +197,59 @@ def eval_(
     print_listing(("metric", "value", "meaning"), rows, keep=("metric", "value"))
 
 
+def _write_scores(run_dir: Path, split: str, data_dir: Optional[str], device: str,
+                  threads: Optional[int], as_json: bool) -> None:
+    from .run.runner import score_run
+    from .run.runs import RunFiles
+
+    done = score_run(run_dir, split, data_dir=data_dir, device=device, threads=threads)
+    err.print(f"wrote {escape(done.path)} ({done.split} split, {done.checkpoint}.pt)", soft_wrap=True)
+    reported = done.reported or {}
+    if as_json:
+        out.print_json(json.dumps({"path": str(done.path), "metrics": done.metrics,
+                                   "from_scores": done.recomputed, "result_json": reported}))
+        return
+    t = done.task
+    rows = [(t.metric_name(k), t.format_metric(k, v), t.format_metric(k, done.metrics[k]),
+             t.format_metric(k, reported[k]) if k in reported else "—")
+            for k, v in done.recomputed.items()]
+    columns = ("metric", "from the scores", "this evaluation", RunFiles.RESULT)
+    print_listing(columns, rows, keep=columns)
+
+
+@app.command()
+def compare(
+    runs_a: str = typer.Argument(..., metavar="RUNS_A", help="A run folder, a folder of run "
+                                 "folders (runs/EXPERIMENT/CELL: every seed) or a quoted glob."),
+    runs_b: str = typer.Argument(..., metavar="RUNS_B", help="The same, for the other side."),
+    split: str = typer.Option("test", "--split", metavar="SPLIT", help="dev or test."),
+    metric: Optional[str] = typer.Option(None, "--metric", metavar="NAME", help="Default: the "
+                                         "task's primary metric, else the first it scores per item."),
+    resamples: int = typer.Option(1000, "--resamples", metavar="N", help="Bootstrap resamples."),
+    seed: int = typer.Option(12345, "--seed", metavar="N", help="Seed of the resampling "
+                             "(sacreBLEU's default 12345)."),
+    level: float = typer.Option(0.05, "--level", metavar="ALPHA", help="Significance level."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """Is A different from B beyond noise? Paired bootstrap over test items for each pair of
+    runs (their scores files), Almost Stochastic Order over seeds, each side's spread.
+
+    Examples:
+
+    lstmablate compare runs/dyck-demo/lstm-srnn/seed-1 runs/dyck-demo/lstm/seed-1
+    lstmablate compare runs/dyck-demo/lstm-gates runs/dyck-demo/lstm --metric wcpa_mean
+    lstmablate compare 'runs/ptb-small/lstm*/seed-1' runs/ptb-small/gru --json
+    """
+    from .results.compare import compare as run_compare, find_runs, render, to_json
+
+    c = run_compare(find_runs(runs_a), find_runs(runs_b), split=split, metric_name=metric,
+                    n_samples=resamples, seed=seed, level=level)
+    if as_json:
+        out.print_json(json.dumps(to_json(c), default=str))
+        return
+    sys.stdout.write(render(c))
+
+
 @app.command()
 def report(
     runs_dir: Path = typer.Argument(Path("runs"), metavar="RUNS_DIR", help="Root of the runs tree."),
@@ -195,6 +259,12 @@ def report(
                             help="markdown, latex (booktabs), csv or json (csv/json: one row per run)."),
     out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE",
                                             help="Also write the report to this file."),
+    significance: bool = typer.Option(False, "--significance", help="Mark each cell better / "
+                                      "worse / not distinguishable from the --against cell "
+                                      "(docs/reporting.md)."),
+    against: str = typer.Option("lstm", "--against", metavar="CELL", help="With --significance."),
+    level: float = typer.Option(0.05, "--level", metavar="ALPHA", help="With --significance."),
+    resamples: int = typer.Option(1000, "--resamples", metavar="N", help="With --significance."),
 ) -> None:
     """Ours (mean ± std over seeds) beside the paper's numbers, as markdown or LaTeX tables;
     or every run as a CSV/JSON row. Damaged run folders are named and skipped.
@@ -204,14 +274,20 @@ def report(
     lstmablate report runs --table dyck-demo
     lstmablate report runs --table table1 --format latex --out table1.tex
     lstmablate report runs --format csv > runs.csv
+    lstmablate report runs --table table4 --significance
     """
     from .errors import UnknownNameError
+    from .results.compare import SignificanceOptions, check_settings
     from .results.report import build_report
     from .results.formats import FORMATS, render
 
     if fmt not in FORMATS:
         raise UnknownNameError("report format", fmt, FORMATS)
-    built = build_report(runs_dir, table=table)
+    options = None
+    if significance:
+        check_settings(level, resamples)
+        options = SignificanceOptions(against, level, resamples)
+    built = build_report(runs_dir, table=table, significance=options)
     text = render(built, fmt)
     for why in built.damaged:
         err.print(f"[yellow]warning:[/] skipped {escape(why)}", soft_wrap=True)

@@ -34,6 +34,13 @@ must provide (everything else has a default):
   asks the trainer to also run the final evaluation on the dev split.
   ``write_predictions`` writes a split's predictions in the format the
   official scorer reads and returns the metrics computed from that file.
+* **Per-item scores** (optional; what ``lstmablate compare`` and ``report
+  --significance`` test): ``evaluate_items(model, split)`` is the final evaluation
+  item by item — its metrics and one record per test item (a sentence, a question,
+  a string) holding the sufficient statistics of the metrics; ``item_metrics``
+  says how each metric is recomputed from summed statistics; ``item_key`` what
+  identifies an item's gold data.  The runner writes the records to the run
+  folder's ``scores/<split>.jsonl`` (:mod:`lstmablate.run.scores`).
 
 A task receives its run directory (``self.run_dir``) and may write files of its
 own there.  The trainer sees only this interface; a task knows nothing about
@@ -43,12 +50,13 @@ separate module of the plugin under the ``lstmablate.commands`` group).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -74,6 +82,46 @@ class Metric:
         if b is None:
             return True
         return a > b if self.higher_is_better else a < b
+
+
+#: one test item's sufficient statistics (a flat JSON object with an ``id``)
+ItemRecord = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ItemMetric:
+    """How corpus metric ``name`` is recomputed from per-item records: ``stats(records)`` is an
+    (items, k) array of each item's sufficient statistics, summed over any set of items;
+    ``value(sums)`` maps summed statistics — an array whose last axis has the k columns, any
+    leading axes (one row per bootstrap resample) — to the metric (vectorised; a ``value``
+    that only takes one k-vector is applied row by row)."""
+
+    name: str
+    stats: Callable[[Sequence[Mapping[str, Any]]], np.ndarray]
+    value: Callable[[np.ndarray], Any]
+
+    def of(self, records: Sequence[Mapping[str, Any]]) -> float:
+        """The metric of ``records`` (all items)."""
+        return float(np.asarray(self.value(self.stats(records).sum(0)), dtype=np.float64))
+
+
+def record_fields(*names: str) -> Callable[[Sequence[Mapping[str, Any]]], np.ndarray]:
+    """``ItemMetric.stats`` of plain numeric fields: one column per name, one row per record
+    (the name ``"items"`` is 1 for every record: summed, the number of items)."""
+    def stats(records: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        return np.array([[1.0 if n == "items" else np.nan if r[n] is None else float(r[n])
+                          for n in names] for r in records],
+                        dtype=np.float64).reshape(len(records), len(names))
+    return stats
+
+
+def ratio(scale: float = 1.0) -> Callable[[np.ndarray], np.ndarray]:
+    """``value`` = scale * column 0 / column 1 (NaN where column 1 sums to 0)."""
+    def value(sums: np.ndarray) -> np.ndarray:
+        sums = np.asarray(sums, dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(sums[..., 1] > 0, scale * sums[..., 0] / sums[..., 1], np.nan)
+    return value
 
 
 @dataclass
@@ -219,6 +267,24 @@ class Task:
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str, *, final: bool = False) -> dict[str, float]:
         raise NotImplementedError
+
+    def evaluate_items(self, model: nn.Module, split: str
+                       ) -> tuple[dict[str, float], list[ItemRecord] | None]:
+        """The final evaluation of ``split`` (``evaluate(final=True)``'s metrics) and one record
+        per item of the split, in the split's order: a flat JSON object with an ``id`` (unique
+        in the split) and the sufficient statistics :meth:`item_metrics` sums.  Default: the
+        metrics and None (the task scores no items; ``lstmablate compare`` cannot test it)."""
+        return self.evaluate(model, split, final=True), None
+
+    def item_metrics(self) -> dict[str, ItemMetric]:
+        """The metrics of :meth:`evaluate_items` that its records recompute, by name (the
+        task's declared order; the primary one, when it is final, first)."""
+        return {}
+
+    def item_key(self, record: Mapping[str, Any]) -> Any:
+        """What identifies an item and its gold data (a sentence's id and length, ...): two
+        runs whose records differ in it were scored on different test sets.  Default: the id."""
+        return record["id"]
 
     def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:
         """Write ``split``'s predictions to ``path`` in the format of the task's official

@@ -16,6 +16,8 @@ from tolerance import assert_close
 from lstmablate.cells import build_encoder
 from lstmablate_tasks.bwb.task import BillionWordTask
 
+from item_scores_check import assert_round_trip
+
 FIXTURE = Path(__file__).parent / "fixtures" / "bwb"
 SMALL = dict(emb_size=16, hidden_size=32, proj_size=12, num_sampled=10, emb_grad_scale=4.0)
 
@@ -205,3 +207,20 @@ def test_predictions_file_gives_the_evaluation(tmp_path):
     rows = [line.split("\t") for line in lines[2:2 + len(first) + 1]]
     assert [r[:2] for r in rows] == [["0", str(i)] for i in range(1, len(first) + 2)]
     assert [r[2] for r in rows] == [w if w in task.vocab.stoi else "<UNK>" for w in first] + ["<S>"]
+
+
+def test_per_sentence_scores_recompute_the_perplexity(tmp_path):
+    """scores/test.jsonl round trip: each held-out sentence's summed NLL and predictions (its
+    words and the closing <S>) give the perplexity; the NLLs are the predictions file's."""
+    task = make_task()
+    model = build(task)
+    metrics, records = assert_round_trip(task, model, "test", tmp_path)
+    lines = (FIXTURE / "bwb" / "heldout-monolingual.tokenized.shuffled" /
+             "news.en.heldout-00000-of-00050").read_text().splitlines()
+    assert [r["tokens"] for r in records] == [len(line.split()) + 1 for line in lines]
+    task.write_predictions(model, "test", tmp_path / "pred.tsv")
+    per_line = [0.0] * len(lines)
+    for row in (tmp_path / "pred.tsv").read_text().splitlines()[2:]:
+        sentence, _, _, lp = row.split("\t")
+        per_line[int(sentence)] -= float(lp)
+    assert [r["nll"] for r in records] == pytest.approx(per_line, rel=1e-12)

@@ -224,3 +224,61 @@ def test_bad_shapes_and_objectives_are_rejected():
         bracket_closing_judgements(torch.rand(1, 2, V2.size), [seq], 2, "lm")
     with pytest.raises(ValueError, match="objective"):
         BracketClosingMeter(2, "bogus")  # type: ignore[arg-type]
+
+
+# -- per-string scores (scores/test.jsonl) -------------------------------------------------------
+EPOCHS = {"lm": 7, "close": 6}  # enough for right and wrong judgements
+
+
+@pytest.mark.parametrize("objective, min_count", [("lm", 1), ("close", 1), ("lm", 3)])
+def test_per_string_scores_recompute_wcpa_accuracy_and_loss(objective, min_count, tmp_path):
+    """Round trip: per-distance judgement counts and the cross-entropy of every test string,
+    summed, give the task's WCPA (min and mean, sparse buckets left out), accuracy and loss; a
+    model trained briefly has right and wrong judgements, so the numbers are not trivial."""
+    import functools
+
+    from lstmablate.cells import build_encoder
+    from lstmablate_tasks.dyck.task import DyckData, DyckEval, DyckModel, DyckTask
+
+    from item_scores_check import assert_round_trip
+
+    task = DyckTask(DyckData(k=2, m=3, objective=objective, train_tokens=0, train_sequences=64,
+                             dev_sequences=8, test_sequences=24, train_max_length=12),
+                    DyckModel(hidden_size=6), tmp_path, eval_cfg=DyckEval(min_bucket_count=min_count))
+    task.setup()
+    torch.manual_seed(0)
+    model = task.build_model(functools.partial(build_encoder, "lstm"))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(EPOCHS[objective]):
+        for batch in task.train_plan(epoch, torch.Generator().manual_seed(epoch)):
+            opt.zero_grad()
+            task.loss(model, batch, None).loss.backward()
+            opt.step()
+    model.eval()
+    # the loss is summed in float32 per batch by the task and per string here
+    metrics, records = assert_round_trip(task, model, "test", tmp_path,
+                                         rtol={"loss": 100 * torch.finfo(torch.float32).eps})
+    assert 0 < metrics["accuracy"] < 100
+    judged = sum(n for r in records for _, n, _ in r["judged"])
+    meter = BracketClosingMeter(2, objective)
+    for r in records:
+        meter.add([d for d, n, _ in r["judged"] for _ in range(n)],
+                  [i < c for d, n, c in r["judged"] for i in range(n)])
+    assert meter.compute()["n_judged"] == judged
+    assert meter.compute(min_count)["wcpa_min"] == pytest.approx(metrics["wcpa_min"])
+    assert [r["targets"] for r in records] == [
+        len(s) if objective == "lm" else sum(DyckVocab(2).is_close(t) for t in s)
+        for s in task.splits["test"]]
+
+
+def test_wcpa_from_summed_bucket_counts_by_hand():
+    """Two strings' counts: distance 0 holds 3 judgements (2 right), distance 2 one (wrong)."""
+    from lstmablate_tasks.dyck.task import DyckData, DyckEval, DyckModel, DyckTask
+
+    records = [{"id": 0, "nll": 1.0, "targets": 4, "judged": [[0, 2, 2]]},
+               {"id": 1, "nll": 3.0, "targets": 4, "judged": [[0, 1, 0], [2, 1, 0]]}]
+    for min_count, wmin, wmean in ((1, 0.0, (200 / 3) / 2), (2, 200 / 3, 200 / 3)):
+        task = DyckTask(DyckData(), DyckModel(), ".", eval_cfg=DyckEval(min_bucket_count=min_count))
+        m = {k: v.of(records) for k, v in task.item_metrics().items()}
+        assert m["wcpa_min"] == pytest.approx(wmin) and m["wcpa_mean"] == pytest.approx(wmean)
+        assert m["accuracy"] == pytest.approx(50.0) and m["loss"] == 0.5

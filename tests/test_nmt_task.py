@@ -16,6 +16,8 @@ from lstmablate.errors import DataError
 from lstmablate_tasks.nmt.search import greedy_search
 from lstmablate_tasks.nmt.task import NMTData, NMTEval, NMTModelConfig, NMTTask
 
+from item_scores_check import assert_round_trip
+
 FIXTURES = Path(__file__).parent / "fixtures" / "nmt"
 SMALL = dict(word_vec_size=32, hidden_size=64, dropout=0.0)
 
@@ -95,6 +97,44 @@ def test_predictions_files_round_trip(overfit, tmp_path):
     path.write_text("nur eine Zeile\n", encoding="utf-8")
     with pytest.raises(DataError, match="has 1 lines, but the test split has 10"):
         task.score_files("test", path, path.with_name("test.de.atok"))
+
+
+def damaged_translations(task, model, every: int, word: str = "Falsch"):
+    """The model's translations of the test split with every ``every``-th word replaced."""
+    words = task.translate(model, "test")
+    n = 0
+    out = []
+    for sentence in words:
+        row = []
+        for w in sentence:
+            n += 1
+            row.append(word if n % every == 0 else w)
+        out.append(row)
+    return out
+
+
+def test_per_sentence_scores_recompute_both_bleus(overfit, tmp_path, monkeypatch):
+    """scores/test.jsonl round trip: each sentence's BLEU statistics (sacreBLEU's own, both
+    the tokenised multi-bleu.perl setting and the standard detokenised one), summed, give the
+    task's two BLEUs; the translations are damaged so that BLEU is neither 0 nor 100."""
+    from sacrebleu.metrics import BLEU
+
+    task, model, _ = overfit
+    damaged = damaged_translations(task, model, every=7)
+    monkeypatch.setattr(task, "translate", lambda m, split: damaged)
+    metrics, records = assert_round_trip(task, model, "test", tmp_path)
+    assert 0 < metrics["bleu"] < 100 and 0 < metrics["sacrebleu"] < 100
+    sd = task.splits["test"]
+    assert [r["hyp_tok"] for r in records] == [" ".join(w) for w in damaged]
+    refs_tok = [" ".join(t) for t in sd.tgt_tokens]
+    tokenised = BLEU(tokenize="none", smooth_method="none", force=True)
+    assert [r["bleu"] for r in records] == [
+        tokenised._extract_corpus_statistics([r["hyp_tok"]], [[ref]])[0]
+        for r, ref in zip(records, refs_tok)]
+    assert metrics["bleu"] == pytest.approx(
+        tokenised.corpus_score([r["hyp_tok"] for r in records], [refs_tok]).score, rel=1e-12)
+    assert metrics["sacrebleu"] == pytest.approx(
+        BLEU().corpus_score([r["hyp"] for r in records], [sd.tgt_raw]).score, rel=1e-12)
 
 
 def test_translate_replaces_unk_with_the_attended_source_word(overfit, monkeypatch):

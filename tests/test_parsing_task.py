@@ -19,7 +19,10 @@ from lstmablate.errors import ConfigError, DataError, UserError
 from lstmablate.run.runs import RunFiles
 from lstmablate.train import Trainer
 from lstmablate_tasks.parsing.conllu import read_conllu
+from lstmablate_tasks.parsing.metrics import attachment_scores
 from lstmablate_tasks.parsing.task import ParsingData, ParsingEval, ParsingModel, ParsingTask
+
+from item_scores_check import assert_round_trip
 
 FIXTURES = Path(__file__).parent / "fixtures" / "parsing"
 DATA_DIR = FIXTURES.parent  # data.files = "parsing" or "parsing/overfit" under it
@@ -166,6 +169,26 @@ def test_predictions_file_round_trip_equals_evaluate(tmp_path):
         assert [s.words for s in pred] == [s.words for s in gold]
         assert [s.xpos for s in pred] == [s.xpos for s in gold]
         assert all(s.heads.count(0) == 1 for s in pred)
+
+
+def test_per_sentence_scores_recompute_uas_and_las_in_every_convention(tmp_path):
+    """scores/test.jsonl round trip: each sentence's scored words, right heads and right
+    labels under the three punctuation conventions give the task's six attachment scores; per
+    sentence they are the counts of the predictions file scored alone."""
+    task = make_task(**NO_DROPOUT)
+    model = task.build_model(functools.partial(build_encoder, "lstm"))
+    train(task, model, tmp_path / "run", lr=0.01, max_steps=20, eval_every=20, eval_test=False)
+    metrics, records = assert_round_trip(task, model, "test", tmp_path)
+    assert 0 < metrics["las_all"] < metrics["uas_all"] < 100  # some heads and labels right
+    task.write_predictions(model, "test", tmp_path / "pred.conllu")
+    gold, pred = read_conllu(FIXTURES / "test.conllu"), read_conllu(tmp_path / "pred.conllu")
+    for r, g, p in zip(records, gold, pred, strict=True):
+        alone = attachment_scores([g], [p.heads], [p.deprels])
+        assert r["scored_all"] == len(g) == alone["words"] and r["scored"] == alone["scored_words"]
+        for c in ("", "_all", "_upos"):
+            if r[f"scored{c}"]:
+                assert 100 * r[f"heads{c}"] / r[f"scored{c}"] == pytest.approx(alone[f"uas{c}"])
+                assert 100 * r[f"labels{c}"] / r[f"scored{c}"] == pytest.approx(alone[f"las{c}"])
 
 
 def test_evaluation_does_not_depend_on_batching():

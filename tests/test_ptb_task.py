@@ -29,6 +29,8 @@ from lstmablate_tasks.ptb.evaluate import (read_predictions, sentence_logprobs, 
                                            stream_logprobs)
 from lstmablate_tasks.ptb.task import PTBData, PTBEval, PTBModel, PTBTask
 
+from item_scores_check import assert_round_trip
+
 FIXTURES = Path(__file__).parent / "fixtures"
 # Real data on developer machines and CI: ../shared/data from the project root.
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -451,6 +453,42 @@ def test_predictions_file_holds_every_scored_token(tmp_path, split):
     for k in expected:
         assert from_file[k] == pytest.approx(expected[k], rel=1e-12), k
     assert read_predictions(path) == from_file
+
+
+@pytest.mark.parametrize("level, split", [("word", "test"), ("word", "valid"), ("char", "test")])
+def test_per_sentence_scores_recompute_the_perplexity(level, split, tmp_path):
+    """scores/<split>.jsonl round trip: each line's summed NLL and predicted tokens give the
+    split's ppl, nll and bpc; the tokens per line are the protocol's (test: every token but the
+    stream's first; valid: the tail that fills no window dropped)."""
+    task = fixture_task(level=level, batch_size=2, num_steps=2)
+    model = build(task, "lstm-srnn").double().eval()
+    metrics, records = assert_round_trip(task, model, split, tmp_path)
+    stream = task.corpus.split(split)
+    lines = P.sentence_spans(stream, task.corpus.eos_id)
+    assert len(records) == len(lines)
+    assert sum(r["tokens"] for r in records) == metrics["tokens"]
+    if split == "test":  # a line predicts all its tokens, the first line all but its first
+        assert [r["tokens"] for r in records] == [e - s - (i == 0) for i, (s, e) in enumerate(lines)]
+        total, _ = hand_nll(model, stream)
+        first = lines[0][1] - 1  # the first line's last position
+        ended = -float(sequential_logprobs(model, stream[:first + 1], 5)[1].sum())
+        assert records[0]["nll"] == pytest.approx(ended, rel=1e-12)  # the state carries on
+        assert sum(r["nll"] for r in records) == pytest.approx(total, rel=1e-12)
+    else:
+        assert metrics["tokens"] < stream.numel() - 1
+
+
+def test_per_sentence_scores_of_the_sentence_protocol(tmp_path):
+    """Sentence mode: every line scored alone, its tokens and <eos> predicted."""
+    task = PTBTask(PTBData(batch_size=2, sentences=True, verify=False),
+                   PTBModel(hidden_size=8, num_layers=2, dropout=0.0, init_scale=0.1), FIXTURES)
+    task.use_artefacts(task.build_artefacts())
+    task.setup()
+    model = build(task, "lstm").double().eval()
+    metrics, records = assert_round_trip(task, model, "test", tmp_path)
+    lines = P.sentence_spans(task.corpus.test, task.corpus.eos_id)
+    assert [r["tokens"] for r in records] == [e - s for s, e in lines]
+    assert metrics["sentences"] == len(records)
 
 
 def test_eval_chunk_changes_no_metric():

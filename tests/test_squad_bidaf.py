@@ -24,6 +24,7 @@ from lstmablate_tasks.squad.config import BiDAFData, BiDAFEval, BiDAFModel
 from lstmablate_tasks.squad.task import BiDAFTask
 
 from test_squad_drqa import _official_evaluate
+from item_scores_check import assert_round_trip
 
 pytest.importorskip("spacy")  # the readers tokenise with spaCy (data.tokenizer: spacy)
 
@@ -270,3 +271,16 @@ def test_frozen_pretrained_vectors_and_train_plus_dev_vocabulary(tmp_path):
     i = task.vocab.index[known[7]]
     assert emb.weight[i].tolist() == pytest.approx([0.7] * 12)
     assert emb.weight[0].abs().sum() == 0
+
+
+def test_per_question_scores_recompute_em_and_f1(tmp_path):
+    """scores/dev.jsonl round trip for BiDAF: per-question EM and F1 give the official numbers,
+    and the predictions file written from the same model scores them too."""
+    task = make_task(splits=("dev",))
+    model = make_model(task, "lstm-srnn-out")
+    metrics, records = assert_round_trip(task, model, "dev", tmp_path)
+    raw = json.loads((FIXTURE / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    assert len(records) == sum(len(p["qas"]) for a in raw["data"] for p in a["paragraphs"])
+    written = task.write_predictions(model, "dev", tmp_path / "dev.json")
+    assert sum(r["f1"] for r in records) * 100 / len(records) == pytest.approx(written["f1"])
+    assert sum(r["em"] for r in records) * 100 / len(records) == pytest.approx(written["em"])

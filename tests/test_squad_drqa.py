@@ -25,6 +25,8 @@ from lstmablate.train import Trainer
 from lstmablate_tasks.squad.config import DrQAData, DrQAModel, SquadEval
 from lstmablate_tasks.squad.task import DrQATask
 
+from item_scores_check import assert_round_trip
+
 pytest.importorskip("spacy")  # the readers tokenise with spaCy (data.tokenizer: spacy)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "squad"
@@ -314,3 +316,22 @@ def test_visualization_inputs():
     enc, x, labels = task.visualization_inputs(model, "Who won Super Bowl 50?")
     assert x.shape == (1, 6, 24) and enc is model.question_rnn.layers[0]
     assert labels[0] in ("Who", "Who (<UNK>)")
+
+
+def test_per_question_scores_recompute_em_and_f1(tmp_path):
+    """scores/dev.jsonl round trip: each question's EM and F1 (max over its gold answers)
+    averaged give the official EM/F1; every question of the file has its record, by id."""
+    task = make_task(splits=("dev",))
+    model = make_model(task, "lstm-srnn")
+    metrics, records = assert_round_trip(task, model, "dev", tmp_path)
+    raw = json.loads((FIXTURE / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    ids = [qa["id"] for a in raw["data"] for par in a["paragraphs"] for qa in par["qas"]]
+    assert [r["id"] for r in records] == ids
+    assert all(r["em"] in (0.0, 1.0) and 0 <= r["f1"] <= 1 and r["em"] <= r["f1"] for r in records)
+    assert metrics["f1"] > 0  # some overlap, even untrained
+    preds = task.predict(model, "dev")
+    for r in records:  # each question alone, by the independent official procedure
+        qa = {"data": [{"paragraphs": [{"qas": [q for a in raw["data"] for p in a["paragraphs"]
+                                                 for q in p["qas"] if q["id"] == r["id"]]}]}]}
+        alone = _official_evaluate(qa, preds)
+        assert 100 * r["f1"] == pytest.approx(alone["f1"]) and 100 * r["em"] == alone["em"]

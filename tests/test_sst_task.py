@@ -27,6 +27,8 @@ from lstmablate_tasks.sst import data as sst
 from lstmablate_tasks.sst.task import SSTData, SSTEval, SSTModel, SSTTask
 from lstmablate_tasks.sst.trees import parse_tree, read_trees
 
+from item_scores_check import assert_round_trip
+
 FIXTURES = Path(__file__).parent / "fixtures"  # the data directory: sst/{train,dev,test}.txt
 SMALL = dict(embedding_size=12, hidden_size=10, mlp_hidden=8, dropout=0.0)
 
@@ -257,6 +259,22 @@ def test_predictions_file_is_one_label_per_line_and_is_scored(tmp_path):
     path.write_text("1\n0\n")
     with pytest.raises(DataError, match="has 2 lines, but the test split has 5 sentences"):
         task.score_file("test", path)
+
+
+@pytest.mark.parametrize("classes", [2, 5])
+def test_per_sentence_scores_recompute_the_accuracy_and_loss(classes, tmp_path):
+    """scores/test.jsonl round trip: each sentence's correct flag and cross-entropy, summed,
+    give the task's accuracy and loss; the flags are those of the predictions file."""
+    torch.manual_seed(3)
+    task = make_task(classes=classes)
+    model = task.build_model(functools.partial(build_encoder, "lstm"))
+    metrics, records = assert_round_trip(task, model, "test", tmp_path)
+    task.write_predictions(model, "test", tmp_path / "pred.txt")
+    pred = [int(y) for y in (tmp_path / "pred.txt").read_text().split()]
+    gold = [e.label for e in task.examples["test"]]
+    assert [r["pred"] for r in records] == pred and [r["gold"] for r in records] == gold
+    assert [r["correct"] for r in records] == [int(p == g) for p, g in zip(pred, gold)]
+    assert sum(r["nll"] for r in records) / len(records) == pytest.approx(metrics["loss"])
 
 
 def test_evaluation_does_not_depend_on_the_batch_size():

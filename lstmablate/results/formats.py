@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from lstmablate.errors import UnknownNameError
-from .report import Report, RunRecord, Stat, Table, build_report, run_caveats
+from .compare import ASO_THRESHOLD, MIN_SEEDS
+from .report import Report, Row, RunRecord, Stat, Table, build_report, run_caveats
 from lstmablate.task import get_task
 
 FORMATS = ("markdown", "latex", "csv", "json")
@@ -61,8 +62,70 @@ def format_stat(stat: Stat | None, fmt: str) -> str:
     return text + f" (n={stat.n})"
 
 
+# -- significance (report --significance) ------------------------------------------------------
+def verdict_cell(table: Table, row: Row, j: int) -> str:
+    """Column ``j``'s mark for ``row``: ``worse (ASO worse ε 0.00; 3/3 pairs worse)``,
+    ``better (p 0.004)``, ``reference``, ``no scores`` or ``—`` (not tested)."""
+    if row.cell == table.significance.reference:
+        return "reference"
+    test = row.tests.get(j)
+    if test is None or not test.verdict:
+        lacking = test is not None and test.missing and test.why in ("", "no per-item scores")
+        return "no scores" if lacking else "—"
+    evidence = []
+    if test.seeds is not None:
+        way = test.seeds.verdict()
+        eps = {"better": test.seeds.eps_a_better, "worse": test.seeds.eps_b_better}.get(
+            way, min(test.seeds.eps_a_better, test.seeds.eps_b_better))
+        evidence.append(f"ASO {'n.d.' if way == 'not distinguishable' else way} ε {eps:.2f}")
+    if len(test.pairs) == 1 and test.seeds is None:
+        evidence.append(f"p {test.pairs[0][2].p_value:.3f}")
+    elif test.pairs:
+        ways = test.pair_verdicts()
+        evidence += [f"{ways.count(w)}/{len(ways)} pairs {w}" for w in ("better", "worse")
+                     if w in ways] or [f"0/{len(ways)} pairs differ"]
+    return f"{test.verdict} ({'; '.join(evidence)})"
+
+
+def significance_notes(table: Table) -> list[str]:
+    """The footnotes of --significance: the tests, their settings, what was not tested."""
+    opt = table.significance
+    ref = opt.reference
+    tests = [(row, j, t) for row in table.rows for j, t in sorted(row.tests.items())]
+    if not any(row.cell == ref for row in table.rows):
+        return [f"--significance: the table has no `{ref}` row to compare the others with."]
+    notes = [f"vs `{ref}`: better / worse / not distinguishable from `{ref}` at level "
+             f"{opt.level:g}, by two tests. Over test items: the paired bootstrap (Koehn 2004; "
+             f"{opt.n_samples} resamples, seed {opt.seed}, sacreBLEU's p-value) of each run "
+             f"against the `{ref}` run of its seed (a cell with one run: against every run of the "
+             f"other). Over seeds, when both cells have at least {MIN_SEEDS} finished seeds: "
+             "Almost Stochastic Order of their test numbers (Dror et al. 2019, computed as "
+             f"deepsig does; better when ε_min < {ASO_THRESHOLD:g} at confidence "
+             f"{1 - opt.level:g}; ε shown for the direction found). With both, the mark is "
+             "better or worse only when ASO says so and so do more than half of the pairs; with "
+             "one, that test's (the pairs' only when all agree). Not corrected for the "
+             f"{sum(1 for _, _, t in tests if t.verdict)} comparisons of the table."]
+    missing = list(dict.fromkeys(p for _, _, t in tests for p in t.missing))
+    if missing:
+        notes.append(f"No per-item scores for {len(missing)} run(s), so no paired bootstrap with "
+                     "them (`lstmablate eval RUN --split test --scores` writes them from the run's "
+                     "checkpoint): " + ", ".join(str(p) for p in missing) + ".")
+    untested: dict[tuple[str, str], list[str]] = {}  # (cell, why) -> metrics
+    for row, j, t in tests:
+        if t.why and t.why not in ("no per-item scores", "no finished run"):  # shown in the table
+            untested.setdefault((row.cell, t.why), []).append(table.columns[j].metric.name)
+    notes += [f"`{cell}` {', '.join(dict.fromkeys(names))}: not tested ({why})."
+              for (cell, why), names in untested.items()]
+    return notes
+
+
 def markdown_table(table: Table) -> str:
-    head = ["cell"] + [(f"{c.group}: " if c.group else "") + c.heading for c in table.columns]
+    sig = table.significance
+    head = ["cell"]
+    for c in table.columns:
+        head.append((f"{c.group}: " if c.group else "") + c.heading)
+        if sig and not c.paper:
+            head.append(f"vs `{sig.reference}`")
     which = " / ".join(CHECKPOINTS.get(w, w) for w in table.checkpoints)
     lines = [f"## {table.title}", "",
              f"Task `{', '.join(table.tasks)}`, {'/'.join(table.test_splits)} split of the {which} "
@@ -76,8 +139,12 @@ def markdown_table(table: Table) -> str:
             else:
                 cells.append("—" if j in row.not_run else format_stat(entry, col.metric.fmt)
                              + (" ‡" if j in row.caveats else ""))
+                if sig:
+                    cells.append("—" if j in row.not_run else verdict_cell(table, row, j))
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+    if sig:
+        lines += significance_notes(table)
     if any(r.shortened for r in table.rows):
         lines.append("† includes shortened runs (`train.max_steps` set): not the full protocol.")
     lines += [f"‡ `{cell}` {metric}, {note}." for cell, metric, note in caveat_notes(table)]
@@ -117,7 +184,7 @@ _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "
                 "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
                 "^": r"\textasciicircum{}", "±": r"$\pm$", "↑": r"$\uparrow$", "↓": r"$\downarrow$",
                 "<": r"$<$", ">": r"$>$", "—": "---", "–": "--", "×": r"$\times$", "−": "$-$",
-                "≈": r"$\approx$", "≤": r"$\leq$", "≥": r"$\geq$", "…": r"\ldots{}", "†": r"\dag{}"}
+                "≈": r"$\approx$", "ε": r"$\varepsilon$", "≤": r"$\leq$", "≥": r"$\geq$", "…": r"\ldots{}", "†": r"\dag{}"}
 
 
 def tex_escape(text: str) -> str:
@@ -169,7 +236,10 @@ def _label(title: str) -> str:
 
 
 def latex_table(table: Table) -> str:
-    ncol = len(table.columns)
+    sig = table.significance
+    # with --significance a "vs <reference>" column follows each of ours
+    extra = {j for j, c in enumerate(table.columns) if sig and not c.paper}
+    ncol = len(table.columns) + len(extra)
     which = " / ".join(CHECKPOINTS.get(w, w) for w in table.checkpoints)
     caption = (f"{tex_escape(table.title)}. Task "
                + ", ".join(rf"\texttt{{{tex_escape(t)}}}" for t in table.tasks)
@@ -188,6 +258,8 @@ def latex_table(table: Table) -> str:
                                                 f"{'; '.join(r.deviations)}."))
     for src in table.sources:
         caption += f" Paper numbers: {tex_escape(src)}."
+    if sig:
+        caption += "".join(" " + tex_escape(n.replace("`", "")) for n in significance_notes(table))
     lines = ["% lstmablate report; needs \\usepackage{booktabs} in the preamble",
              r"\begin{table}[t]", r"\centering", rf"\caption{{{caption}}}",
              rf"\label{{{_label(table.title)}}}",
@@ -195,14 +267,18 @@ def latex_table(table: Table) -> str:
     if table.groups:
         spans, rules, start = [], [], 2
         for group in table.groups:
-            width = sum(1 for c in table.columns if c.group == group)
+            width = sum(1 + (j in extra) for j, c in enumerate(table.columns) if c.group == group)
             spans.append(rf"\multicolumn{{{width}}}{{c}}{{{tex_escape(group)}}}")
             rules.append(rf"\cmidrule(lr){{{start}-{start + width - 1}}}")
             start += width
         lines += [" & " + " & ".join(spans) + r" \\", " ".join(rules)]
-    lines.append("cell & " + " & ".join(tex_escape(c.heading) for c in table.columns) + r" \\")
+    heads = []
+    for j, c in enumerate(table.columns):
+        heads += [tex_escape(c.heading)] + ([rf"vs \texttt{{{tex_escape(sig.reference)}}}"]
+                                             if j in extra else [])
+    lines.append("cell & " + " & ".join(heads) + r" \\")
     lines.append(r"\midrule")
-    best = [table.best_rows(j) for j in range(ncol)]
+    best = [table.best_rows(j) for j in range(len(table.columns))]
     for i, row in enumerate(table.rows):
         cells = [rf"\texttt{{{tex_escape(row.cell)}}}" + (r"\textsuperscript{\dag}" if row.shortened else "")
                  + (r"\textsuperscript{\S}" if row.deviations else "")]
@@ -211,6 +287,8 @@ def latex_table(table: Table) -> str:
                          else "--" if j in row.not_run
                          else _tex_stat(entry, col.metric.fmt, i in best[j])
                          + (r"\textsuperscript{\ddag}" if j in row.caveats else ""))
+            if j in extra:
+                cells.append("--" if j in row.not_run else tex_escape(verdict_cell(table, row, j)))
         lines.append(" & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     lines += [f"% {n}" for n in table.notes]
@@ -251,13 +329,58 @@ def _metric_order(runs: list[RunRecord]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def run_rows(runs: list[RunRecord]) -> tuple[list[str], list[dict[str, Any]]]:
+SIGNIFICANCE_FIELDS = ("verdict", "by", "aso_eps_better", "aso_eps_worse", "against", "delta",
+                      "low", "high", "p", "pair_verdict")
+
+
+def significance_columns(tables: list[Table]) -> tuple[list[str], dict[Path, dict[str, Any]]]:
+    """--significance as per-run columns ``vs_<reference>.<metric>.<field>`` (the cell's mark
+    and ASO, the run's own paired bootstrap: against the reference run of its seed, else
+    the first it was paired with), and ``significance``, what the tests were."""
+    columns: list[str] = []
+    values: dict[Path, dict[str, Any]] = {}
+    for table in tables:
+        opt = table.significance
+        if opt is None:
+            continue
+        about = significance_notes(table)[0]
+        for row in table.rows:
+            for j, test in sorted(row.tests.items()):
+                prefix = f"vs_{opt.reference}.{table.columns[j].metric.name}"
+                columns += [f"{prefix}.{f}" for f in SIGNIFICANCE_FIELDS]
+                for path in test.reference_runs:
+                    values.setdefault(Path(path), {})[f"{prefix}.verdict"] = "reference"
+                seeds = test.seeds
+                for path in test.runs:
+                    pair = test.pair_of(path)
+                    got = values.setdefault(Path(path), {})
+                    got.update({f"{prefix}.verdict": test.verdict or None,
+                                f"{prefix}.by": test.by or None,
+                                f"{prefix}.aso_eps_better": seeds.eps_a_better if seeds else None,
+                                f"{prefix}.aso_eps_worse": seeds.eps_b_better if seeds else None,
+                                "significance": about})
+                    if pair is not None:
+                        ref, r = pair
+                        got.update({f"{prefix}.against": str(ref.path), f"{prefix}.delta": r.delta,
+                                    f"{prefix}.low": r.low, f"{prefix}.high": r.high,
+                                    f"{prefix}.p": r.p_value,
+                                    f"{prefix}.pair_verdict": r.verdict(test.higher_is_better,
+                                                                        test.level)})
+    if columns:
+        columns.append("significance")
+    return list(dict.fromkeys(columns)), values
+
+
+def run_rows(runs: list[RunRecord], tables: list[Table] | None = None
+             ) -> tuple[list[str], list[dict[str, Any]]]:
     """(column names, one dict per run); absent and non-finite values are None."""
     metrics = _metric_order(runs)
     present = {f"{s}.{m}" for r in runs for s in METRIC_SECTIONS
                for m in ((r.result.section(s) if r.result else None) or {})}
     metric_cols = [f"{s}.{m}" for s in METRIC_SECTIONS for m in metrics if f"{s}.{m}" in present]
-    columns = list(RUN_FIELDS) + metric_cols + ["caveats", "deviations", "problem", "path"]
+    sig_cols, sig = significance_columns(tables or [])
+    columns = list(RUN_FIELDS) + metric_cols + ["caveats", "deviations", "problem"] + sig_cols \
+        + ["path"]
     rows = []
     for r in runs:
         res = r.result.to_json() if r.result else {}
@@ -275,13 +398,14 @@ def run_rows(runs: list[RunRecord]) -> tuple[list[str], list[dict[str, Any]]]:
         row["caveats"] = "; ".join(f"test.{m}: {why}" for m, why in notes.items()) or None
         row["deviations"] = "; ".join(r.deviations) or None
         row["problem"] = r.problem or None
+        row.update(sig.get(Path(r.path), {}))
         row["path"] = str(r.path)
         rows.append({c: _finite(row.get(c)) for c in columns})
     return columns, rows
 
 
 def to_csv(report: Report) -> str:
-    columns, rows = run_rows(report.runs)
+    columns, rows = run_rows(report.runs, report.tables)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(columns)
@@ -292,5 +416,5 @@ def to_csv(report: Report) -> str:
 
 
 def to_json(report: Report) -> str:
-    _, rows = run_rows(report.runs)
+    _, rows = run_rows(report.runs, report.tables)
     return json.dumps(rows, indent=2, allow_nan=False) + "\n"

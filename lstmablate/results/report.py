@@ -40,6 +40,8 @@ from lstmablate.recipes import grid_points, load_recipe, recipe_seeds
 from lstmablate.run.runs import RunFiles, RunResult
 from lstmablate.errors import UnknownNameError, UserError
 from lstmablate.task import Metric, get_task
+from .compare import CellTest, SignificanceOptions, cell_test
+from .compare import Run as CompareRun
 
 
 # -- runs ------------------------------------------------------------------------------------
@@ -317,6 +319,8 @@ class Row:
     caveats: dict[int, list[str]] = field(default_factory=dict)
     # how its finished runs depart from the original system (Task.run_deviations), marked §
     deviations: list[str] = field(default_factory=list)
+    # --significance: per column (index), this cell against the reference cell
+    tests: dict[int, CellTest] = field(default_factory=dict)
 
 
 @dataclass
@@ -331,6 +335,7 @@ class Table:
     sources: list[str] = field(default_factory=list)  # where the paper's numbers come from
     notes: list[str] = field(default_factory=list)
     train_times: list[tuple[str, str]] = field(default_factory=list)  # (group, per-cell times)
+    significance: SignificanceOptions | None = None  # --significance: Row.tests are filled
 
     def best_rows(self, col: int) -> set[int]:
         """The rows holding the best value of column ``col`` (at the precision shown;
@@ -409,8 +414,26 @@ def _train_times(exp: Experiment, cells: list[str]) -> str:
     return ", ".join(parts)
 
 
+def add_significance(table: Table, columns: list[tuple[Experiment, Column]],
+                     options: SignificanceOptions) -> None:
+    """Every row's test against ``options.reference`` in each of our columns (Row.tests)."""
+    table.significance = options
+    runs: dict[Path, CompareRun] = {}
+
+    def of(exp: Experiment, cell: str) -> list[CompareRun]:
+        return [runs.setdefault(r.path, CompareRun(r.path, r.seed, r.cell, r.experiment, r.result))
+                for r in exp.runs_of(cell, "finished")]
+
+    for row in table.rows:
+        for j, (exp, col) in enumerate(columns):
+            if not col.paper and row.cell != options.reference and j not in row.not_run:
+                row.tests[j] = cell_test(of(exp, row.cell), of(exp, options.reference), "test",
+                                         col.metric, options)
+
+
 def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[Metric],
-                cells: list[str] | None = None) -> Table:
+                cells: list[str] | None = None,
+                significance: SignificanceOptions | None = None) -> Table:
     """Rows = cells; for each group (experiment) and metric: ours, and the paper's if known."""
     if cells is None:
         cells = list(dict.fromkeys(c for _, exp in groups for c in exp.cells()))
@@ -460,6 +483,8 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
         times = _train_times(exp, cells)
         if times:
             table.train_times.append((label if several else "", times))
+    if significance is not None:
+        add_significance(table, columns, significance)
     return table
 
 
@@ -482,9 +507,11 @@ def _task_metrics(task: str) -> list[Metric] | None:
         return None
 
 
-def build_report(runs_dir: Path, table: str | None = None) -> Report:
+def build_report(runs_dir: Path, table: str | None = None,
+                 significance: SignificanceOptions | None = None) -> Report:
     """The report of ``runs_dir``: every experiment, or only ``table`` (an experiment name,
-    a recipe or a table spec; a recipe without runs gives a table of missing cells)."""
+    a recipe or a table spec; a recipe without runs gives a table of missing cells); with
+    ``significance``, every cell tested against the reference cell (Row.tests)."""
     runs_dir = Path(runs_dir)
     if runs_dir.exists() or table is None:
         runs, skipped = find_runs(runs_dir)
@@ -503,14 +530,16 @@ def build_report(runs_dir: Path, table: str | None = None) -> Report:
                                f"has no table (its {len(exp.runs)} run(s) are rows of --format "
                                "csv/json)")
                 continue
-            tables.append(build_table(exp.name, [("", exp)], metrics))
+            tables.append(build_table(exp.name, [("", exp)], metrics,
+                                      significance=significance))
         return Report(tables, runs, skipped)
     if table in found:
         exp = found[table]
         metrics = _task_metrics(exp.task)
         if metrics is None:
             raise UserError(f"experiment {table!r} is of task {exp.task!r}, which is not installed.")
-        return Report([build_table(exp.name, [("", exp)], metrics)], exp.runs, skipped)
+        return Report([build_table(exp.name, [("", exp)], metrics, significance=significance)],
+                      exp.runs, skipped)
     title, groups, spec = experiments_from_recipe(table)
     for _, exp in groups:
         have = found.get(exp.name)
@@ -530,5 +559,6 @@ def build_report(runs_dir: Path, table: str | None = None) -> Report:
     else:
         metrics = list(all_metrics.values())
     names = {exp.name for _, exp in groups}
-    return Report([build_table(title, groups, metrics, cells=spec.get("cells"))],
+    return Report([build_table(title, groups, metrics, cells=spec.get("cells"),
+                               significance=significance)],
                   [r for r in runs if r.experiment in names], skipped)

@@ -33,6 +33,7 @@ from lstmablate.recipes import resolve_config
 from lstmablate.data import resolve_data_dir
 from lstmablate.errors import CheckpointError, ConfigError, DataError, RunDirError, UserError
 from .runlock import RunLock, lock_holder
+from .scores import write_scores
 from .runs import (RunFiles, RunResult, RunStart, check_not_run_file, check_out_dir,
                    clear_run_dir, inspect_run_dir, read_artefacts, remove_interrupted_writes,
                    write_artefacts, write_config, write_env, write_result)
@@ -319,12 +320,26 @@ def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFil
         shortened=bool(cfg.train.max_steps) and cfg.train.max_steps < task_cls.train_defaults.get(
             "max_steps", float("inf")),
         world_size=dist.world_size)
-    if dist.is_main:
+    if dist.is_main:  # the scores first: a run with a result.json has its scores files
+        for split, records in res.items.items():
+            metrics = res.test if split == task_obj.test_split else res.dev_final
+            write_run_scores(files, cfg, split, cfg.train.test_checkpoint, metrics or {}, records)
         write_result(files, result)
     shown = ", ".join(f"{task_obj.metric_name(k)} {task_obj.format_metric(k, v)}"
                       for k, v in (res.test or {}).items())
     console.print(f"[bold green]done[/] {escape(files.root)}: test {escape(shown)}", soft_wrap=True)
     return TrainOutcome(files.root, result, False)
+
+
+def write_run_scores(files: RunFiles, cfg: RunConfig, split: str, checkpoint: str,
+                     metrics: dict[str, float], records: list[dict[str, Any]]) -> Path:
+    """``scores/<split>.jsonl`` of the run: ``records`` of the final evaluation of ``split``
+    with ``checkpoint``'s weights, which reported ``metrics``."""
+    path = files.scores(split)
+    write_scores(path, {"task": cfg.task, "experiment": cfg.experiment, "cell": cfg.cell,
+                        "seed": cfg.seed, "split": split, "checkpoint": checkpoint,
+                        "metrics": metrics}, records)
+    return path
 
 
 def load_run_config(run_path: Path) -> RunConfig:
@@ -411,6 +426,58 @@ def evaluate_run_task(run_path: Path, split: str = "test", checkpoint: str | Non
             else:
                 metrics = task.evaluate(model, name, final=True)
     return task, {k: float(v) for k, v in metrics.items()}
+
+
+@dataclass
+class ScoredRun:
+    """What ``lstmablate eval RUN --scores`` did: the file, the metrics of the evaluation,
+    the same metrics recomputed from the file, and the run's result.json numbers."""
+
+    path: Path
+    task: Task
+    split: str
+    checkpoint: str
+    metrics: dict[str, float]
+    recomputed: dict[str, float]
+    reported: dict[str, float] | None
+
+
+def score_run(run_path: Path, split: str = "test", data_dir: str | None = None,
+              device: str = "cpu", threads: int | None = None) -> ScoredRun:
+    """Write ``scores/<split>.jsonl`` for a finished run: the final evaluation of ``split``
+    item by item, with the checkpoint its result.json's test numbers came from and the eval
+    options it was trained with.  Writes nothing else but the run's lock file, held meanwhile
+    (it names this command), so no training of the same run starts while it runs."""
+    check_threads(threads)
+    files = RunFiles(Path(run_path))
+    if not files.config.exists():
+        raise ConfigError(f"{run_path} is not a run directory (no {RunFiles.CONFIG}).")
+    if not files.result.exists():
+        raise UserError(f"{run_path} has no {RunFiles.RESULT}: the run is not finished. Its final "
+                        "evaluation writes the scores file when it finishes (continue it with "
+                        "the same `lstmablate train` command plus --resume).")
+    result = read_result(files.root)
+    checkpoint = str(result.test_checkpoint or "best")
+    ckpt_path = files.checkpoint(checkpoint)
+    if ckpt_path is None or not ckpt_path.exists():
+        raise CheckpointError(f"{run_path}: {RunFiles.RESULT}'s test numbers come from the "
+                              f"{checkpoint!r} checkpoint, which is not in the run folder "
+                              f"({ckpt_path.name if ckpt_path else checkpoint + '.pt'}); without "
+                              "it the scores cannot be computed.")
+    with resource_guard(f"scoring {run_path}"), RunLock(files.root):
+        set_threads(threads)
+        cfg, task, model = load_run_model(files.root, checkpoint, data_dir, device, splits=(split,))
+        name = _split_name(task, split)
+        with torch.no_grad():
+            metrics, records = task.evaluate_items(model, name)
+        if records is None:
+            raise UserError(f"the {cfg.task} task does not score test items one by one (its "
+                            "plugin has no evaluate_items hook), so it has no scores file.")
+        metrics = {k: float(v) for k, v in metrics.items()}
+        path = write_run_scores(files, cfg, name, checkpoint, metrics, records)
+    recomputed = {k: m.of(records) for k, m in task.item_metrics().items()}
+    reported = result.test if name == task.test_split else (result.dev_final or result.dev)
+    return ScoredRun(path, task, name, checkpoint, metrics, recomputed, reported)
 
 
 def read_result(run_path: Path) -> RunResult:

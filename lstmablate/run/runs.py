@@ -7,7 +7,9 @@ earlier segments' under ``"earlier"``),
 test metrics), the checkpoints ``last.pt`` / ``best.pt`` and ``artefacts/``
 (one JSON file per thing the task built from the training data, e.g. its
 vocabulary, so evaluation never re-reads training data, and ``_manifest.json``
-with the size and sha256 of each, checked whenever they are read).  Everything
+with the size and sha256 of each, checked whenever they are read) and
+``scores/<split>.jsonl`` (the final evaluation item by item, for significance
+tests; the format is :mod:`lstmablate.run.scores`'s).  Everything
 is written atomically.  The folder protects itself: outputs of ``eval``,
 ``plot`` and ``visualize`` are never written over a run's own files
 (:func:`check_not_run_file`), and the temporary files of writes a kill interrupted
@@ -64,11 +66,12 @@ class RunFiles:
     BEST: ClassVar[str] = "best.pt"
     ARTEFACTS: ClassVar[str] = "artefacts"
     TENSORBOARD: ClassVar[str] = "tensorboard"
+    SCORES: ClassVar[str] = "scores"
     #: sizes and sha256 of the artefacts, written after them (not a valid artefact key)
     MANIFEST: ClassVar[str] = "_manifest.json"
     #: the files a run folder owns (besides its ``artefacts/`` and ``tensorboard/`` folders)
     FILE_NAMES: ClassVar[tuple[str, ...]] = (CONFIG, ENV, METRICS, RESULT, LAST, BEST, LOCK_NAME)
-    FOLDERS: ClassVar[tuple[str, ...]] = (ARTEFACTS, TENSORBOARD)
+    FOLDERS: ClassVar[tuple[str, ...]] = (ARTEFACTS, TENSORBOARD, SCORES)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
@@ -122,6 +125,10 @@ class RunFiles:
         """``<run folder>.log``, beside the folder: the output of a run a sweep started in a
         subprocess (``--jobs``, a Slurm job)."""
         return self.root.with_name(self.root.name + ".log")
+
+    def scores(self, split: str) -> Path:
+        """The per-item scores of ``split``'s final evaluation."""
+        return self.root / self.SCORES / f"{split}.jsonl"
 
     def is_finished(self) -> bool:
         return self.result.exists()
@@ -272,8 +279,9 @@ def remove_interrupted_writes(files: RunFiles) -> list[Path]:
     """Delete the temporary files that writes of the run's own files left when a kill
     interrupted them (call it holding the run's lock); returns what was deleted."""
     removed = io.remove_interrupted_writes(files.root, RunFiles.FILE_NAMES)
-    if files.artefacts.is_dir():  # the run's alone
-        removed += io.remove_interrupted_writes(files.artefacts)
+    for folder in (files.artefacts, files.root / RunFiles.SCORES):
+        if folder.is_dir():  # the run's alone
+            removed += io.remove_interrupted_writes(folder)
     return removed
 
 
@@ -337,6 +345,8 @@ def clear_run_dir(files: RunFiles) -> None:
         for p in files.artefacts.glob("*.json"):
             p.unlink()  # (the manifest included)
     shutil.rmtree(files.tensorboard, ignore_errors=True)  # events of the replaced run
+    for p in (files.root / RunFiles.SCORES).glob("*.jsonl"):
+        p.unlink()  # scores of the replaced run's models
 
 
 def saved_config_differences(files: RunFiles, cfg: RunConfig) -> list[str] | None:

@@ -20,7 +20,7 @@ import math
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -56,6 +56,8 @@ class TrainResult:
     interrupted: bool = False
     skipped_nonfinite: int = 0
     dev_final: dict[str, float] | None = None  # evaluate(dev, final=True) if the task's differs
+    # the final evaluations item by item (Task.evaluate_items), by split; for the scores files
+    items: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -247,6 +249,18 @@ class Trainer:
         self.model.train()
         return {k: float(v) for k, v in metrics.items()}
 
+    def _final_evaluation(self, split: str, items: dict[str, list[dict[str, Any]]]
+                          ) -> dict[str, float]:
+        """``evaluate(split, final=True)`` through ``Task.evaluate_items``: its records (if the
+        task scores items) go to ``items[split]``."""
+        self.model.eval()
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            metrics, records = self.task.evaluate_items(self.model, split)
+        self.model.train()
+        if records is not None:
+            items[split] = records
+        return {k: float(v) for k, v in metrics.items()}
+
     def _dev_evaluation(self, lr: float) -> None:
         self._sync()
         metrics = self._evaluate(self.task.dev_split)
@@ -341,14 +355,15 @@ class Trainer:
         self.pos.done = True
         self._save_last()
         test = dev_final = None
+        items: dict[str, list[dict[str, Any]]] = {}
         barrier(self.dist)  # rank 0 has written best.pt
         if cfg.test_checkpoint == "best" and (cfg.eval_test or self.task.final_differs):
             best = load_checkpoint(self.best_path, expect=self.identity)
             self.model.load_state_dict(best["model"])  # else: the model as training left it
         if self.task.final_differs:  # e.g. beam search where selection used perplexity
-            dev_final = self._evaluate(self.task.dev_split, final=True)
+            dev_final = self._final_evaluation(self.task.dev_split, items)
         if cfg.eval_test and self.task.test_split:
-            test = self._evaluate(self.task.test_split, final=True)
+            test = self._final_evaluation(self.task.test_split, items)
         if self.tb is not None:
             if test is not None:
                 self.tb.log_metrics(self.pos.step, self.task.test_split, test)
@@ -356,7 +371,7 @@ class Trainer:
         return TrainResult(best=self._best_info(), test=test, dev_final=dev_final, steps=self.pos.step,
                            epochs_completed=self._epoch_label() if self.pos.step else 0,
                            train_time_s=self.pos.train_time_s,
-                           skipped_nonfinite=self.pos.skipped_nonfinite)
+                           skipped_nonfinite=self.pos.skipped_nonfinite, items=items)
 
     def _best_info(self) -> dict[str, Any]:
         """The selected checkpoint: its step, (1-based) epoch and dev metrics."""

@@ -24,7 +24,7 @@ each sentence included), ``nll`` (nats/token), ``tokens``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,7 +35,8 @@ from torch import nn
 from lstmablate.config import MAX_BATCH, MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH
 from lstmablate.data import DataFile, Dataset, find_file
 from lstmablate.errors import ConfigError, DataError
-from lstmablate.task import Metric, StepOutput, Task
+from lstmablate.task import ItemMetric, Metric, StepOutput, Task
+from ..lm_scores import lm_item_metrics, sentence_records
 
 from . import corpus
 from .model import BWBLanguageModel, detach_state, state_to
@@ -343,6 +344,23 @@ class BillionWordTask(Task):
         """Full softmax over every prediction of the split (``run_eval`` with the dealt rows)."""
         lps, _ = self._logprobs(model, split)
         return perplexity_metrics(-math.fsum(lps), len(lps))
+
+    @torch.no_grad()
+    def evaluate_items(self, model: nn.Module, split: str
+                       ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """:meth:`evaluate`, and one record per sentence (line of the split's file):
+        ``{"id": line index, "nll": summed NLL (nats) of its predictions (the closing ``<S>``
+        included), "tokens": their number}`` (:mod:`lstmablate_tasks.lm_scores`)."""
+        lps, where = self._logprobs(model, split)
+        sentence = [w[0] for w in where]
+        records = sentence_records(sentence, lps, max(sentence) + 1 if sentence else 0)
+        return perplexity_metrics(-math.fsum(lps), len(lps)), records
+
+    def item_metrics(self) -> dict[str, ItemMetric]:
+        return lm_item_metrics(bits=False)
+
+    def item_key(self, record: Mapping[str, Any]) -> Any:
+        return record["id"], record["tokens"]
 
     @torch.no_grad()
     def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:

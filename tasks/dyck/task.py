@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -33,7 +35,7 @@ from lstmablate.batching import BatchPlan, contiguous_groups
 from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import find_file
 from lstmablate.errors import ConfigError
-from lstmablate.task import Metric, StepOutput, Task
+from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
 
 from .generator import (PAD_ID, START_ID, DyckVocab, default_lengths, make_splits,
                         read_split)
@@ -277,7 +279,10 @@ class DyckTask(Task):
             probs = torch.softmax(logits.double(), dim=-1)
             meter.update(probs, chunk)
             if on_batch is not None:
-                on_batch(idx, chunk, probs)
+                row_nll = nn.functional.cross_entropy(
+                    logits.flatten(0, 1), targets.flatten(), ignore_index=-100,
+                    reduction="none").view(targets.shape).double().sum(1)
+                on_batch(idx, chunk, probs, row_nll.tolist(), (targets != -100).sum(1).tolist())
         res = meter.compute(min_count=self.eval_cfg.min_bucket_count)
         return {"wcpa_min": res["wcpa_min"], "wcpa_mean": res["wcpa_mean"],
                 "accuracy": res["accuracy"], "loss": nll / max(n, 1),
@@ -303,6 +308,77 @@ class DyckTask(Task):
         return self._run_eval(model, split)
 
     @torch.no_grad()
+    def evaluate_items(self, model: nn.Module, split: str
+                       ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """:meth:`evaluate`, and one record per string of the split (file order):
+        ``{"id": index, "nll": its summed cross-entropy (nats), "targets": the positions that
+        cross-entropy scores, "judged": [[distance, judgements, correct], ...]}`` — the
+        bracket-closing judgements of the string counted per distance bucket."""
+        records: dict[int, dict[str, Any]] = {}
+        k, objective = self.data_cfg.k, self.data_cfg.objective
+
+        def keep(idx, chunk, probs, row_nll, row_targets):
+            for row, (j, seq) in enumerate(zip(idx, chunk)):
+                buckets: dict[int, list[int]] = {}
+                for _, d, _, _, ok in bracket_closing_records(probs[row:row + 1], [seq], k,
+                                                               objective):
+                    b = buckets.setdefault(d, [0, 0])
+                    b[0] += 1
+                    b[1] += int(ok)
+                records[j] = {"id": j, "nll": row_nll[row], "targets": int(row_targets[row]),
+                              "judged": [[d, *buckets[d]] for d in sorted(buckets)]}
+
+        metrics = self._run_eval(model, split, on_batch=keep)
+        return metrics, [records[j] for j in sorted(records)]
+
+    def item_metrics(self) -> dict[str, ItemMetric]:
+        """WCPA from per-distance counts (columns: correct at distance 0..D-1, then judged at
+        0..D-1; buckets with fewer than eval.min_bucket_count judgements left out), the
+        accuracy over all judgements, the loss from the summed cross-entropy."""
+        min_count = self.eval_cfg.min_bucket_count
+
+        def buckets(records) -> np.ndarray:
+            width = 1 + max((d for r in records for d, _, _ in r["judged"]), default=-1)
+            out = np.zeros((len(records), 2 * width))
+            for i, r in enumerate(records):
+                for d, total, correct in r["judged"]:
+                    out[i, d] += correct
+                    out[i, width + d] += total
+            return out
+
+        def bucket_accuracy(sums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            sums = np.asarray(sums, dtype=np.float64)
+            width = sums.shape[-1] // 2
+            correct, total = sums[..., :width], sums[..., width:]
+            kept = total >= min_count
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.where(kept, 100.0 * correct / total, np.nan), kept
+
+        def wcpa_min(sums):
+            acc, kept = bucket_accuracy(sums)
+            low = np.where(kept, acc, np.inf).min(-1, initial=np.inf)
+            return np.where(np.isfinite(low), low, np.nan)
+
+        def wcpa_mean(sums):
+            acc, kept = bucket_accuracy(sums)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.where(kept, acc, 0.0).sum(-1) / kept.sum(-1)
+
+        def accuracy(sums):
+            sums = np.asarray(sums, dtype=np.float64)
+            width = sums.shape[-1] // 2
+            return ratio(100.0)(np.stack([sums[..., :width].sum(-1), sums[..., width:].sum(-1)],
+                                         -1))
+
+        return {"wcpa_min": ItemMetric("wcpa_min", buckets, wcpa_min),
+                "wcpa_mean": ItemMetric("wcpa_mean", buckets, wcpa_mean),
+                "accuracy": ItemMetric("accuracy", buckets, accuracy),
+                "loss": ItemMetric("loss", record_fields("nll", "targets"), ratio())}
+
+    def item_key(self, record: Mapping[str, Any]) -> Any:
+        return record["id"], record["targets"]
+
+    @torch.no_grad()
     def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:
         """Every judged closing-bracket prediction, as JSON lines, one per string of the split
         (in file order): ``{"index", "string", "judgements": [[position, distance, gold close,
@@ -314,7 +390,7 @@ class DyckTask(Task):
         records: dict[int, dict] = {}
         k, objective = self.data_cfg.k, self.data_cfg.objective
 
-        def keep(idx, chunk, probs):
+        def keep(idx, chunk, probs, *_):
             for row, (j, seq) in enumerate(zip(idx, chunk)):
                 judged = bracket_closing_records(probs[row:row + 1], [seq], k, objective)
                 records[j] = {"index": j, "string": " ".join(self.vocab.decode(seq)),

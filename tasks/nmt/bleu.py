@@ -17,12 +17,14 @@ says how it was computed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from sacrebleu.metrics import BLEU
 
-__all__ = ["BleuResult", "multi_bleu", "sacrebleu_detok", "sacrebleu_signature"]
+__all__ = ["BleuResult", "multi_bleu", "sacrebleu_detok", "sacrebleu_signature",
+           "sentence_statistics", "score_of_statistics"]
 
 
 @dataclass(frozen=True)
@@ -48,10 +50,15 @@ def _check(hyps: Sequence[str], refs: Sequence[str]) -> None:
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
 
 
+def _metric(tokenised: bool) -> BLEU:
+    """multi-bleu.perl's BLEU (on tokenised text) or sacreBLEU's standard one."""
+    return BLEU(tokenize="none", smooth_method="none", force=True) if tokenised else BLEU()
+
+
 def multi_bleu(hyps: Sequence[str], refs: Sequence[str]) -> BleuResult:
     """multi-bleu.perl's BLEU of tokenised ``hyps`` against tokenised ``refs`` (one each)."""
     _check(hyps, refs)
-    metric = BLEU(tokenize="none", smooth_method="none", force=True)
+    metric = _metric(tokenised=True)
     s = metric.corpus_score(list(hyps), [list(refs)])
     return BleuResult(s.score, tuple(s.precisions), s.bp, s.sys_len, s.ref_len)
 
@@ -59,7 +66,7 @@ def multi_bleu(hyps: Sequence[str], refs: Sequence[str]) -> BleuResult:
 def sacrebleu_detok(hyps: Sequence[str], refs: Sequence[str]) -> BleuResult:
     """sacreBLEU with its defaults on detokenised ``hyps`` against raw ``refs``."""
     _check(hyps, refs)
-    metric = BLEU()
+    metric = _metric(tokenised=False)
     s = metric.corpus_score(list(hyps), [list(refs)])
     return BleuResult(s.score, tuple(s.precisions), s.bp, s.sys_len, s.ref_len,
                       str(metric.get_signature()))
@@ -70,3 +77,28 @@ def sacrebleu_signature() -> str:
     metric = BLEU()
     metric.corpus_score(["."], [["."]])  # the signature names the number of references seen
     return str(metric.get_signature())
+
+
+def sentence_statistics(hyps: Sequence[str], refs: Sequence[str], tokenised: bool
+                        ) -> list[list[int]]:
+    """Every sentence's BLEU statistics, sacreBLEU's own (``_extract_corpus_statistics``):
+    ``[hyp_len, ref_len, matches_1..4, totals_1..4]`` (n-gram matches clipped by the
+    reference, and the hypothesis's n-gram counts); summed over sentences they give the
+    corpus BLEU (:func:`score_of_statistics`) — of :func:`multi_bleu` (``tokenised``) or
+    :func:`sacrebleu_detok`."""
+    _check(hyps, refs)
+    stats = _metric(tokenised)._extract_corpus_statistics(list(hyps), [list(refs)])
+    return [[int(v) for v in row] for row in stats]
+
+
+def score_of_statistics(tokenised: bool) -> Callable[[np.ndarray], np.ndarray]:
+    """Summed :func:`sentence_statistics` (last axis; any leading axes) -> BLEU, computed by
+    sacreBLEU (``_compute_score_from_stats``, as its paired bootstrap does)."""
+    metric = _metric(tokenised)
+
+    def value(sums: np.ndarray) -> np.ndarray:
+        sums = np.asarray(sums, dtype=np.float64)
+        flat = sums.reshape(-1, sums.shape[-1])
+        out = np.array([metric._compute_score_from_stats(row).score for row in flat])
+        return out.reshape(sums.shape[:-1])
+    return value

@@ -35,12 +35,13 @@ returns the metrics computed from the two files.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -48,11 +49,12 @@ from lstmablate.batching import BatchPlan
 from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import read_lines
 from lstmablate.errors import ConfigError, DataError, UserError
-from lstmablate.task import Metric, StepOutput, Task
+from lstmablate.task import ItemMetric, Metric, StepOutput, Task
 
 from . import data as m30k
 from .batches import POOL_BATCHES, collate, length_sorted_groups, pooled_batches
-from .bleu import BleuResult, multi_bleu, sacrebleu_detok
+from .bleu import (BleuResult, multi_bleu, sacrebleu_detok, score_of_statistics,
+                   sentence_statistics)
 from .model import NMTModel, StackedLSTMCells
 from .search import beam_search, greedy_search, replace_unk
 from .tokenise import SETTINGS as TOKENISER, detokenise, tokenise_lines
@@ -382,10 +384,38 @@ class NMTTask(Task):
     def evaluate(self, model: nn.Module, split: str, *, final: bool = False) -> dict[str, float]:
         if not final:
             return self.perplexity(model, split)
+        return self.evaluate_items(model, split)[0]
+
+    @torch.no_grad()
+    def evaluate_items(self, model: nn.Module, split: str
+                       ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """The final evaluation (beam search, both BLEUs), and one record per line of the
+        split: ``{"id": index, "hyp": the detokenised translation, "hyp_tok": its tokens,
+        "bleu": its statistics for multi-bleu.perl's BLEU, "sacrebleu": for sacreBLEU's}``,
+        statistics in sacreBLEU's order ``[hyp_len, ref_len, matches_1..4, totals_1..4]``
+        (:func:`.bleu.sentence_statistics`)."""
+        sd = self._split(split)
         words = self.translate(model, split)
         tok = [" ".join(w) for w in words]
         detok = [detokenise(w, self.data_cfg.tgt_lang) for w in words]
-        return self.bleu_metrics(*self.bleu_scores(split, tok, detok))
+        refs_tok = [" ".join(t) for t in sd.tgt_tokens]
+        records = [{"id": i, "hyp": d, "hyp_tok": t, "bleu": b, "sacrebleu": sb}
+                   for i, (d, t, b, sb) in enumerate(zip(
+                       detok, tok, sentence_statistics(tok, refs_tok, tokenised=True),
+                       sentence_statistics(detok, sd.tgt_raw, tokenised=False)))]
+        return self.bleu_metrics(*self.bleu_scores(split, tok, detok)), records
+
+    def item_metrics(self) -> dict[str, ItemMetric]:
+        """Both BLEUs from summed sentence statistics, computed by sacreBLEU."""
+        def column(name: str):
+            return lambda records: np.array([r[name] for r in records], dtype=np.float64
+                                            ).reshape(len(records), -1)
+        return {"bleu": ItemMetric("bleu", column("bleu"), score_of_statistics(tokenised=True)),
+                "sacrebleu": ItemMetric("sacrebleu", column("sacrebleu"),
+                                        score_of_statistics(tokenised=False))}
+
+    def item_key(self, record: Mapping[str, Any]) -> Any:
+        return record["id"], record["bleu"][1], record["sacrebleu"][1]  # the reference lengths
 
     @torch.no_grad()
     def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:

@@ -27,7 +27,7 @@ gold file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -39,14 +39,14 @@ from lstmablate.batching import BatchPlan
 from lstmablate.config import MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import check_file, verify_datasets
 from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserError
-from lstmablate.task import Metric, StepOutput, Task
+from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
 
 from ..vectors import GLOVE_6B_100D, catalogue_entry
 from . import data as pdata
 from .buckets import assign_buckets, epoch_groups, eval_groups, kmeans_splits
 from .conllu import Sentence, read_conllu, write_conllu
 from .decode import DECODERS, decode_heads, parser_v1_rels
-from .metrics import AttachmentCounter, score_files
+from .metrics import CONVENTIONS, AttachmentCounter, score_files
 from .model import ENCODER_LENGTHS, BiaffineParser, pad_ids, parser_loss
 from .vocab import ROOT, UNK, Vocabs, build_vocabs
 
@@ -349,6 +349,32 @@ class ParsingTask(Task):
         for s, h, r in zip(self.splits[split].sentences, heads, rels):
             counter.add(s, h, r)
         return counter.scores()
+
+    @torch.no_grad()
+    def evaluate_items(self, model: nn.Module, split: str
+                       ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """:meth:`evaluate`, and one record per sentence (file order): ``{"id": index, and for
+        each punctuation convention c in "" (Parser-v1's), "_all", "_upos": "scored<c>": words
+        scored, "heads<c>": with the right head, "labels<c>": right head and relation}``."""
+        heads, rels = self.predict(model, split)
+        total, records = AttachmentCounter(), []
+        for i, (s, h, r) in enumerate(zip(self.splits[split].sentences, heads, rels)):
+            one = AttachmentCounter()
+            one.add(s, h, r)
+            total.add(s, h, r)
+            records.append({"id": i, **{f"{what}{c}": getattr(one, attr)[c] for c in CONVENTIONS
+                                        for what, attr in (("scored", "total"), ("heads", "heads"),
+                                                           ("labels", "labels"))}})
+        return total.scores(), records
+
+    def item_metrics(self) -> dict[str, ItemMetric]:
+        """UAS = 100 heads / scored, LAS = 100 labels / scored, per convention."""
+        return {f"{m}{c}": ItemMetric(f"{m}{c}", record_fields(f"{what}{c}", f"scored{c}"),
+                                      ratio(100.0))
+                for m, what in (("las", "labels"), ("uas", "heads")) for c in CONVENTIONS}
+
+    def item_key(self, record: Mapping[str, Any]) -> Any:
+        return record["id"], record["scored_all"], record["scored"], record["scored_upos"]
 
     @torch.no_grad()
     def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:

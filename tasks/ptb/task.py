@@ -58,7 +58,7 @@ of the split divided by the number of tokens (not a mean of per-sentence means).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -69,7 +69,8 @@ from torch import Tensor, nn
 from lstmablate.batching import BatchPlan, contiguous_groups, pooled_batches
 from lstmablate.config import MAX_BATCH, MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH
 from lstmablate.errors import ConfigError, DataError
-from lstmablate.task import Metric, StepOutput, Task
+from lstmablate.task import ItemMetric, Metric, StepOutput, Task
+from ..lm_scores import lm_item_metrics, sentence_records
 
 from . import data as ptb_data
 from .evaluate import (PREDICTIONS_HEADER, perplexity_metrics, read_predictions, sentence_logprobs,
@@ -342,6 +343,26 @@ class PTBTask(Task):
     def evaluate(self, model: nn.Module, split: str, *, final: bool = False) -> dict[str, float]:
         _, lp, bs, ns = self._logprobs(model, split)
         return perplexity_metrics(-float(lp.sum()), lp.numel(), bs, ns, self._num_sentences(split))
+
+    @torch.no_grad()
+    def evaluate_items(self, model: nn.Module, split: str
+                       ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """The split's protocol, and one record per line of the split: ``{"id": line index,
+        "nll": summed NLL (nats) of the predictions of that line's tokens (its ``<eos>``
+        included), "tokens": their number}`` (:mod:`lstmablate_tasks.lm_scores`)."""
+        pos, lp, bs, ns = self._logprobs(model, split)
+        stream = self.corpus.split(split)
+        ends = (stream == self.corpus.eos_id).nonzero().reshape(-1)
+        sentence = torch.searchsorted(ends, pos.to(ends.dtype))  # the line whose token p is
+        records = sentence_records(sentence.numpy(), lp.numpy(), int(ends.numel()))
+        return (perplexity_metrics(-float(lp.sum()), lp.numel(), bs, ns,
+                                   self._num_sentences(split)), records)
+
+    def item_metrics(self) -> dict[str, ItemMetric]:
+        return lm_item_metrics()
+
+    def item_key(self, record: Mapping[str, Any]) -> Any:
+        return record["id"], record["tokens"]
 
     def _num_sentences(self, split: str) -> int | None:
         return len(self.sentences[split]) if self.data_cfg.sentences else None

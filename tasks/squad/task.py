@@ -33,7 +33,7 @@ from torch.nn import functional as F
 from lstmablate.batching import BatchPlan
 from lstmablate.data import verify
 from lstmablate.errors import ConfigError, DataError, UserError
-from lstmablate.task import Metric, StepOutput, Task
+from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
 
 from . import data as squad_data
 from ..vectors import GLOVE_6B_100D, GLOVE_840B_300D, catalogue_entry, pretrained_path
@@ -43,7 +43,8 @@ from .decode import best_spans
 from .drqa import DrQAReader
 from .examples import SquadExamples, tokenize_articles
 from .features import BASIC_FEATURES, FEATURES, TAGGER_FEATURES, feature_size, token_features
-from .metrics import read_predictions, score_predictions
+from .metrics import (exact_match_score, f1_score, max_over_gold, read_predictions,
+                      score_predictions)
 from .tokenizer import make_tokenizer
 from .vocab import Vocab, build_vocab, frequency_order, read_vectors, vector_file_words
 
@@ -253,6 +254,24 @@ class SquadTask(Task):
     def evaluate(self, model: nn.Module, split: str, *, final: bool = False) -> dict[str, float]:
         ex = self.examples.get(split) or self._load(split)
         return score_predictions(ex.gold(), self.predict(model, split))
+
+    @torch.no_grad()
+    def evaluate_items(self, model: nn.Module, split: str
+                       ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """:meth:`evaluate`, and one record per question (file order): ``{"id": question
+        id, "em": 0|1, "f1": 0..1}`` (the official v1.1 definitions, max over gold answers)."""
+        ex = self.examples.get(split) or self._load(split)
+        preds = self.predict(model, split)
+        gold = list(ex.gold())
+        records = [{"id": qid,
+                    "em": max_over_gold(exact_match_score, preds[qid], golds) if qid in preds else 0.0,
+                    "f1": max_over_gold(f1_score, preds[qid], golds) if qid in preds else 0.0}
+                   for qid, golds in gold]
+        return score_predictions(gold, preds), records
+
+    def item_metrics(self) -> dict[str, ItemMetric]:
+        return {m.name: ItemMetric(m.name, record_fields(m.name, "items"), ratio(100.0))
+                for m in self.metrics}
 
     def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:
         """The official prediction file {question id: answer text} (UTF-8 JSON), scored by

@@ -30,7 +30,7 @@ file order; SST-2: its non-neutral sentences) and scores that file against the g
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,7 +43,7 @@ from lstmablate.cells.pooling import LAYER_MIXES, POOLINGS
 from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import read_lines
 from lstmablate.errors import ConfigError, DataError, UserError, where
-from lstmablate.task import Metric, StepOutput, Task
+from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
 
 from . import data as sst
 from .data import PAD, Example, Vocab
@@ -241,10 +241,16 @@ class SSTTask(Task):
     def predict(self, model: nn.Module, split: str) -> tuple[list[int], float]:
         """The predicted label of every example of ``split`` (in file order) and the summed
         cross-entropy; no dropout."""
+        pred, nll, _ = self._predict(model, split)
+        return pred, nll
+
+    def _predict(self, model: nn.Module, split: str) -> tuple[list[int], float, list[float]]:
+        """:meth:`predict`, and each example's cross-entropy."""
         device = next(model.parameters()).device
         ids = self._ids[split]
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # little padding
         pred = [0] * len(ids)
+        each = [0.0] * len(ids)
         nll = 0.0
         was_training = model.training
         model.eval()
@@ -254,12 +260,13 @@ class SSTTask(Task):
                 idx = order[lo:lo + bs]
                 b = self.batch_to(self.collate(split, idx), device)
                 logits = model(b["words"], b["lengths"]).double()
-                nll += float(nn.functional.cross_entropy(logits, b["labels"], reduction="sum"))
-                for i, y in zip(idx, logits.argmax(-1).tolist()):
-                    pred[i] = y
+                losses = nn.functional.cross_entropy(logits, b["labels"], reduction="none")
+                nll += float(losses.sum())
+                for i, y, loss in zip(idx, logits.argmax(-1).tolist(), losses.tolist()):
+                    pred[i], each[i] = y, loss
         finally:
             model.train(was_training)
-        return pred, nll
+        return pred, nll, each
 
     def gold(self, split: str) -> list[int]:
         return [e.label for e in self.examples[split]]
@@ -274,6 +281,25 @@ class SSTTask(Task):
         pred, nll = self.predict(model, split)
         gold = self.gold(split)
         return {**self.accuracy(pred, gold), "loss": nll / max(len(gold), 1)}
+
+    @torch.no_grad()
+    def evaluate_items(self, model: nn.Module, split: str
+                       ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """One record per sentence of ``split`` (file order; SST-2: the non-neutral ones):
+        ``{"id": index, "gold": label, "pred": label, "correct": 0|1, "nll": cross-entropy}``."""
+        pred, nll, each = self._predict(model, split)
+        gold = self.gold(split)
+        records = [{"id": i, "gold": g, "pred": p, "correct": int(p == g), "nll": e}
+                   for i, (g, p, e) in enumerate(zip(gold, pred, each))]
+        return {**self.accuracy(pred, gold), "loss": nll / max(len(gold), 1)}, records
+
+    def item_metrics(self) -> dict[str, ItemMetric]:
+        return {"accuracy": ItemMetric("accuracy", record_fields("correct", "items"),
+                                       ratio(100.0)),
+                "loss": ItemMetric("loss", record_fields("nll", "items"), ratio())}
+
+    def item_key(self, record: Mapping[str, Any]) -> Any:
+        return record["id"], record["gold"]
 
     def score_file(self, split: str, path: Path) -> dict[str, float]:
         """Accuracy of a predictions file (one label per line) against ``split``'s gold labels."""

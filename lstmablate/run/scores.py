@@ -1,0 +1,139 @@
+"""Per-item scores: the run folder's ``scores/<split>.jsonl`` (the file name is
+:class:`~lstmablate.run.runs.RunFiles`'s; this module owns the format).
+
+The final evaluation of a split (the end-of-training test evaluation, and
+``lstmablate eval RUN --split S --scores`` for a run trained before scores existed)
+writes one JSON object per line, UTF-8:
+
+* line 1, the header: ``{"scores": 1, "task", "experiment", "cell", "seed", "split",
+  "checkpoint" (best | last: the weights scored), "items" (the number of records that
+  follow), "metrics" (the metrics that evaluation reported, as in result.json)}``;
+* then one line per item of the split, in the split's order: ``{"id": ..., <the
+  sufficient statistics of the task's metrics>}`` — a sentence's summed NLL (nats) and
+  token count, a parse's scored words and right heads and labels, a translation and its
+  BLEU n-gram statistics, a question's EM and F1 ... (each task's ``evaluate_items``
+  documents its fields).  Summing any column over any set of items and applying the
+  task's ``item_metrics`` gives that set's corpus metric; over all items, the reported one.
+
+:func:`read_scores` reads such a file back; anything else is a one-paragraph error
+naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lstmablate.errors import DataError
+from lstmablate.io import atomic_write
+
+FORMAT = 1
+HEADER_KEYS = ("task", "experiment", "cell", "seed", "split", "checkpoint", "items", "metrics")
+
+
+@dataclass
+class Scores:
+    """A scores file read back: its header and the records of its items."""
+
+    path: Path
+    header: dict[str, Any]
+    records: list[dict[str, Any]]
+
+    @property
+    def task(self) -> str:
+        return str(self.header["task"])
+
+    @property
+    def split(self) -> str:
+        return str(self.header["split"])
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return dict(self.header.get("metrics") or {})
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN/inf: a non-finite number is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def write_scores(path: Path, header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
+                 ) -> None:
+    """Write ``records`` under ``header`` (its keys :data:`HEADER_KEYS` but ``items``) to
+    ``path``, atomically."""
+    head = {"scores": FORMAT, **{k: header[k] for k in HEADER_KEYS if k != "items"},
+            "items": len(records)}
+    ids = set()
+    for r in records:
+        if "id" not in r:
+            raise ValueError("every per-item record needs an id")
+        if r["id"] in ids:
+            raise ValueError(f"two per-item records have the id {r['id']!r}")
+        ids.add(r["id"])
+
+    def lines() -> Iterable[bytes]:
+        yield (json.dumps(_finite(head), ensure_ascii=False) + "\n").encode("utf-8")
+        for r in records:
+            yield (json.dumps(_finite(dict(r)), ensure_ascii=False) + "\n").encode("utf-8")
+
+    def write(f: Any) -> None:
+        for line in lines():
+            f.write(line)
+
+    atomic_write(path, write)
+
+
+def _bad(path: Path, line: int, what: str) -> DataError:
+    return DataError(f"{path}, line {line}: {what}. A scores file is a header line and one JSON "
+                     "object per item, as `lstmablate eval RUN --split test --scores` writes "
+                     "it; the file is damaged or was not written by lstmablate (write it again "
+                     "with that command).")
+
+
+def read_scores(path: str | Path) -> Scores:
+    """A scores file, checked: the header, then exactly ``items`` records with unique ids."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not UTF-8 text (byte offset {e.start}); the scores file is "
+                        "damaged.") from None
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e.strerror or e}.") from None
+    lines = text.splitlines()
+    if not lines:
+        raise _bad(path, 1, "the file is empty")
+    objects = []
+    for lineno, line in enumerate(lines, 1):
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            raise _bad(path, lineno, "not a JSON object") from None
+        if not isinstance(obj, dict):
+            raise _bad(path, lineno, f"a JSON {type(obj).__name__}, not an object")
+        objects.append(obj)
+    header, records = objects[0], objects[1:]
+    missing = [k for k in HEADER_KEYS if k not in header]
+    if header.get("scores") != FORMAT or missing:
+        raise _bad(path, 1, f"expected the header {{\"scores\": {FORMAT}, ...}}"
+                   + (f" with {', '.join(missing)}" if missing else ""))
+    if header["items"] != len(records):
+        raise _bad(path, len(lines), f"the header announces {header['items']} items, the file "
+                   f"holds {len(records)} (it was cut short?)")
+    seen: set[Any] = set()
+    for lineno, r in enumerate(records, 2):
+        key = json.dumps(r.get("id"))
+        if "id" not in r or key in seen:
+            raise _bad(path, lineno, "a record without an id, or with the id of an earlier one")
+        seen.add(key)
+    return Scores(path, header, records)

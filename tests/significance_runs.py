@@ -1,0 +1,89 @@
+"""A runs tree written by hand for the significance tests: SST-2 runs whose test sentences are
+scored right or wrong by a seeded random draw (no training), with their config.yaml,
+result.json and scores/test.jsonl as lstmablate writes them.
+
+    runs/sig/lstm/seed-{1,2,3}          80% right, scores
+    runs/sig/lstm-srnn/seed-{1,2,3}     65% right: clearly worse, scores
+    runs/sig/lstm-gates/seed-1          the lstm seed-1 run's answers on all but 3 items, scores
+    runs/sig/lstm-srnn-out/seed-1       80% right, NO scores file (a run from before scores)
+
+Everything is deterministic (fixed numbers, train times and paths relative to ``root``), so a
+report of it is the same text on every machine.  Run as a script to print the path of a
+fresh tree (``python tests/significance_runs.py DIR``)."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import yaml
+
+ITEMS = 200
+RECIPE = """\
+base: sst2-bilstm-max-cpu
+experiment: sig
+cells: [lstm, lstm-srnn, lstm-srnn-out, lstm-gates]
+seeds: [1]
+cell_seeds: {lstm: [1, 2, 3], lstm-srnn: [1, 2, 3]}
+reference:
+  lstm: {accuracy: 80.0}
+reference_source: "made up for the test"
+"""
+RUNS = {("lstm", 1): 0.8, ("lstm", 2): 0.8, ("lstm", 3): 0.8, ("lstm-srnn", 1): 0.65,
+        ("lstm-srnn", 2): 0.65, ("lstm-srnn", 3): 0.65, ("lstm-gates", 1): None,
+        ("lstm-srnn-out", 1): 0.8}
+WITHOUT_SCORES = {("lstm-srnn-out", 1)}
+
+
+def answers(cell: str, seed: int) -> list[int]:
+    """1 = the sentence was classified right."""
+    if RUNS[(cell, seed)] is None:  # lstm-gates: lstm seed 1, three answers flipped
+        out = answers("lstm", 1)
+        for i in (0, 1, 2):
+            out[i] = 1 - out[i]
+        return out
+    rng = random.Random(f"{cell}/{seed}")
+    return [int(rng.random() < RUNS[(cell, seed)]) for _ in range(ITEMS)]
+
+
+def make_tree(root: Path) -> Path:
+    """Write the recipe (``root/sig.yaml``) and the runs (``root/runs``); returns the runs."""
+    from lstmablate.recipes import resolve_config
+    from lstmablate.task import get_task
+
+    root.mkdir(parents=True, exist_ok=True)
+    recipe = root / "sig.yaml"
+    recipe.write_text(RECIPE)
+    gold = [random.Random(7 + i).randint(0, 1) for i in range(ITEMS)]
+    for (cell, seed) in RUNS:
+        cfg = resolve_config(get_task("sst"), cell, recipe=str(recipe), seed=seed)
+        run = root / "runs" / "sig" / cell / f"seed-{seed}"
+        run.mkdir(parents=True)
+        d = cfg.to_dict()
+        d["recipe_file"] = "sig.yaml"  # relative: the report reads it from the current folder
+        (run / "config.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
+        right = answers(cell, seed)
+        accuracy = 100.0 * sum(right) / ITEMS
+        test = {"accuracy": accuracy, "loss": 0.5, "sentences": float(ITEMS)}
+        result = {"task": "sst", "cell": cell, "experiment": "sig", "seed": seed,
+                  "recipe": cfg.recipe, "primary": "accuracy", "higher_is_better": True,
+                  "best": {"step": 10, "epoch": 1, "dev": {"accuracy": 75.0, "loss": 0.6}},
+                  "test": test, "test_checkpoint": "best", "steps": 100, "epochs": 10,
+                  "train_time_s": 60.0 + seed, "wall_time_s": 61.0 + seed, "params": 1000}
+        (run / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        if (cell, seed) in WITHOUT_SCORES:
+            continue
+        header = {"scores": 1, "task": "sst", "experiment": "sig", "cell": cell, "seed": seed,
+                  "split": "test", "checkpoint": "best", "metrics": test, "items": ITEMS}
+        records = [{"id": i, "gold": g, "pred": g if ok else 1 - g, "correct": ok, "nll": 0.5}
+                   for i, (g, ok) in enumerate(zip(gold, right))]
+        (run / "scores").mkdir()
+        (run / "scores" / "test.jsonl").write_text(
+            "".join(json.dumps(x) + "\n" for x in [header, *records]))
+    return root / "runs"
+
+
+if __name__ == "__main__":  # pragma: no cover - a helper for regenerating the golden files
+    print(make_tree(Path(sys.argv[1])))

@@ -1,0 +1,290 @@
+"""`lstmablate compare` and `lstmablate report --significance` on a runs tree written by hand
+(tests/significance_runs.py: an LSTM with three seeds, an ablation clearly worse with three,
+one nearly identical run, one run without a scores file), and the BLEU comparison against
+sacreBLEU's own paired bootstrap.
+
+Without --significance the report is byte for byte what it was before significance existed:
+tests/fixtures/report/before-significance.* were rendered from this tree by that version."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cli_in_process import run_cli
+from significance_runs import ITEMS, answers, make_tree
+from lstmablate.results.compare import (SignificanceOptions, compare, find_runs, load_run,
+                                        render as render_comparison)
+from lstmablate.results.formats import render
+from lstmablate.results.report import build_report
+
+GOLDEN = Path(__file__).parent / "fixtures" / "report"
+FORMATS = {"markdown": "markdown", "latex": "latex", "csv": "csv", "json": "json"}
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("sig")
+    make_tree(root)
+    return root
+
+
+@pytest.fixture
+def here(tree, monkeypatch) -> Path:
+    """The tree's folder as the working directory (run paths in the report are relative)."""
+    monkeypatch.chdir(tree)
+    return tree
+
+
+# -- the report without --significance: unchanged -------------------------------------------
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("table", ["sig", "sig.yaml"])
+def test_without_significance_the_report_is_byte_identical_to_before(here, fmt, table):
+    text = render(build_report(Path("runs"), table=table), fmt)
+    assert text == (GOLDEN / f"before-significance.sig.{fmt}").read_text()
+
+
+# -- report --significance ------------------------------------------------------------------
+def _report(fmt: str, **options) -> str:
+    return render(build_report(Path("runs"), table="sig",
+                               significance=SignificanceOptions(**options)), fmt)
+
+
+def _md_rows(text: str) -> dict[str, list[str]]:
+    return {line.split(" | ")[0][2:].strip("`"): [c.strip() for c in line.strip("| ").split(" | ")]
+            for line in text.splitlines() if line.startswith("| `")}
+
+
+def test_markdown_marks_each_ablation_with_a_footnote(here):
+    text = _report("markdown")
+    head = next(line for line in text.splitlines() if line.startswith("| cell"))
+    assert head.count("vs `lstm`") == 2  # after accuracy and after loss, not after "paper"
+    rows = _md_rows(text)
+    acc = 2  # cell, accuracy, vs, paper, loss, vs
+    assert rows["lstm"][acc] == "reference"
+    # three seeds each, every seed of the ablation far below every LSTM seed
+    assert rows["lstm-srnn"][acc] == "worse (ASO worse ε 0.00; 3/3 pairs worse)"
+    # one run, three answers away from LSTM seed 1: no pair says different
+    assert rows["lstm-gates"][acc].startswith("not distinguishable (")
+    assert rows["lstm-srnn-out"][acc] == "no scores"
+    assert rows["lstm-srnn"][5].startswith("not distinguishable")  # the loss: 0.5 everywhere
+    # the numbers are the plain table's, the marks inserted after them
+    plain = _md_rows(render(build_report(Path("runs"), table="sig"), "markdown"))
+    for cell, cells in rows.items():
+        assert [c for j, c in enumerate(cells) if j not in (2, 5)] == plain[cell]
+    assert "the paired bootstrap (Koehn 2004; 1000 resamples, seed 12345" in text
+    assert "level 0.05" in text and "Almost Stochastic Order" in text
+    assert ("No per-item scores for 1 run(s)" in text and "runs/sig/lstm-srnn-out/seed-1" in text
+            and "lstmablate eval RUN --split test --scores" in text)
+
+
+def test_level_and_resamples_are_named_and_used(here):
+    text = _report("markdown", level=0.01, n_samples=200)
+    assert "at level 0.01" in text and "200 resamples" in text and "confidence 0.99" in text
+
+
+def test_latex_has_the_same_marks_and_names_the_test_in_the_caption(here, tmp_path):
+    tex = _report("latex")
+    spec = next(line for line in tex.splitlines() if line.startswith(r"\begin{tabular}"))
+    ncol = len(spec.split("{")[2].rstrip("}"))
+    rows = [line for line in tex.splitlines() if line.startswith(r"\texttt{")]
+    assert ncol == 6 and all(row.count(" & ") == ncol - 1 for row in rows)
+    srnn = next(r for r in rows if r.startswith(r"\texttt{lstm-srnn} "))
+    assert r"worse (ASO worse $\varepsilon$ 0.00; 3/3 pairs worse)" in srnn
+    caption = next(line for line in tex.splitlines() if line.startswith(r"\caption"))
+    assert "paired bootstrap" in caption and "1000 resamples" in caption and "level 0.05" in caption
+    if shutil.which("pdflatex"):
+        from test_report_formats import _compile
+
+        done = _compile(tmp_path, tex)
+        assert done.returncode == 0, done.stdout[-2000:]
+
+
+def test_csv_and_json_carry_each_runs_pair_and_the_cells_mark(here):
+    rows = list(csv.DictReader(io.StringIO(_report("csv"))))
+    by = {(r["cell"], int(r["seed"])): r for r in rows}
+    assert json.loads(_report("json"))[0].keys() == rows[0].keys()
+    for seed in (1, 2, 3):
+        assert by[("lstm", seed)]["vs_lstm.accuracy.verdict"] == "reference"
+        srnn = by[("lstm-srnn", seed)]
+        assert srnn["vs_lstm.accuracy.verdict"] == "worse"
+        assert srnn["vs_lstm.accuracy.by"] == "aso+bootstrap"
+        assert srnn["vs_lstm.accuracy.against"] == f"runs/sig/lstm/seed-{seed}"  # its own seed
+        assert float(srnn["vs_lstm.accuracy.p"]) < 0.05
+        assert srnn["vs_lstm.accuracy.pair_verdict"] == "worse"
+        delta = float(srnn["test.accuracy"]) - float(by[("lstm", seed)]["test.accuracy"])
+        assert float(srnn["vs_lstm.accuracy.delta"]) == pytest.approx(delta)
+        assert float(srnn["vs_lstm.accuracy.low"]) <= delta <= float(srnn["vs_lstm.accuracy.high"])
+    gates = by[("lstm-gates", 1)]
+    assert gates["vs_lstm.accuracy.against"] == "runs/sig/lstm/seed-1"
+    assert gates["vs_lstm.accuracy.pair_verdict"] == "not distinguishable"
+    assert by[("lstm-srnn-out", 1)]["vs_lstm.accuracy.p"] == ""
+    assert "Almost Stochastic Order" in gates["significance"]
+
+
+def test_the_cli_writes_every_format_with_significance(here):
+    for fmt in ("markdown", "csv"):  # (every format is rendered by the tests above)
+        done = run_cli("report", "runs", "--table", "sig", "--significance", "--format", fmt,
+                       cwd=here)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == _report(fmt)
+    bad = run_cli("report", "runs", "--significance", "--level", "1.5", cwd=here)
+    assert bad.returncode == 2 and "--level must be between 0 and 1" in bad.stderr
+
+
+def test_a_table_without_the_reference_cell_says_so(here):
+    text = _report("markdown", reference="gru")
+    assert "the table has no `gru` row to compare the others with" in text
+
+
+# -- compare --------------------------------------------------------------------------------
+def test_a_clearly_worse_ablation_is_found_and_a_run_against_itself_is_not(here):
+    c = compare(find_runs("runs/sig/lstm-srnn"), find_runs("runs/sig/lstm"))
+    assert [(x.seed, y.seed) for x, y, _ in c.pairs] == [(1, 1), (2, 2), (3, 3)]
+    assert all(r.p_value < 0.05 and r.high < 0 for _, _, r in c.pairs)
+    assert c.seeds is not None and c.seeds.verdict() == "worse"
+    assert c.spread_a.n == c.spread_b.n == 3
+    same = compare(find_runs("runs/sig/lstm/seed-1"), find_runs("runs/sig/lstm/seed-1"))
+    (_, _, r), = same.pairs
+    assert r.delta == 0 and r.p_value == 1.0 and r.verdict(True) == "not distinguishable"
+    # one run against three: paired with each
+    one = compare(find_runs("runs/sig/lstm-gates"), find_runs("runs/sig/lstm"))
+    assert [(x.seed, y.seed) for x, y, _ in one.pairs] == [(1, 1), (1, 2), (1, 3)]
+    assert one.seeds is None  # one seed: no ASO
+    assert one.pairs[0][2].delta == pytest.approx(
+        100 * (sum(answers("lstm-gates", 1)) - sum(answers("lstm", 1))) / ITEMS)
+
+
+def test_compare_cli_text_and_json(here):
+    done = run_cli("compare", "runs/sig/lstm-srnn", "runs/sig/lstm", cwd=here)
+    assert done.returncode == 0, done.stderr
+    assert "Paired bootstrap over the 200 test items (1000 resamples, seed 12345" in done.stdout
+    assert "Almost Stochastic Order" in done.stdout and "A worse" in done.stdout
+    assert "Overall (aso and bootstrap, as report --significance marks it): A worse" in done.stdout
+    assert "A 63.50 ± 3.50 (n=3), B 78.50 ± 2.00 (n=3)" in done.stdout
+    js = run_cli("compare", "runs/sig/lstm-srnn/seed-1", "runs/sig/lstm/seed-1", "--json",
+                 "--resamples", "100", "--seed", "3", cwd=here)
+    got = json.loads(js.stdout)
+    assert got["resamples"] == 100 and got["seed"] == 3 and got["paired"][0]["verdict"] == "worse"
+    assert got["aso"] is None and got["spread_a"]["std"] is None and got["verdict"] == "worse"
+    glob = run_cli("compare", "runs/sig/lstm-srnn/seed-*", "runs/sig/lstm", cwd=here)
+    assert glob.returncode == 0 and glob.stdout == done.stdout
+
+
+def test_compare_refuses_what_it_cannot_pair(here, tmp_path):
+    def err(*args):
+        done = run_cli("compare", *args, cwd=here)
+        assert done.returncode == 2, done.stdout
+        return done.stderr.replace("\n", " ")
+
+    assert "lstmablate eval runs/sig/lstm-srnn-out/seed-1 --split test --scores" in err(
+        "runs/sig/lstm-srnn-out/seed-1", "runs/sig/lstm/seed-1")
+    assert "no such run folder" in err("runs/sig/nothing", "runs/sig/lstm")
+    assert "--metric 'bleu'" in err("runs/sig/lstm", "runs/sig/lstm", "--metric", "bleu")
+    # another test set: fewer items, or the same number with another gold label
+    for what, edit in (("hold 199 and 200 items", lambda lines: lines[:-1]),
+                       ("differ at item 5", lambda lines: [*lines[:5], lines[5].replace(
+                           '"gold": 0', '"gold": 9').replace('"gold": 1', '"gold": 9'),
+                           *lines[6:]])):
+        other = tmp_path / what.replace(" ", "-") / "seed-1"
+        shutil.copytree(here / "runs/sig/lstm/seed-2", other)
+        scores = other / "scores" / "test.jsonl"
+        lines = scores.read_text().splitlines()
+        lines = edit(lines)
+        head = json.loads(lines[0])
+        head["items"] = len(lines) - 1
+        scores.write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
+        assert what in err(str(other), "runs/sig/lstm/seed-1")
+        assert "different test sets" in err(str(other), "runs/sig/lstm/seed-1")
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(here / "runs/sig/lstm/seed-3", unfinished)
+    (unfinished / "result.json").unlink()
+    assert "the run is not finished" in err(str(unfinished), "runs/sig/lstm/seed-1")
+    cut = tmp_path / "cut"
+    shutil.copytree(here / "runs/sig/lstm/seed-3", cut)
+    scores = cut / "scores" / "test.jsonl"
+    scores.write_text("\n".join(scores.read_text().splitlines()[:50]) + "\n")
+    assert "announces 200 items, the file holds 49" in err(str(cut), "runs/sig/lstm/seed-1")
+
+
+# -- BLEU: sacreBLEU's own paired bootstrap --------------------------------------------------
+def _nmt_run(root: Path, cell: str, hyps: list[str], refs: list[str], refs_raw: list[str]) -> Path:
+    """A finished nmt run of recipe nmt-multi30k-cpu whose test translations are ``hyps``."""
+    import yaml
+
+    from lstmablate.recipes import resolve_config
+    from lstmablate.run.runs import RunFiles, RunResult, write_result
+    from lstmablate.run.scores import write_scores
+    from lstmablate.task import get_task
+    from lstmablate_tasks.nmt.bleu import multi_bleu, sacrebleu_detok, sentence_statistics
+
+    cfg = resolve_config(get_task("nmt"), cell, recipe="nmt-multi30k-cpu", seed=1)
+    files = RunFiles.of(root, cfg.experiment, cell, 1)
+    files.root.mkdir(parents=True)
+    files.config.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    test = {"bleu": multi_bleu(hyps, refs).score, "sacrebleu": sacrebleu_detok(hyps, refs_raw).score}
+    write_result(files, RunResult("nmt", cell, cfg.experiment, 1, cfg.recipe, "ppl", False,
+                                  {"dev": {}}, test, "last", 10, 1, 1.0, 1.0, 10))
+    records = [{"id": i, "hyp": h, "hyp_tok": h, "bleu": b, "sacrebleu": s} for i, (h, b, s) in
+               enumerate(zip(hyps, sentence_statistics(hyps, refs, tokenised=True),
+                             sentence_statistics(hyps, refs_raw, tokenised=False)))]
+    write_scores(files.scores("test"), {"task": "nmt", "experiment": cfg.experiment, "cell": cell,
+                                        "seed": 1, "split": "test", "checkpoint": "last",
+                                        "metrics": test}, records)
+    return files.root
+
+
+def test_bleu_comparison_equals_sacrebleus_paired_bootstrap(tmp_path):
+    """`lstmablate compare` of two NMT runs on both BLEUs: sacreBLEU's PairedTest (paired
+    bootstrap, 1000 resamples, its default seed) on the same translations gives the same
+    scores and p-value."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    rng = random.Random(5)
+    vocab = "ein Mann eine Frau mit dem Hund auf der Straße läuft sitzt , .".split()
+    refs = [" ".join(rng.choices(vocab, k=rng.randint(5, 14))) for _ in range(150)]
+
+    def noisy(p):
+        return [" ".join(w if rng.random() > p else rng.choice(vocab) for w in r.split())
+                for r in refs]
+
+    baseline, system = noisy(0.35), noisy(0.3)
+    a = _nmt_run(tmp_path / "runs", "lstm-srnn", system, refs, refs)
+    b = _nmt_run(tmp_path / "runs", "lstm", baseline, refs, refs)
+    for metric, sacre in (("bleu", BLEU(tokenize="none", smooth_method="none", force=True)),
+                          ("sacrebleu", BLEU())):
+        ours = compare([load_run(a)], [load_run(b)], metric_name=metric)
+        (_, _, r), = ours.pairs
+        _, results = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": sacre},
+                                [refs], test_type="bs", n_samples=1000)()
+        theirs = results["BLEU"][1]
+        assert r.a == pytest.approx(theirs.score, abs=1e-9), metric
+        assert r.p_value == theirs.p_value, metric
+        assert f"{r.p_value:.4f}" in render_comparison(ours)
+    default = compare([load_run(a)], [load_run(b)])
+    assert default.metric.name == "bleu"  # the primary metric (ppl) is not a final one
+
+
+@pytest.mark.parametrize("aso, pairs, mark", [
+    ("worse", ["worse", "worse", "not distinguishable"], "worse"),
+    ("worse", ["worse", "not distinguishable", "not distinguishable"], "not distinguishable"),
+    ("not distinguishable", ["worse"] * 3, "not distinguishable"),
+    ("better", [], "better"),
+    (None, ["worse", "worse"], "worse"),
+    (None, ["worse", "better"], "not distinguishable"),
+    (None, [], ""),
+])
+def test_the_mark_needs_both_tests_when_there_are_both(aso, pairs, mark):
+    from lstmablate.results.compare import ASO_THRESHOLD, combined_verdict
+    from lstmablate.results.significance import SeedResult
+
+    eps = {"better": (0.0, 1.0), "worse": (1.0, 0.0), "not distinguishable": (0.4, 0.6)}
+    seeds = None if aso is None else SeedResult(*eps[aso], 3, 3, ASO_THRESHOLD)
+    assert combined_verdict(seeds, pairs)[0] == mark

@@ -22,6 +22,12 @@ class ConfigError(UserError):
     """A recipe or ``--set`` override that does not fit the config schema."""
 
 
+def check_choice(option: str, value: object, choices: tuple[str, ...]) -> None:
+    """ConfigError naming ``option``, its value and the allowed ``choices``."""
+    if value not in choices:
+        raise ConfigError(f"{option} must be one of {', '.join(choices)}, got {value!r}")
+
+
 class UnknownNameError(ConfigError, KeyError):
     """An unknown registry name or config key, with the valid choices."""
 

@@ -67,10 +67,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from lstmablate.errors import ConfigError
+from lstmablate.errors import ConfigError, check_choice
 
 from .base import Cell, NoMemoryCellError, State, weighted_sum
-from .pooling import LAYER_MIXES, POOLINGS, ScalarMix, check_choice, pool
+from .pooling import LAYER_MIXES, POOLINGS, ScalarMix, pool
 
 if TYPE_CHECKING:
     from .registry import CellSpec

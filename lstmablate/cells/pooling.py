@@ -40,15 +40,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from lstmablate.errors import ConfigError
+from lstmablate.errors import check_choice
 
 POOLINGS = ("none", "max", "mean", "last")
 LAYER_MIXES = ("none", "scalar")
-
-
-def check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{option} must be one of {', '.join(choices)}, got {value!r}")
 
 
 def valid_mask(lengths: Tensor | None, T: int, B: int, device: torch.device) -> Tensor:

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from lstmablate.batching import BatchPlan, contiguous_groups
 from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import find_file
-from lstmablate.errors import ConfigError
+from lstmablate.errors import ConfigError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
 
 from .generator import (PAD_ID, START_ID, DyckVocab, default_lengths, make_splits,
@@ -73,8 +73,7 @@ class DyckData:
         "test_max_length": 100_000, "batch_size": MAX_BATCH}
 
     def validate(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(f"data.objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        check_choice("data.objective", self.objective, OBJECTIVES)
         if self.k < 1 or self.m < 1:
             raise ConfigError(f"data.k and data.m must be >= 1, got k={self.k}, m={self.m}")
         if not self.files:
@@ -132,8 +131,7 @@ class DyckModel:
         check_range("model", self, "num_layers", low=1)
         check_range("model", self, "dropout", low=0, high=1, high_open=True)
         check_range("model", self, "init_scale", low=0, why="0 = each cell's own initialisation")
-        if self.embedding not in EMBEDDINGS:
-            raise ConfigError(f"model.embedding must be one of {', '.join(EMBEDDINGS)}, got {self.embedding!r}")
+        check_choice("model.embedding", self.embedding, EMBEDDINGS)
 
 
 def hewitt_hidden_size(k: int, m: int) -> int:

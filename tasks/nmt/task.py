@@ -48,7 +48,7 @@ from torch import Tensor, nn
 from lstmablate.batching import BatchPlan
 from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import read_lines
-from lstmablate.errors import ConfigError, DataError, UserError
+from lstmablate.errors import ConfigError, DataError, UserError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task
 
 from . import data as m30k
@@ -107,12 +107,8 @@ class NMTModelConfig:
         "word_vec_size": MAX_WIDTH, "hidden_size": MAX_WIDTH, "layers": MAX_LAYERS}
 
     def validate(self) -> None:
-        if self.encoder_type not in ENCODER_TYPES:
-            raise ConfigError(f"model.encoder_type must be one of {', '.join(ENCODER_TYPES)}, "
-                              f"got {self.encoder_type!r}")
-        if self.cell_layers not in CELL_LAYERS:
-            raise ConfigError(f"model.cell_layers must be one of {', '.join(CELL_LAYERS)}, "
-                              f"got {self.cell_layers!r}")
+        check_choice("model.encoder_type", self.encoder_type, ENCODER_TYPES)
+        check_choice("model.cell_layers", self.cell_layers, CELL_LAYERS)
         for name in ("word_vec_size", "hidden_size", "layers"):
             check_range("model", self, name, low=1)
         if self.encoder_type == "brnn" and self.hidden_size % 2:

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from lstmablate.batching import BatchPlan
 from lstmablate.config import MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import check_file, verify_datasets
-from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserError
+from lstmablate.errors import DataError, UnknownNameError, UserError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
 
 from ..vectors import GLOVE_6B_100D, catalogue_entry
@@ -116,9 +116,7 @@ class ParsingEval:
     upper_bounds: ClassVar[dict[str, int]] = {"batch_tokens": MAX_BATCH_TOKENS}
 
     def validate(self) -> None:
-        if self.decoder not in DECODERS:
-            raise ConfigError(f"eval.decoder must be one of {', '.join(DECODERS)}, "
-                              f"got {self.decoder!r}")
+        check_choice("eval.decoder", self.decoder, DECODERS)
         check_range("eval", self, "batch_tokens", low=1)
 
 

@@ -68,7 +68,7 @@ from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan, contiguous_groups, pooled_batches
 from lstmablate.config import MAX_BATCH, MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH
-from lstmablate.errors import ConfigError, DataError
+from lstmablate.errors import ConfigError, DataError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task
 from ..lm_scores import lm_item_metrics, sentence_records
 
@@ -106,9 +106,7 @@ class PTBData:
         "batch_size": MAX_BATCH, "num_steps": MAX_BATCH_TOKENS}
 
     def validate(self) -> None:
-        if self.level not in ptb_data.LEVELS:
-            raise ConfigError(f"data.level must be one of {', '.join(ptb_data.LEVELS)}, "
-                              f"got {self.level!r}")
+        check_choice("data.level", self.level, ptb_data.LEVELS)
         if self.max_chars < 0:
             raise ConfigError(f"data.max_chars must be >= 0 (0: whole sentences), got {self.max_chars}")
         if self.length_pool < 0:
@@ -173,11 +171,8 @@ class PTBModel:
         if self.embedding_size < 0:
             raise ConfigError(f"model.embedding_size must be >= 0 (0: hidden_size), got "
                               f"{self.embedding_size}")
-        if self.dropout_scope not in DROPOUT_SCOPES:
-            raise ConfigError(f"model.dropout_scope must be one of {', '.join(DROPOUT_SCOPES)}, "
-                              f"got {self.dropout_scope!r}")
-        if self.init not in INITS:
-            raise ConfigError(f"model.init must be one of {', '.join(INITS)}, got {self.init!r}")
+        check_choice("model.dropout_scope", self.dropout_scope, DROPOUT_SCOPES)
+        check_choice("model.init", self.init, INITS)
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout (1 - keep_prob) must be in [0, 1), got {self.dropout}")
         if self.init_scale <= 0:

@@ -42,7 +42,7 @@ from lstmablate.batching import BatchPlan, pooled_batches
 from lstmablate.cells.pooling import LAYER_MIXES, POOLINGS
 from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import read_lines
-from lstmablate.errors import ConfigError, DataError, UserError, where
+from lstmablate.errors import ConfigError, DataError, UserError, check_choice, where
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
 
 from . import data as sst
@@ -101,15 +101,9 @@ class SSTModel:
         check_range("model", self, "mlp_hidden", low=0, why="0 = no hidden layer")
         for name in ("encoder_dropout", "dropout"):
             check_range("model", self, name, low=0, high=1, high_open=True)
-        if self.pooling not in POOLINGS[1:]:
-            raise ConfigError(f"model.pooling must be one of {', '.join(POOLINGS[1:])}, "
-                              f"got {self.pooling!r}")
-        if self.layer_mix not in LAYER_MIXES:
-            raise ConfigError(f"model.layer_mix must be one of {', '.join(LAYER_MIXES)}, "
-                              f"got {self.layer_mix!r}")
-        if self.mlp_activation not in ACTIVATIONS:
-            raise ConfigError(f"model.mlp_activation must be one of {', '.join(ACTIVATIONS)}, "
-                              f"got {self.mlp_activation!r}")
+        check_choice("model.pooling", self.pooling, POOLINGS[1:])
+        check_choice("model.layer_mix", self.layer_mix, LAYER_MIXES)
+        check_choice("model.mlp_activation", self.mlp_activation, ACTIVATIONS)
 
 
 @dataclass

@@ -301,7 +301,7 @@ def test_a_sweep_on_slurm_equals_the_same_sweep_run_here(slurm, tmp_path, tiny_r
 
 def test_a_job_signalled_before_its_time_limit_saves_requeues_and_continues_exactly(
         slurm, tmp_path, tiny_recipe):
-    one = ["--set", "train.max_epochs=12"]
+    one = ["--set", "train.max_epochs=60"]  # long enough to be running when signalled, on any machine
     recipe = tmp_path / "one.yaml"
     recipe.write_text(tiny_recipe.read_text().replace("cells: [lstm, lstm-srnn]", "cells: [lstm]")
                       .replace("seeds: [1, 2]", "seeds: [1]"))

@@ -207,6 +207,29 @@ def test_a_damaged_result_is_named_and_skipped(two_seeds, tmp_path, content, why
     assert "`lstm`: 1 of 2 seeds finished, 1 damaged (skipped)" in text
 
 
+def test_a_metric_no_finished_run_reports_gets_no_column(two_seeds, tmp_path):
+    """A task metric used only for selection (absent from every run's test numbers, as NMT's
+    teacher-forced perplexity) gets no column of n/a; absent from one run only, it stays."""
+    import shutil
+
+    out = tmp_path / "runs"
+    shutil.copytree(two_seeds, out)
+    header = "cross-entropy (nats/token)"
+    assert header in render_report(out)
+    paths = [out / "tiny" / "lstm" / f"seed-{s}" / "result.json" for s in (1, 2)]
+    first = json.loads(paths[0].read_text())
+    first["test"].pop("loss")
+    paths[0].write_text(json.dumps(first))
+    text = render_report(out)
+    assert header in text and "n=1" in _row(text, "lstm").split("|")[-2]
+    second = json.loads(paths[1].read_text())
+    second["test"].pop("loss")
+    paths[1].write_text(json.dumps(second))
+    text = render_report(out)
+    assert header not in text and "n/a" not in text
+    assert f"{(first['test']['accuracy'] + second['test']['accuracy']) / 2:.1f} ± " in _row(text, "lstm")
+
+
 def test_a_damaged_config_is_named_and_the_cli_warns(two_seeds, tmp_path, capsys):
     import shutil
 

@@ -378,6 +378,14 @@ def _ours(runs: list[RunRecord], metric: Metric) -> Stat | None:
     return Stat([float(v) for v in vals if v is not None and math.isfinite(float(v))])
 
 
+def _tested(exp: Experiment, cells: list[str], metric: Metric) -> bool:
+    """False when runs finished and not one of them has ``metric`` among its test numbers: a
+    metric the task computes only to select checkpoints (NMT's teacher-forced perplexity), whose
+    column would read n/a in every row."""
+    finished = [r for c in cells for r in exp.runs_of(c, "finished")]
+    return not finished or any(metric.name in (r.result.test or {}) for r in finished)
+
+
 def _count_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     notes = []
     for cell in cells:
@@ -441,8 +449,11 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
     columns: list[tuple[Experiment, Column]] = []
     for label, exp in groups:
         for m in metrics:
+            paper = any(m.name in (exp.expect.reference.get(c) or {}) for c in cells)
+            if not paper and not _tested(exp, cells, m):
+                continue
             columns.append((exp, Column(label if several else "", m, False)))
-            if any(m.name in (exp.expect.reference.get(c) or {}) for c in cells):
+            if paper:
                 columns.append((exp, Column(label if several else "", m, True)))
     rows = []
     for cell in cells:

@@ -230,6 +230,21 @@ def test_a_metric_no_finished_run_reports_gets_no_column(two_seeds, tmp_path):
     assert f"{(first['test']['accuracy'] + second['test']['accuracy']) / 2:.1f} ± " in _row(text, "lstm")
 
 
+def test_two_finished_runs_of_one_seed_are_named(two_seeds, tmp_path):
+    """Copies (or re-runs) of one seed under the folder are not independent seeds: said."""
+    import shutil
+
+    out = tmp_path / "runs"
+    shutil.copytree(two_seeds, out)
+    assert "finished runs" not in render_report(out)
+    copy = tmp_path / "runs" / "records" / "tiny" / "lstm" / "seed-1"
+    shutil.copytree(out / "tiny" / "lstm" / "seed-1", copy)
+    text = render_report(out)
+    assert "(n=3)" in _row(text, "lstm")
+    assert (f"`lstm`: seed 1 has 2 finished runs ({copy}, {out / 'tiny' / 'lstm' / 'seed-1'}), "
+            "each counted as a run in n, the mean and the tests") in text
+
+
 def test_a_damaged_config_is_named_and_the_cli_warns(two_seeds, tmp_path, capsys):
     import shutil
 

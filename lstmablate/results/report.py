@@ -399,6 +399,15 @@ def _count_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
             notes.append(f"{where}`{cell}`: {done} of {n_expected} seeds finished{extra}")
         elif unfinished or damaged:
             notes.append(f"{where}`{cell}`: " + extra[2:] + " run(s) not counted")
+        folders: dict[int, list[str]] = {}
+        for r in exp.runs_of(cell, "finished"):
+            if r.seed is not None:
+                folders.setdefault(r.seed, []).append(str(r.path))
+        for seed, paths in sorted(folders.items()):
+            if len(paths) > 1:  # copies or re-runs of one seed: not independent seeds
+                notes.append(f"{where}`{cell}`: seed {seed} has {len(paths)} finished runs "
+                             f"({', '.join(sorted(paths))}), each counted as a run in n, the "
+                             "mean and the tests")
     return notes
 
 

@@ -389,7 +389,8 @@ def _tested(exp: Experiment, cells: list[str], metric: Metric) -> bool:
 def _count_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     notes = []
     for cell in cells:
-        done = len(exp.runs_of(cell, "finished"))
+        finished = exp.runs_of(cell, "finished")
+        done = len(finished)
         unfinished = len(exp.runs_of(cell, "unfinished"))
         damaged = len(exp.runs_of(cell, "damaged"))
         n_expected = len(exp.expect.seeds.get(cell) or [])
@@ -400,7 +401,7 @@ def _count_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
         elif unfinished or damaged:
             notes.append(f"{where}`{cell}`: " + extra[2:] + " run(s) not counted")
         folders: dict[int, list[str]] = {}
-        for r in exp.runs_of(cell, "finished"):
+        for r in finished:
             if r.seed is not None:
                 folders.setdefault(r.seed, []).append(str(r.path))
         for seed, paths in sorted(folders.items()):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -181,6 +182,16 @@ class OneNodeSlurm:
     def _log(self, name: str) -> str:
         p = self.folder / name
         return " | ".join(p.read_text(errors="replace").strip().splitlines()[-5:]) if p.exists() else ""
+
+    def job_log(self, job: str) -> str:
+        """What slurmctld and slurmd logged about ``job`` (for a failing test's message)."""
+        kept = []
+        for name in ("slurmctld.log", "slurmd.log"):
+            p = self.folder / name
+            text = p.read_text(errors="replace") if p.exists() else ""
+            kept += [f"{name}: {line.strip()}" for line in text.splitlines()
+                     if re.search(rf"(\bJobId=|\b[Jj]ob |\bStepId=|\[){re.escape(job)}\b", line)]
+        return "\n".join(kept[-30:])
 
     def run(self, *cmd: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         """A Slurm client command against this cluster."""

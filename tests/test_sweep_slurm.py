@@ -13,6 +13,7 @@ time limit saves, requeues itself and continues exactly.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -320,13 +321,18 @@ def test_a_job_signalled_before_its_time_limit_saves_requeues_and_continues_exac
     # what Slurm sends signal_delay_s before the time limit (and at a preemption)
     slurm.run("scancel", "--signal=USR2", job)
     _wait("the requeued job to wait in the queue", lambda: _queue(slurm, job).get(job) == "PENDING", 120)
+    requeued = time.time()
     assert files.last.exists() and not files.is_finished()
     assert "interrupted; continue with the same command" in files.log.read_text()
     assert status()[:2] == ["queued", job]
-    # Slurm holds a requeued job back for two minutes; let it start now
+    # Slurm holds a requeued job back for two minutes; let it start sooner, though not within
+    # the second slurmd revoked the job's first credential in: a credential made in that second
+    # counts as revoked too ("Job credential revoked"), and the job would end without running
+    time.sleep(max(0.0, math.floor(requeued) + 2 - time.time()))
     slurm.run("scontrol", "update", f"jobid={job}", "StartTime=now")
     _wait("the requeued job to end", lambda: not _queue(slurm, job))
-    assert status()[0] == "finished" and "resuming at epoch" in files.log.read_text()
+    assert status()[0] == "finished" and "resuming at epoch" in files.log.read_text(), \
+        f"{status()}\n{files.log.read_text()[-2000:]}\n{slurm.job_log(job)}"
 
     here = run_cli("sweep", recipe, "--out", "here", "--threads", "1", *one, cwd=tmp_path)
     assert here.returncode == 0, here.stderr

@@ -179,17 +179,19 @@ class OneNodeSlurm:
                  f"PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP\n")
         self.conf.write_text(text)
 
-    def _log(self, name: str) -> str:
+    def _text(self, name: str) -> str:
+        """One of the daemons' files in this cluster's folder ("" before it exists)."""
         p = self.folder / name
-        return " | ".join(p.read_text(errors="replace").strip().splitlines()[-5:]) if p.exists() else ""
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    def _log(self, name: str) -> str:
+        return " | ".join(self._text(name).strip().splitlines()[-5:])
 
     def job_log(self, job: str) -> str:
         """What slurmctld and slurmd logged about ``job`` (for a failing test's message)."""
         kept = []
         for name in ("slurmctld.log", "slurmd.log"):
-            p = self.folder / name
-            text = p.read_text(errors="replace") if p.exists() else ""
-            kept += [f"{name}: {line.strip()}" for line in text.splitlines()
+            kept += [f"{name}: {line.strip()}" for line in self._text(name).splitlines()
                      if re.search(rf"(\bJobId=|\b[Jj]ob |\bStepId=|\[){re.escape(job)}\b", line)]
         return "\n".join(kept[-30:])
 

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError, UnknownNameError, did_you_mean
+from .limits import MAX_SEED, check_seed  # noqa: F401 - (MAX_SEED re-exported)
 
 OPTIMIZERS = ("sgd", "adam", "adamax", "adadelta", "adagrad")
 
@@ -367,18 +368,6 @@ def _validate(sections: dict[str, Any]) -> None:
         check_upper_bounds(section, cfg)
         if hasattr(cfg, "validate"):
             cfg.validate()
-
-
-#: the largest run seed: Python's, numpy's (2**32 - 1) and torch's generators all take it
-MAX_SEED = 2**32 - 1
-
-
-def check_seed(seed: Any, source: str = "--seed") -> int:
-    """A run seed: an integer in 0..MAX_SEED (ConfigError otherwise)."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        raise ConfigError(f"{source}: a seed must be an integer between 0 and {MAX_SEED:,} "
-                          f"(2**32 - 1), got {seed!r}")
-    return seed
 
 
 #: longest experiment name (it is a folder name; file systems allow 255 bytes)

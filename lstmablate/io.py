@@ -7,7 +7,10 @@ the machine goes through here.
   :func:`remove_interrupted_writes` deletes such leftovers (a run does it when it starts).
   An optional ``check`` sees the finished temporary file before the rename (a download is
   verified there, so a bad one is never written).
-* **Reading JSON** (:func:`read_json`): a damaged file is one message naming it.
+* **Reading YAML and JSON** (:func:`read_text`, :func:`load_yaml`, :func:`read_json`,
+  :func:`parse_json`): regular files only (a FIFO or a device is refused, never waited on or
+  read forever), bounded in size and nesting (:mod:`lstmablate.limits`); a damaged file is one
+  message naming it.
 * **The environment record** (:func:`environment`): versions, git commit, processor,
   device, threads and command line — what ``env.json`` and the benchmarks record.
 """
@@ -19,6 +22,7 @@ import json
 import os
 import platform
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -30,6 +34,7 @@ from typing import IO, Any
 import yaml
 
 from .errors import ConfigError, DataError, UserError
+from .limits import MAX_DEPTH, MAX_DOCUMENT_BYTES
 
 
 def _umask() -> int:
@@ -131,22 +136,110 @@ def atomic_write_yaml(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, yaml.safe_dump(obj, sort_keys=False))
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    """A JSON file; a damaged one (bad UTF-8 or JSON, nested too deep) is a DataError naming it."""
+def read_text(path: str | os.PathLike, max_bytes: int = MAX_DOCUMENT_BYTES,
+              error: type[UserError] = DataError) -> str:
+    """A regular file's UTF-8 text.  A FIFO, a device, a directory, a file over ``max_bytes``,
+    bytes that are not UTF-8 or a read the system refuses are one ``error`` naming the file
+    (nothing blocks: a FIFO is refused, never waited on)."""
+    path = Path(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path} is not UTF-8 text (byte offset {e.start}); the file is "
-                        "damaged.") from None
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
-        raise DataError(f"cannot read {path}: {e.strerror or e}.") from None
+        raise error(f"cannot read {path}: {e.strerror or e}.") from None
     try:
-        return json.loads(text)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a named pipe (FIFO)"
+                    if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                    or stat.S_ISBLK(st.st_mode) else "not a regular file")
+            raise error(f"cannot read {path}: it is {kind}; give a regular file.")
+        if st.st_size > max_bytes:
+            raise error(f"{path} is {st.st_size:,} bytes, more than the {max_bytes:,} a file of "
+                        "this kind may have; it is damaged or not the file meant.")
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as e:
+        raise error(f"cannot read {path}: {e.strerror or e}.") from None
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise error(f"{path} is more than the {max_bytes:,} bytes a file of this kind may have; "
+                    "it is damaged or not the file meant.")
+    data = b"".join(chunks)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{path} is not UTF-8 text (byte offset {e.start}); the file is damaged or "
+                    "not the file meant.") from None
+
+
+def check_depth(obj: Any, where: object, error: type[UserError] = DataError,
+                max_depth: int = MAX_DEPTH) -> Any:
+    """``obj`` (a parsed YAML/JSON document) unless it nests lists and mappings more than
+    ``max_depth`` deep (walked without recursion): readers downstream recurse."""
+    todo = [(obj, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if isinstance(node, (dict, list)):
+            if depth > max_depth:
+                raise error(f"{where}: nested more than {max_depth} levels deep; the file is "
+                            "damaged or not what lstmablate reads.")
+            todo.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return obj
+
+
+def parse_yaml(text: str, where: object, error: type[UserError] = ConfigError) -> Any:
+    """Plain YAML (safe_load: a tag such as ``!!python/object`` is refused, never constructed),
+    nested at most MAX_DEPTH deep; a syntax error names the line and column in ``where``."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        loc = f"{where}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(where)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise error(f"YAML syntax error in {loc}: {problem}. Fix the file; the toolkit reads "
+                    "plain YAML.") from None
+    except RecursionError:
+        raise error(f"{where}: nested too deeply to read; the file is damaged or not what "
+                    "lstmablate reads.") from None
+    return check_depth(doc, where, error)
+
+
+def load_yaml(path: str | os.PathLike, error: type[UserError] = ConfigError) -> Any:
+    """A YAML file (bounded in size and nesting; :func:`read_text`, :func:`parse_yaml`)."""
+    return parse_yaml(read_text(path, error=error), path, error)
+
+
+def parse_json(text: str, where: object, error: type[UserError] = DataError) -> Any:
+    """A JSON document (a line of a JSON-lines file, say), nested at most MAX_DEPTH deep; NaN
+    and infinities are read as Python reads them (the caller checks values)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{where}: malformed JSON ({e.msg}, line {e.lineno}).") from None
+    except RecursionError:
+        raise error(f"{where}: the JSON is nested too deeply to read; the file is damaged "
+                    "or not what lstmablate wrote.") from None
+    return check_depth(doc, where, error)
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """A JSON file; a damaged one (bad UTF-8 or JSON, too big, nested too deep) is a
+    UserError naming it."""
+    text = read_text(path)
+    try:
+        doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}, line {e.lineno}: malformed JSON ({e.msg}).") from None
     except RecursionError:
         raise DataError(f"{path}: the JSON is nested too deeply to read; the file is damaged "
                         "or not what lstmablate wrote.") from None
+    return check_depth(doc, path)
 
 
 # -- what a run or a measurement ran on ------------------------------------------------------

@@ -28,11 +28,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from .config import (SECTIONS, RunConfig, TrainConfig, _validate, apply_renamed_keys,
                      check_experiment, check_seed, parse_overrides, update_dataclass)
 from .errors import ConfigError, UnknownNameError
+from . import io
 
 RECIPE_KEYS = ("base", "task", "experiment", "description", "data", "model", "train", "eval",
                "reference", "reference_source", "cells", "seeds", "cell_seeds", "cell_overrides",
@@ -76,20 +76,8 @@ def find_recipe(name_or_path: str) -> Path:
 
 
 def load_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path} is not UTF-8 text (byte offset {e.start}).") from None
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror}.") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        loc = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
-        problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"YAML syntax error in {loc}: {problem}. "
-                          "Fix the file; recipes are plain YAML mappings.") from None
+    """A recipe file (plain YAML, bounded in size and nesting: :func:`lstmablate.io.load_yaml`)."""
+    return io.load_yaml(path, ConfigError)
 
 
 def load_recipe(name_or_path: str) -> tuple[str, dict[str, Any]]:

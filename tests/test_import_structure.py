@@ -26,7 +26,7 @@ PLUGINS = {"tasks": "lstmablate_tasks"}
 
 #: bottom to top; a module's layer is that of the longest prefix listed
 LAYERS: list[tuple[str, ...]] = [
-    ("lstmablate", "lstmablate.errors", "lstmablate.io", "lstmablate.console",
+    ("lstmablate", "lstmablate.errors", "lstmablate.limits", "lstmablate.io", "lstmablate.console",
      "lstmablate.batching"),
     ("lstmablate.data", "lstmablate.cells"),
     ("lstmablate.config", "lstmablate.recipes", "lstmablate.task"),

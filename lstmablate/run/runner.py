@@ -41,6 +41,7 @@ from lstmablate.task import Task, get_task
 from lstmablate.train import Trainer
 from lstmablate.train import distributed
 from lstmablate.io import check_can_write, environment, read_json
+from lstmablate.limits import check_threads, max_threads  # noqa: F401 - (re-exported: sweep, cli)
 from lstmablate.train.checkpoint import load_checkpoint
 from lstmablate.train.trainer import data_generator
 
@@ -81,21 +82,6 @@ def pick_device(name: str) -> torch.device:
     if name not in ("cpu",) and not name.startswith("cuda"):
         raise UserError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto.")
     return torch.device(name)
-
-
-def max_threads() -> int:
-    """The most CPU threads a run may ask for: four per core of this machine (more only slows
-    a run down; far more crashes the OpenMP runtime)."""
-    return 4 * (os.cpu_count() or 1)
-
-
-def check_threads(threads: int | None, option: str = "--threads") -> None:
-    """UserError unless ``threads`` is None (torch's default) or 1..max_threads()."""
-    if threads is None:
-        return
-    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= max_threads():
-        raise UserError(f"{option} must be between 1 and {max_threads()} (four per CPU core of "
-                        f"this machine), got {threads!r}; leave it out for PyTorch's default.")
 
 
 def set_threads(threads: int | None) -> None:

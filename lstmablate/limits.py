@@ -1,0 +1,96 @@
+"""The bounds every command checks a user's numbers against, in one place.
+
+``train``, ``sweep``, ``bench``, ``data``, ``compare`` and ``report`` take some of the same
+kinds of number (a seed, a thread count, a count of resamples, a significance level), and the
+readers of the toolkit's own files (recipes, ``config.yaml``, ``result.json``,
+``metrics.jsonl``, ``slurm.yaml``) share one bound on size and on nesting.  Each bound is
+spelled here once, with the reason for it, and each check raises a one-paragraph
+:class:`~lstmablate.errors.UserError` naming the option, the value and the allowed range.
+
+A leaf module: it imports nothing of the toolkit's but the errors.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from .errors import ConfigError, UserError
+
+#: the largest run seed: Python's, numpy's (2**32 - 1) and torch's generators all take it
+MAX_SEED = 2**32 - 1
+
+#: the largest file the toolkit reads as one YAML or JSON document (a recipe, a run's
+#: config.yaml / result.json / env.json, slurm.yaml, an artefact); the largest it writes, a
+#: vocabulary artefact, is a few MB
+MAX_DOCUMENT_BYTES = 256 * 2**20
+
+#: the largest line of a JSON-lines file (metrics.jsonl, scores/<split>.jsonl): an
+#: evaluation's metrics or one item's scores are a few hundred bytes
+MAX_LINE_BYTES = 16 * 2**20
+
+#: how deeply a YAML or JSON document the toolkit reads may nest (the deepest it writes nests
+#: four levels; readers downstream walk documents recursively)
+MAX_DEPTH = 32
+
+#: resamples of a bootstrap, permutation or ASO test: more than this costs hours and memory
+#: without moving a p-value's second digit (its standard error at R = 100,000 is below 0.001)
+MAX_RESAMPLES = 100_000
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(value: Any, option: str, low: int, high: int, hint: str = "") -> int:
+    """``value`` as an integer in ``low..high``, else a ConfigError naming ``option``."""
+    if not _is_int(value) or not low <= value <= high:
+        shown = repr(value) if not _is_int(value) or abs(value) < 10**20 else f"{str(value)[:12]}..."
+        raise ConfigError(f"{option} must be an integer between {low:,} and {high:,}, got "
+                          f"{shown}." + (f" {hint}" if hint else ""))
+    return value
+
+
+def check_float(value: Any, option: str, low: float, high: float, hint: str = "",
+                *, low_open: bool = False, high_open: bool = False) -> float:
+    """``value`` as a finite float in the range (open at an end where asked), else a
+    ConfigError naming ``option``."""
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+          and (low < value if low_open else low <= value)
+          and (value < high if high_open else value <= high))
+    if not ok:
+        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
+        raise ConfigError(f"{option} must be a number in {lo}{low:g}, {high:g}{hi}, got {value!r}."
+                          + (f" {hint}" if hint else ""))
+    return float(value)
+
+
+def check_seed(seed: Any, source: str = "--seed") -> int:
+    """A run seed (or a seed of resampling): an integer in 0..MAX_SEED."""
+    if not _is_int(seed) or not 0 <= seed <= MAX_SEED:
+        shown = repr(seed) if not _is_int(seed) or abs(seed) < 10**20 else f"{str(seed)[:12]}..."
+        raise ConfigError(f"{source}: a seed must be an integer between 0 and {MAX_SEED:,} "
+                          f"(2**32 - 1), got {shown}")
+    return seed
+
+
+def max_threads() -> int:
+    """The most CPU threads a command may ask for: four per core of this machine (more only
+    slows a run down; far more crashes the OpenMP runtime)."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def check_threads(threads: int | None, option: str = "--threads") -> None:
+    """UserError unless ``threads`` is None (torch's default) or 1..max_threads()."""
+    if threads is None:
+        return
+    if not _is_int(threads) or not 1 <= threads <= max_threads():
+        raise UserError(f"{option} must be between 1 and {max_threads()} (four per CPU core of "
+                        f"this machine), got {threads!r}; leave it out for PyTorch's default.")
+
+
+def check_resamples(n: Any, option: str = "--resamples", minimum: int = 1) -> int:
+    """A number of resamples in ``minimum``..MAX_RESAMPLES."""
+    return check_int(n, option, minimum, MAX_RESAMPLES,
+                     f"({MAX_RESAMPLES:,} already gives p-values to three decimals.)")

@@ -588,12 +588,15 @@ def sweep(
     """
     from .run import cluster
     from .run.slurm_options import check_launcher, slurm_options
-    from .run.sweep import plan_sweep, run_sweep
+    from .run.sweep import check_jobs, plan_sweep, run_sweep
 
+    check_jobs(jobs)
     slurm = {"partition": partition, "gpus_per_job": gpus, "cpus_per_job": cpus, "mem": mem,
              "time": time_limit, "account": account, "qos": qos, "array_parallelism": parallel,
              "slurm_opts": slurm_opt}
     check_launcher(launcher, slurm, dry_run=dry_run, jobs=jobs, runs_nothing=list_only or status)
+    # (checked before the sweep is planned: a bad option is refused at once)
+    opts = slurm_options(slurm) if launcher == "slurm" and not (list_only or status) else None
     plan = plan_sweep(recipe, out_dir, overrides=set_ or [], threads=threads, device=device,
                       data_dir=data_dir, refuse_conflicts=not status)
     if status:
@@ -608,8 +611,8 @@ def sweep(
                       f"{escape(out_dir)}); `lstmablate report {escape(out_dir)} --table "
                       f"{escape(recipe)}` prints its table.", soft_wrap=True)
         return
-    if launcher == "slurm":
-        cluster.submit_sweep(plan, recipe, slurm_options(slurm), dry_run=dry_run,
+    if opts is not None:
+        cluster.submit_sweep(plan, recipe, opts, dry_run=dry_run,
                              overrides=set_ or [], console=err, out=out)
         return
     run_sweep(plan, console=err, jobs=jobs)

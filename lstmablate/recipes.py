@@ -64,8 +64,14 @@ def available_recipes() -> dict[str, Path]:
 
 def find_recipe(name_or_path: str) -> Path:
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.exists():
+    try:
+        exists = p.exists()
+    except OSError as e:  # a name longer than the file system allows
+        raise ConfigError(f"recipe {name_or_path!r:.80}: neither a recipe's name nor a file this "
+                          f"system can open ({e.strerror}). Run `lstmablate list recipes`, or "
+                          "pass the path of a .yaml file.") from None
+    if p.suffix in (".yaml", ".yml") or exists:
+        if not exists:
             raise ConfigError(f"recipe file {p} does not exist.")
         return p
     recipes = available_recipes()

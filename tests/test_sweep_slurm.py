@@ -112,7 +112,7 @@ def test_a_bad_user_file_is_one_message_naming_file_and_line(tmp_path, monkeypat
     (["--launcher", "slurm", "--status", "--dry-run"], "--status submit nothing"),
     (["--list", "--partition", "gpu"], "--status submit nothing"),
     (["--launcher", "slurm", "--dry-run", "--slurm-opt", "output=x.log"], "set by lstmablate"),
-    (["--launcher", "slurm", "--dry-run", "--cpus-per-job", "0"], "at least 1"),
+    (["--launcher", "slurm", "--dry-run", "--cpus-per-job", "0"], "between 1 and 4,096"),
 ])
 def test_options_that_do_not_go_together_are_refused(tmp_path, tiny_recipe, args, expected):
     r = run_cli("sweep", tiny_recipe, *args, cwd=tmp_path)

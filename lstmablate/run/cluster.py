@@ -28,6 +28,7 @@ only when a sweep is submitted.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -45,7 +46,7 @@ from lstmablate.errors import UserError
 from lstmablate.io import atomic_write_json, read_json
 from .runlock import lock_holder
 from .runs import RunFiles, SlurmFiles
-from .slurm_options import SlurmOptions, config_path
+from .slurm_options import SlurmOptions, check_runs_folder, config_path
 from .sweep import SweepItem, claim
 
 INSTALL = "pip install 'lstmablate[slurm]'"
@@ -157,11 +158,19 @@ def submit_command(folder: Path) -> str:
     return f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
 
 
-def sbatch_script(opts: SlurmOptions, folder: Path, n: int, job_name: str) -> str:
-    """The sbatch script submitit writes for an array of ``n`` tasks (``--dry-run``)."""
+def job_name(recipe: str) -> str:
+    """The array job's name, ``lstmablate-<recipe>``: the recipe's file name without its
+    extension, each character other than a letter, digit or ``. _ - +`` written ``_`` (the name
+    is an ``#SBATCH`` value, and a recipe file may be named anything)."""
+    return "lstmablate-" + re.sub(r"[^A-Za-z0-9._+-]", "_", Path(recipe).stem)[:100]
+
+
+def sbatch_script(opts: SlurmOptions, folder: Path, n: int, name: str) -> str:
+    """The sbatch script submitit writes for an array of ``n`` tasks named ``name``
+    (``--dry-run``)."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    params = opts.executor_parameters(job_name)
+    params = opts.executor_parameters(name)
     if n > 1:
         params["map_count"] = n
     return _make_sbatch_string(command=submit_command(folder), folder=folder, **params)
@@ -201,10 +210,11 @@ def submit_sweep(plan: list[SweepItem], recipe: str, opts: SlurmOptions, *, dry_
     threads = opts.cpus_per_job or 1  # torch would otherwise use every core of the node
     todo = [_for_job(it if it.threads else replace(it, threads=threads)) for it in todo]
     files = SlurmFiles(todo[0].out)
-    job_name = f"lstmablate-{Path(recipe).stem}"
+    check_runs_folder(files.folder)
+    name = job_name(recipe)
     if dry_run:
-        out.print(sbatch_script(opts, files.folder, len(todo), job_name), markup=False,
-                  soft_wrap=True)
+        out.print(sbatch_script(opts, files.folder, len(todo), name), markup=False,
+                  emoji=False, soft_wrap=True)
         console.print(f"dry run: {len(todo)} array task(s), nothing submitted:", soft_wrap=True)
         for i, it in enumerate(todo):
             console.print(f"  task {i}: {escape(shlex.join(task_argv(it, opts.gpus_per_job)))}",
@@ -216,7 +226,7 @@ def submit_sweep(plan: list[SweepItem], recipe: str, opts: SlurmOptions, *, dry_
         raise UserError(f"cannot submit to Slurm from this machine ({e}); run the sweep on a "
                         "machine of the cluster (a login node), or `--dry-run` to see the "
                         "script.") from None
-    executor.update_parameters(**opts.executor_parameters(job_name))
+    executor.update_parameters(**opts.executor_parameters(name))
     try:
         with executor.batch():
             jobs = [executor.submit(TrainTask(it, opts.gpus_per_job)) for it in todo]

@@ -15,6 +15,7 @@ import functools
 import io
 import os
 import random
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,15 +73,22 @@ def set_deterministic(device: torch.device) -> str:
     return DETERMINISM_NOTE
 
 
+def check_device_name(name: str, option: str = "--device") -> str:
+    """``name`` if it names a device a run may use (cpu, cuda, cuda:N, auto), whether or not
+    this machine has one (a sweep submitted to Slurm names the GPUs of the cluster's nodes)."""
+    if not isinstance(name, str) or not re.fullmatch(r"auto|cpu|cuda(?::[0-9]{1,4})?", name):
+        raise UserError(f"{option} {name!r:.60}: unknown device; use cpu, cuda, cuda:N or auto.")
+    return name
+
+
 def pick_device(name: str) -> torch.device:
+    check_device_name(name)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserError("--device cuda was asked for, but this PyTorch build sees no CUDA GPU "
                         f"(torch {torch.__version__}). Use --device cpu, or install a CUDA build "
                         "of PyTorch (see the README, 'GPU').")
-    if name not in ("cpu",) and not name.startswith("cuda"):
-        raise UserError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto.")
     return torch.device(name)
 
 

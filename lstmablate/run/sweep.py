@@ -22,6 +22,7 @@ from rich.console import Console
 from lstmablate.recipes import grid_points, load_recipe, recipe_seeds, resolve_config
 from lstmablate.console import escape
 from lstmablate.errors import ConfigError, RunDirError, UserError
+from lstmablate.limits import check_int, max_threads
 from .runlock import lock_holder
 from .runs import RunFiles, check_out_dir, has_started, saved_config_differences
 
@@ -77,9 +78,10 @@ def plan_sweep(recipe: str, out: Path, *, overrides: list[str] | None = None, th
     that already holds a run with another config (a different ``--set``, an edited recipe) is a
     conflict: the sweep refuses to start, naming each such folder and the keys that differ
     (with ``refuse_conflicts=False`` the items carry their conflicts, for ``--status``)."""
-    from .runner import check_threads
+    from .runner import check_device_name, check_threads
 
     check_threads(threads)
+    check_device_name(device)
     check_out_dir(out)
     items = _plan(recipe, out, overrides=overrides, threads=threads, device=device,
                   data_dir=data_dir)
@@ -187,6 +189,13 @@ def _report_busy(busy: list[str], console: Console) -> None:
         console.print(f"[yellow]{len(busy)} run(s) were being trained by other processes and were "
                       "left to them[/]: " + escape("; ".join(busy)) + ". Run the same sweep command again "
                       "after they end to check that every run finished.", highlight=False)
+
+
+def check_jobs(jobs: int, option: str = "--jobs") -> int:
+    """``--jobs``: between 1 and :func:`~lstmablate.limits.max_threads` runs at once (each is a
+    training process with a thread at least; more than that only wait for the cores)."""
+    return check_int(jobs, option, 1, max_threads(),
+                     "(four per CPU core of this machine; 1 runs the runs one after another.)")
 
 
 def run_sweep(plan: list[SweepItem], console: Console | None = None, jobs: int = 1) -> None:

@@ -652,9 +652,9 @@ def bench(
     """
     from . import bench as b
 
-    for size in model_sizes or []:  # before anything is timed
-        if size not in b.MODEL_SIZES:
-            raise UserError(f"--model-size {size!r}: expected one of {', '.join(b.MODEL_SIZES)}")
+    if model_sizes and not models:
+        raise UserError("--model-size chooses the sizes of the model benchmark, which "
+                        "--no-models leaves out; give one or the other.")
     note = (lambda msg: err.print(escape(msg), soft_wrap=True)) if not as_json else None
     if out_file is not None:
         from .io import check_can_write

@@ -81,13 +81,15 @@ def max_threads() -> int:
     return 4 * (os.cpu_count() or 1)
 
 
-def check_threads(threads: int | None, option: str = "--threads") -> None:
-    """UserError unless ``threads`` is None (torch's default) or 1..max_threads()."""
+def check_threads(threads: int | None, option: str = "--threads",
+                  default: str = "PyTorch's default") -> None:
+    """UserError unless ``threads`` is None (torch's default) or 1..max_threads(); ``default``
+    says what leaving the option out gives (``bench``: 2 threads)."""
     if threads is None:
         return
     if not _is_int(threads) or not 1 <= threads <= max_threads():
         raise UserError(f"{option} must be between 1 and {max_threads()} (four per CPU core of "
-                        f"this machine), got {threads!r}; leave it out for PyTorch's default.")
+                        f"this machine), got {threads!r}; leave it out for {default}.")
 
 
 def check_resamples(n: Any, option: str = "--resamples", minimum: int = 1) -> int:

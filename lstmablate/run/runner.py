@@ -77,11 +77,15 @@ def check_device_name(name: str, option: str = "--device") -> str:
     """``name`` if it names a device a run may use (cpu, cuda, cuda:N, auto), whether or not
     this machine has one (a sweep submitted to Slurm names the GPUs of the cluster's nodes)."""
     if not isinstance(name, str) or not re.fullmatch(r"auto|cpu|cuda(?::[0-9]{1,4})?", name):
-        raise UserError(f"{option} {name!r:.60}: unknown device; use cpu, cuda, cuda:N or auto.")
+        shown = repr(name) if len(str(name)) <= 40 else f"{str(name)[:40]!r}..."
+        raise UserError(f"{option} must be cpu, cuda, cuda:N or auto, got {shown}.")
     return name
 
 
 def pick_device(name: str) -> torch.device:
+    """The torch device ``--device`` names (cpu, cuda, cuda:N or auto), checked before anything
+    runs: a misspelt name, CUDA on a build or machine without it, or a GPU index this machine
+    does not have is a UserError naming ``--device`` (``train``, ``eval`` and ``bench``)."""
     check_device_name(name)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
@@ -89,6 +93,10 @@ def pick_device(name: str) -> torch.device:
         raise UserError("--device cuda was asked for, but this PyTorch build sees no CUDA GPU "
                         f"(torch {torch.__version__}). Use --device cpu, or install a CUDA build "
                         "of PyTorch (see the README, 'GPU').")
+    count = torch.cuda.device_count() if name.startswith("cuda:") else 0
+    if name.startswith("cuda:") and int(name[5:]) >= count:
+        raise UserError(f"--device {name}: this machine has {count} CUDA GPU(s), "
+                        f"cuda:0 to cuda:{count - 1}.")
     return torch.device(name)
 
 
@@ -350,6 +358,14 @@ def load_run_config(run_path: Path) -> RunConfig:
     return config_from_dict(task_cls, raw, str(files.config))
 
 
+def checkpoint_file(files: RunFiles, checkpoint: str) -> Path:
+    """The file ``--checkpoint`` names in the run folder: best or last, else a UserError."""
+    path = files.checkpoint(checkpoint)
+    if path is None:
+        raise UserError(f"--checkpoint must be best or last, got {checkpoint!r}")
+    return path
+
+
 def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str | None = None,
                    device: str = "cpu", splits: tuple[str, ...] = (),
                    eval_overrides: list[str] | None = None) -> tuple[RunConfig, Task, torch.nn.Module]:
@@ -357,10 +373,8 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
     and load a checkpoint into the model (default: the one its test numbers use)."""
     cfg = with_eval_overrides(load_run_config(run_path), eval_overrides or [])
     files = RunFiles(Path(run_path))
-    checkpoint = checkpoint or cfg.train.test_checkpoint
-    ckpt_path = files.checkpoint(checkpoint)
-    if ckpt_path is None:
-        raise UserError(f"--checkpoint must be best or last, got {checkpoint!r}")
+    ckpt_path = checkpoint_file(files, checkpoint if checkpoint is not None
+                                else cfg.train.test_checkpoint)
     holder = lock_holder(files.root)
     if holder and not ckpt_path.exists():  # checkpoints are written atomically: never half
         raise CheckpointError(f"{ckpt_path} does not exist yet: the run is being trained by "

@@ -356,7 +356,8 @@ def list_(
 @data_app.command("path")
 def data_path(data_dir: Optional[str] = typer.Option(None, "--data-dir", metavar="DIR",
                                                      help=DATA_DIR_HELP)) -> None:
-    """Print the data directory in use and how it was chosen.
+    """Print the data directory in use and how it was chosen, and whether it exists yet
+    (`lstmablate data fetch` creates it). Exits with 2 when it is a file.
 
     Example:
 
@@ -365,7 +366,8 @@ def data_path(data_dir: Optional[str] = typer.Option(None, "--data-dir", metavar
     from .data import describe_data_dir, resolve_data_dir
 
     path = resolve_data_dir(data_dir)
-    out.print(f"{escape(path)} ({escape(describe_data_dir(path))})", soft_wrap=True)
+    missing = "" if path.is_dir() else "; it does not exist yet"
+    out.print(f"{escape(path)} ({escape(describe_data_dir(path))}{missing})", soft_wrap=True)
 
 
 @data_app.command("list")
@@ -376,7 +378,8 @@ def data_list(
     """The datasets the installed tasks read: their files, which are present in the data
     directory, where they come from and their licence.
 
-    On a terminal, numbered shards are one line in shell brace notation.
+    On a terminal, numbered shards are one line in shell brace notation. A data directory
+    that does not exist lists every file as missing; one that is a file exits with 2.
 
     Examples:
 
@@ -389,13 +392,16 @@ def data_list(
     root = resolve_data_dir(data_dir)
     rows = ds.presence(root)
     catalogue = ds.task_datasets()
+    where = f"data directory: {escape(root)} ({escape(describe_data_dir(root))}"
     if plain or not out.is_terminal:
+        if not root.is_dir():  # the one line that is not a row, for whoever reads stderr
+            err.print(f"{where}; it does not exist)", soft_wrap=True)
         print_listing(("dataset", "tasks", "file", "status", "source", "licence"),
                       [[r.dataset, ", ".join(r.tasks), r.relpath, r.status,
                         catalogue[r.dataset][0].url, catalogue[r.dataset][0].licence]
                        for r in rows], plain=True)
         return
-    err.print(f"data directory: {escape(root)} ({escape(describe_data_dir(root))})", soft_wrap=True)
+    err.print(where + ("; it does not exist)" if not root.is_dir() else ")"), soft_wrap=True)
     print_listing(("dataset", "tasks", "file", "status"), _grouped(rows, lambda group: (
         (group[0].status if len(group) == 1 else
          f"{sum(r.status == 'present' for r in group)} of {len(group)} present"), )),
@@ -434,8 +440,8 @@ def data_check(
     folded on a terminal); for what is missing or damaged, the recipes it blocks and how to
     get it (once per dataset); which recipes are ready to run.
 
-    Exits with 2 when a present file is damaged, or when TASK is given and a file its
-    default configuration reads is missing.
+    Exits with 2 when the data directory does not exist or is a file, when a present file
+    is damaged, or when TASK is given and a file its default configuration reads is missing.
 
     Examples:
 
@@ -443,7 +449,7 @@ def data_check(
     lstmablate data check squad-drqa
     """
     from .run import data_status as ds
-    from .data import describe_data_dir, resolve_data_dir
+    from .data import describe_data_dir, require_data_dir, resolve_data_dir
     from .task import get_task
 
     if task:
@@ -488,6 +494,7 @@ def data_check(
         from .errors import DataError
 
         raise DataError(" ".join(r.message for r in damaged))
+    require_data_dir(root)  # none: every file was listed as missing, with how to get it
     missing = [r.relpath for r in rows if not r.usable and r.relpath in needed]
     if missing:
         from .errors import DataError
@@ -505,7 +512,7 @@ def data_fetch(
     """Download a dataset from its canonical location and verify its checksums.
 
     Files already present that verify are kept; a download that does not verify is never
-    written.
+    written. The data directory is created if it does not exist (a file there exits with 2).
 
     Example:
 

@@ -10,7 +10,9 @@ the machine goes through here.
 * **Reading YAML and JSON** (:func:`read_text`, :func:`load_yaml`, :func:`read_json`,
   :func:`parse_json`): regular files only (a FIFO or a device is refused, never waited on or
   read forever), bounded in size and nesting (:mod:`lstmablate.limits`); a damaged file is one
-  message naming it.
+  message naming it.  :func:`open_regular` is that check of the file's kind, for other readers
+  (the data files, :mod:`lstmablate.data`); :func:`check_dir_path` refuses a directory path no
+  file system takes (a NUL byte, a name too long).
 * **The environment record** (:func:`environment`): versions, git commit, processor,
   device, threads and command line — what ``env.json`` and the benchmarks record.
 """
@@ -136,23 +138,51 @@ def atomic_write_yaml(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, yaml.safe_dump(obj, sort_keys=False))
 
 
+def check_dir_path(path: str | os.PathLike, option: str,
+                    error: type[UserError] = UserError) -> None:
+    """``error`` naming ``option`` for a path no file system takes: one holding a NUL byte, or
+    longer than file systems allow (255 bytes per name; the operating system would otherwise
+    refuse it half-way through a command, or Python would raise ValueError)."""
+    text = str(path)
+    if "\0" in text:
+        raise error(f"{option} {text!r} contains a NUL byte; give a directory path.")
+    too_long = [part for part in Path(text).parts if len(part.encode("utf-8", "replace")) > 255]
+    if too_long or len(text.encode("utf-8", "replace")) > 4000:
+        raise error(f"{option} {text[:60]!r}...: the path is longer than file systems allow "
+                    "(255 bytes per folder name); give a shorter directory path.")
+
+
+def open_regular(path: str | os.PathLike, error: type[UserError] = DataError) -> int:
+    """A read-only descriptor of the regular file ``path``.  A FIFO, a device, a directory or
+    an open the system refuses is one ``error`` naming the file; the file is opened without
+    blocking, so a FIFO is refused, never waited on.  The caller closes the descriptor."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise error(f"cannot read {path}: {getattr(e, 'strerror', None) or e}.") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as e:
+        os.close(fd)
+        raise error(f"cannot read {path}: {e.strerror or e}.") from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a named pipe (FIFO)"
+                if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode)
+                or stat.S_ISBLK(mode) else "not a regular file")
+        raise error(f"cannot read {path}: it is {kind}; give a regular file.")
+    return fd
+
+
 def read_text(path: str | os.PathLike, max_bytes: int = MAX_DOCUMENT_BYTES,
               error: type[UserError] = DataError) -> str:
     """A regular file's UTF-8 text.  A FIFO, a device, a directory, a file over ``max_bytes``,
     bytes that are not UTF-8 or a read the system refuses are one ``error`` naming the file
-    (nothing blocks: a FIFO is refused, never waited on)."""
+    (nothing blocks: a FIFO is refused, never waited on; :func:`open_regular`)."""
     path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise error(f"cannot read {path}: {e.strerror or e}.") from None
+    fd = open_regular(path, error)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a named pipe (FIFO)"
-                    if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
-                    or stat.S_ISBLK(st.st_mode) else "not a regular file")
-            raise error(f"cannot read {path}: it is {kind}; give a regular file.")
         if st.st_size > max_bytes:
             raise error(f"{path} is {st.st_size:,} bytes, more than the {max_bytes:,} a file of "
                         "this kind may have; it is damaged or not the file meant.")

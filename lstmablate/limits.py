@@ -27,7 +27,8 @@ MAX_SEED = 2**32 - 1
 MAX_DOCUMENT_BYTES = 256 * 2**20
 
 #: the largest line of a JSON-lines file (metrics.jsonl, scores/<split>.jsonl): an
-#: evaluation's metrics or one item's scores are a few hundred bytes
+#: evaluation's metrics or one item's scores are a few hundred bytes; and of a data file read
+#: line by line (a pretrained vectors file: a line of GloVe 840B is about 3 KB)
 MAX_LINE_BYTES = 16 * 2**20
 
 #: how deeply a YAML or JSON document the toolkit reads may nest (the deepest it writes nests

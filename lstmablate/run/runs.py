@@ -37,13 +37,7 @@ from lstmablate.train.checkpoint import START_AGAIN
 def check_out_dir(out: str | Path, option: str = "--out") -> None:
     """UserError for a runs root that cannot hold runs: a file, a NUL byte, a name too long for
     the file system (checked before anything is read or written)."""
-    text = str(out)
-    if "\0" in text:
-        raise RunDirError(f"{option} {text!r} contains a NUL byte; give a directory path.")
-    too_long = [part for part in Path(text).parts if len(part.encode("utf-8", "replace")) > 255]
-    if too_long or len(text.encode("utf-8", "replace")) > 4000:
-        raise RunDirError(f"{option} {text[:60]!r}...: the path is longer than file systems allow "
-                          "(255 bytes per folder name); give a shorter directory path.")
+    io.check_dir_path(out, option, RunDirError)
     p = Path(out)
     if p.exists() and not p.is_dir():
         raise RunDirError(f"{option} {out}: that is a file, not a directory. Choose another "

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import torch
 
-from lstmablate.errors import UserError, refuse_overwrite
+from lstmablate.errors import UserError
 from lstmablate.run.runner import load_run_model
-from lstmablate.run.runs import check_not_run_file
-from lstmablate.io import check_can_write
+from lstmablate.runfolder import check_output
 from .figures import visualize
 
 
@@ -24,11 +23,7 @@ def visualize_run(run_dir: Path, text: str, *, layer: int = 0, out: Path = Path(
     if out.suffix.lower() != ".png":
         raise UserError(f"--out {out}: give a file name ending in .png (the CSV of the values is "
                         "written beside it, with .csv). Nothing was written.")
-    for path in (out, csv_path):
-        check_not_run_file(path)
-        check_can_write(path)
-    if not force:
-        refuse_overwrite([out, csv_path])
+    check_output([out, csv_path], force=force)
     cfg, task, model = load_run_model(run_dir, checkpoint, data_dir)
     try:
         encoder, emb, tokens = task.visualization_inputs(model, text)

@@ -51,9 +51,12 @@ def data_dyck(
     lstmablate data dyck --preset second-order --m 6 --out dyck-m6/
     """
     from lstmablate.errors import ConfigError
+    from lstmablate.runfolder import check_output
 
     from . import generator as g
 
+    # never into a run folder (a corpus already there is replaced: these are not the user's files)
+    check_output(g.split_paths(out_dir).values(), force=True)
     try:
         if preset:
             splits = g.make_preset_splits(preset, m, seed=seed)

@@ -13,10 +13,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from .console import err, escape, out, print_listing
 from .errors import UserError
+
+
+class Interrupted(Exception):
+    """Ctrl-C in a command before a training run had saved anything (a training run that has
+    started handles Ctrl-C itself: it saves last.pt and says how to continue)."""
 
 
 class HelpCommand(TyperCommand):
@@ -50,8 +55,39 @@ class HelpCommand(TyperCommand):
         return pieces
 
 
+def out_dir_path(text: str) -> Path:
+    """The value of ``--out DIR`` (the runs tree): an empty one is refused (it would mean the
+    current folder without saying so)."""
+    if not text.strip():
+        raise UserError(f"--out {text!r} is empty; give the directory of the runs tree "
+                        "(e.g. --out runs). Nothing was written.")
+    return Path(text)
+
+
+class Group(TyperGroup):
+    """A command group (``lstmablate``, ``lstmablate data``): Ctrl-C anywhere in a command,
+    from the parsing of its options on, reaches :func:`main` as :class:`Interrupted` (Typer
+    would turn a KeyboardInterrupt into an exit 130 without a word)."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise Interrupted from None
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # (a command that handles Ctrl-C itself never lets it out)
+            raise Interrupted from None
+
+
 class App(typer.Typer):
-    """A Typer whose commands (the plugins' ``data`` subcommands too) use :class:`HelpCommand`."""
+    """A Typer whose commands (the plugins' ``data`` subcommands too) use :class:`HelpCommand`,
+    in groups of the class :class:`Group`."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(cls=Group, **kwargs)
 
     def command(self, *args: Any, cls: Any = None, **kwargs: Any) -> Any:
         return super().command(*args, cls=cls or HelpCommand, **kwargs)
@@ -107,7 +143,8 @@ def train(
         help="Override one config value (repeatable); sections data, model, train, eval."),
     seed: Optional[int] = typer.Option(None, "--seed", metavar="N",
                                        help="Seed (default: the recipe's first, else 1)."),
-    out_dir: Path = typer.Option(Path("runs"), "--out", metavar="DIR", help="Root of the runs tree."),
+    out_dir: Path = typer.Option("runs", "--out", metavar="DIR", parser=out_dir_path,
+                                 help="Root of the runs tree."),
     experiment: Optional[str] = typer.Option(None, "--experiment", metavar="NAME",
                                              help="Experiment name (default: the recipe's name)."),
     device: str = typer.Option("cpu", "--device", metavar="DEVICE", help=DEVICE_HELP),
@@ -155,7 +192,8 @@ def eval_(
         help="Evaluation option (repeatable), e.g. eval.batch_size=32."),
     write_predictions: Optional[Path] = typer.Option(
         None, "--write-predictions", metavar="FILE", help="Also write the predictions here, in "
-        "the format of the task's official scorer; the metrics shown are computed from that file."),
+        "the format of the task's official scorer (replacing FILE; never into a run folder); "
+        "the metrics shown are computed from that file."),
     scores: bool = typer.Option(
         False, "--scores", help="Write the run's scores/SPLIT.jsonl instead (the final evaluation "
         "item by item, for `lstmablate compare` and `report --significance`), with the checkpoint "
@@ -259,6 +297,7 @@ def report(
                             help="markdown, latex (booktabs), csv or json (csv/json: one row per run)."),
     out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE",
                                             help="Also write the report to this file."),
+    force: bool = typer.Option(False, "--force", help="Replace the --out FILE if it exists."),
     significance: bool = typer.Option(False, "--significance", help="Mark each cell better / "
                                       "worse / not distinguishable from the --against cell "
                                       "(docs/reporting.md)."),
@@ -280,9 +319,12 @@ def report(
     from .results.compare import SignificanceOptions, check_settings
     from .results.report import build_report
     from .results.formats import FORMATS, render
+    from .runfolder import check_output
 
     if fmt not in FORMATS:
         raise UnknownNameError("report format", fmt, FORMATS)
+    if out_file is not None:  # before any run is read
+        check_output([out_file], force=force)
     options = None
     if significance:
         check_settings(level, resamples)
@@ -541,7 +583,8 @@ def sweep(
                                  "or a table spec (e.g. table1)."),
     list_only: bool = typer.Option(False, "--list", help="Print one `lstmablate train` command per "
                                    "missing or interrupted run (for any scheduler), run nothing."),
-    out_dir: Path = typer.Option(Path("runs"), "--out", metavar="DIR", help="Root of the runs tree."),
+    out_dir: Path = typer.Option("runs", "--out", metavar="DIR", parser=out_dir_path,
+                                 help="Root of the runs tree."),
     set_: Optional[list[str]] = typer.Option(None, "--set", metavar="SECTION.KEY=VALUE",
                                              help="Override for every run (repeatable)."),
     threads: Optional[int] = typer.Option(None, "--threads", metavar="N",
@@ -648,6 +691,8 @@ def bench(
         None, "--out", metavar="FILE.json", help="Also keep the run as a record: the rows, the "
         "machine's matmul rate before and after, the environment (JSON), and the tables as "
         "Markdown beside it."),
+    force: bool = typer.Option(False, "--force", help="Replace FILE.json and its Markdown if "
+                               "they exist."),
 ) -> None:
     """Forward+backward tokens/s and memory per cell against torch.nn.LSTM, same process.
 
@@ -664,9 +709,9 @@ def bench(
                         "--no-models leaves out; give one or the other.")
     note = (lambda msg: err.print(escape(msg), soft_wrap=True)) if not as_json else None
     if out_file is not None:
-        from .io import check_can_write
+        from .runfolder import check_output
 
-        check_can_write(out_file, out_file.with_suffix(".md"))  # before anything is timed
+        check_output([out_file, out_file.with_suffix(".md")], force=force)  # before any timing
     rows, fields = b.record.measure(cells or None, shapes or None, threads=threads, device=device,
                                     repeats=repeats, model_repeats=model_repeats, quick=quick,
                                     model_sizes=(model_sizes or ["small"]) if models else [],
@@ -762,9 +807,10 @@ def main(argv: list[str] | None = None) -> None:
         # soft wrap: no line break inside a path or a suggested command (they stay copyable)
         err.print(f"[bold red]error:[/] {escape(e)}", soft_wrap=True)
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:  # before training started (the trainer saves and exits cleanly)
+    except (KeyboardInterrupt, Interrupted):  # before training started (a training run
+        # saves last.pt and exits cleanly)
         err.print("interrupted; no training step was lost (a run saves its progress once it has "
-                  "started training, and `--resume` continues it).")
+                  "started training, and `--resume` continues it).", soft_wrap=True)
         sys.exit(130)
     except OSError as e:  # the file system refused: read-only, full, a file where a directory goes
         where = f" ({e.filename})" if e.filename else ""

@@ -46,6 +46,7 @@ from typing import Any, BinaryIO, TextIO
 from .errors import DataError, UnknownNameError, where
 from .io import atomic_write, check_dir_path, open_regular
 from .limits import MAX_LINE_BYTES
+from .runfolder import check_output
 
 __all__ = [
     "DEFAULT_DATA_DIR",
@@ -573,6 +574,12 @@ def _urlopen(url: str) -> BinaryIO:
     return urllib.request.urlopen(url, timeout=60)  # noqa: S310 - catalogue URLs only
 
 
+def _download_path(base: Path, df: DataFile) -> Path:
+    """Where the download of ``df`` is stored: ``relpath``, or ``relpath.gz`` for a file
+    served gzip-compressed."""
+    return base / (df.relpath + (".gz" if df.url_gzipped else ""))
+
+
 def fetch(dataset_name: str | Dataset, data_dir: str | os.PathLike[str], *,
           which: str | Iterable[str] | None = None, force: bool = False,
           opener: Callable[[str], BinaryIO] | None = None,
@@ -591,7 +598,10 @@ def fetch(dataset_name: str | Dataset, data_dir: str | os.PathLike[str], *,
     opener = opener or _urlopen
     say = log or (lambda _msg: None)
     out: list[Path] = []
-    for df in _select(ds, which):
+    selected = _select(ds, which)
+    # Never into a run folder (a bad copy present is replaced: that is what fetch is for).
+    check_output([_download_path(base, df) for df in selected], option="--data-dir", force=True)
+    for df in selected:
         if not force:
             try:
                 existing = find_file(base, df.relpath)
@@ -604,7 +614,7 @@ def fetch(dataset_name: str | Dataset, data_dir: str | os.PathLike[str], *,
         if not df.url:
             raise DataError(f"no download location is catalogued for {df.relpath}; "
                             f"get it by hand ({ds.fetch_hint}).")
-        dest = base / (df.relpath + (".gz" if df.url_gzipped else ""))
+        dest = _download_path(base, df)
         say(f"downloading {df.url} -> {dest}")
 
         def download(f: BinaryIO, df: DataFile = df, dest: Path = dest) -> None:

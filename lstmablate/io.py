@@ -84,10 +84,27 @@ def check_can_write(*paths: str | os.PathLike) -> None:
                 break
 
 
+#: what to do after a write failed (a full disk): unless the writer knows better
+RUN_AGAIN = "run the same command again (with --resume for a training run)"
+
+
+def write_failed(path: str | os.PathLike, error: OSError, again: str = RUN_AGAIN) -> UserError:
+    """The message of a write of ``path`` the operating system refused (a full disk, a quota,
+    an I/O error), abandoned with the previous file intact; ``again`` says how to retry."""
+    path = Path(path)
+    kept = f"the previous {path.name} is intact" if path.exists() else "nothing was written"
+    return UserError(f"cannot write {path}: {error.strerror or error}. The write was abandoned "
+                     f"and {kept}; free some space (or fix the file system) and {again}.")
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any],
-                 check: Callable[[Path], None] | None = None) -> None:
+                 check: Callable[[Path], None] | None = None, again: str = RUN_AGAIN) -> None:
     """Write ``path`` through ``write(file)`` atomically; ``check(temporary path)`` may refuse
-    the finished content (by raising) before it replaces anything."""
+    the finished content (by raising) before it replaces anything; ``again`` is the advice of
+    a write the operating system refused (:func:`write_failed`).
+
+    The rename replaces ``path`` itself: where ``path`` is a symbolic link, the link is
+    replaced and what it points to is never written."""
     path = Path(path)
     check_can_write(path)
     try:
@@ -111,10 +128,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any],
         except FileNotFoundError:
             pass
         if isinstance(e, OSError):  # a full disk, a quota, an I/O error
-            kept = f"the previous {path.name} is intact" if path.exists() else "nothing was written"
-            raise UserError(f"cannot write {path}: {e.strerror or e}. The write was abandoned and "
-                            f"{kept}; free some space (or fix the file system) and run the same "
-                            "command again (with --resume for a training run).") from None
+            raise write_failed(path, e, again) from None
         raise
     try:  # make the rename itself durable
         dfd = os.open(path.parent, os.O_RDONLY)

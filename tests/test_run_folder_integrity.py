@@ -1,7 +1,8 @@
 """The run folder protects itself.
 
 * ``eval --write-predictions``, ``plot --out`` and ``visualize --out`` never write over a run's
-  own files (config, checkpoints, metrics, result, lock, artefacts, TensorBoard events);
+  own files (config, checkpoints, metrics, result, lock, artefacts, TensorBoard events), nor
+  into its folder (tests/test_run_folder_boundary.py: every command's outputs);
 * the artefacts are written with a manifest of their sizes and sha256, checked whenever they
   are read: a deleted, changed or mis-encoded artefact is one message naming it, never a
   traceback and never another file blamed; a run saved before manifests existed is checked by
@@ -76,11 +77,14 @@ def test_eval_never_writes_predictions_over_the_runs_own_files(tmp_path, dyck_ru
                  "../seed-1/last.pt"):
         with pytest.raises(UserError, match="is a file of the run folder"):
             evaluate_run(dyck_run, write_predictions=dyck_run / name)
+    # nor a new file among them: the run folder is the run's
+    with pytest.raises(UserError, match="is inside the run folder"):
+        evaluate_run(dyck_run, write_predictions=dyck_run / "preds.jsonl")
     assert snapshot(dyck_run) == before
-    # beside the run folder is fine, and so is a new file inside it
-    for ok in (tmp_path / "preds.jsonl", dyck_run / "preds.jsonl"):
-        assert evaluate_run(dyck_run, write_predictions=ok)["accuracy"] >= 0
-        assert ok.exists()
+    # beside the run folder is fine
+    ok = tmp_path / "preds.jsonl"
+    assert evaluate_run(dyck_run, write_predictions=ok)["accuracy"] >= 0
+    assert ok.exists()
 
 
 def test_plot_and_visualize_outputs_never_go_into_a_runs_own_folders(tmp_path, dyck_run):

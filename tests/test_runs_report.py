@@ -265,9 +265,11 @@ def test_a_damaged_config_is_named_and_the_cli_warns(two_seeds, tmp_path, capsys
 
 
 def test_the_run_folder_spells_its_names_once_and_result_json_reads_back(tiny_recipe, tmp_path):
-    """RunFiles is the only place a run folder's file names are spelled (the modules that
-    read or write them ask it); result.json round-trips through RunResult, and one written
-    by an older version (a duplicate `dev`, fewer keys) still reads."""
+    """A run folder's file names are spelled once, in RunNames (lstmablate/runfolder.py, on
+    the bottom floor: the output guard of every command needs them), which RunFiles is built
+    on (the modules that read or write them ask it); result.json round-trips through
+    RunResult, and one written by an older version (a duplicate `dev`, fewer keys) still
+    reads."""
     import re
     from pathlib import Path
 
@@ -278,7 +280,7 @@ def test_the_run_folder_spells_its_names_once_and_result_json_reads_back(tiny_re
              RunFiles.BEST, RunFiles.MANIFEST]
     root = Path(lstmablate.__file__).parent
     for py in root.rglob("*.py"):
-        if py.name == "runs.py" and py.parent.name == "run":
+        if py.name == "runfolder.py" and py.parent == root:
             continue
         text = py.read_text(encoding="utf-8")
         for name in names:

@@ -28,9 +28,10 @@ from typing import Any
 
 import yaml
 
-from lstmablate.errors import DataError, UnknownNameError, UserError, refuse_overwrite
-from lstmablate.run.runs import RunFiles, check_not_run_file
-from lstmablate.io import atomic_write, atomic_write_text, check_can_write
+from lstmablate.errors import DataError, UnknownNameError, UserError
+from lstmablate.run.runs import RunFiles
+from lstmablate.io import atomic_write, atomic_write_text
+from lstmablate.runfolder import check_output
 
 X_AXES = ("step", "epoch")
 NOT_PLOTTED = ("step", "epoch", "split")  # columns of metrics.jsonl that are not curves
@@ -318,11 +319,7 @@ def plot_runs(paths: list[Path], out: Path, metrics: list[str] | None = None, x:
     if x not in X_AXES:
         raise UnknownNameError("x axis", x, X_AXES)
     png, pdf, csv_path = out.with_suffix(".png"), out.with_suffix(".pdf"), out.with_suffix(".csv")
-    for path in (png, pdf, csv_path):  # before anything is read or written
-        check_not_run_file(path)
-        check_can_write(path)
-    if not force:
-        refuse_overwrite([png, pdf, csv_path])
+    check_output([png, pdf, csv_path], force=force)  # before anything is read or written
     skipped: list[str] = []
     runs = find_runs(paths, skipped)
     metrics = list(dict.fromkeys(metrics or default_metrics(runs)))

@@ -7,11 +7,11 @@ from pathlib import Path
 import torch
 
 from lstmablate.config import MAX_LAYERS
-from lstmablate.errors import UserError, refuse_overwrite
+from lstmablate.errors import UserError
 from lstmablate.limits import check_int
 from lstmablate.run.runner import checkpoint_file, load_run_model, resource_guard
-from lstmablate.run.runs import RunFiles, check_not_run_file
-from lstmablate.io import check_can_write
+from lstmablate.run.runs import RunFiles
+from lstmablate.runfolder import check_output
 from .figures import visualize
 
 #: the most tokens ``--text`` may have: the picture has a row and a column per token, and the
@@ -54,11 +54,7 @@ def visualize_run(run_dir: Path, text: str, *, layer: int = 0, out: Path = Path(
     if out.suffix.lower() != ".png":
         raise UserError(f"--out {out}: give a file name ending in .png (the CSV of the values is "
                         "written beside it, with .csv). Nothing was written.")
-    for path in (out, csv_path):
-        check_not_run_file(path)
-        check_can_write(path)
-    if not force:
-        refuse_overwrite([out, csv_path])
+    check_output([out, csv_path], force=force)
     with resource_guard(f"drawing {run_dir}"):
         cfg, task, model = load_run_model(run_dir, checkpoint, data_dir)
         try:

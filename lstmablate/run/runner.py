@@ -35,13 +35,13 @@ from lstmablate.data import resolve_data_dir
 from lstmablate.errors import CheckpointError, ConfigError, DataError, RunDirError, UserError
 from .runlock import RunLock, lock_holder
 from .scores import write_scores
-from .runs import (RunFiles, RunResult, RunStart, check_not_run_file, check_out_dir,
-                   clear_run_dir, inspect_run_dir, read_artefacts, remove_interrupted_writes,
+from .runs import (RunFiles, RunResult, RunStart, check_out_dir, clear_run_dir, inspect_run_dir, read_artefacts, remove_interrupted_writes,
                    write_artefacts, write_config, write_env, write_result)
 from lstmablate.task import Task, get_task
 from lstmablate.train import Trainer
 from lstmablate.train import distributed
-from lstmablate.io import check_can_write, environment, read_json
+from lstmablate.io import environment, read_json
+from lstmablate.runfolder import check_output
 from lstmablate.limits import check_threads, max_threads  # noqa: F401 - (re-exported: sweep, cli)
 from lstmablate.train.checkpoint import load_checkpoint
 from lstmablate.train.trainer import data_generator
@@ -337,6 +337,7 @@ def write_run_scores(files: RunFiles, cfg: RunConfig, split: str, checkpoint: st
                      metrics: dict[str, float], records: list[dict[str, Any]]) -> Path:
     """``scores/<split>.jsonl`` of the run: ``records`` of the final evaluation of ``split``
     with ``checkpoint``'s weights, which reported ``metrics``."""
+    files.own_folder(RunFiles.SCORES)  # a real folder of the run, never a link out of it
     path = files.scores(split)
     write_scores(path, {"task": cfg.task, "experiment": cfg.experiment, "cell": cfg.cell,
                         "seed": cfg.seed, "split": split, "checkpoint": checkpoint,
@@ -420,9 +421,8 @@ def evaluate_run_task(run_path: Path, split: str = "test", checkpoint: str | Non
                       threads: int | None = None) -> tuple[Task, dict[str, float]]:
     """:func:`evaluate_run`, also returning the run's task (it knows how its metrics read)."""
     check_threads(threads)
-    if write_predictions is not None:
-        check_not_run_file(write_predictions, "--write-predictions")
-        check_can_write(write_predictions)
+    if write_predictions is not None:  # (a predictions file is replaced: it is made again)
+        check_output([write_predictions], option="--write-predictions", force=True)
     with resource_guard(f"evaluating {run_path}"):
         set_threads(threads)
         cfg, task, model = load_run_model(run_path, checkpoint, data_dir, device, splits=(split,),

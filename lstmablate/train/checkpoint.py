@@ -28,7 +28,7 @@ import torch
 
 from lstmablate.errors import CheckpointError
 
-from lstmablate.io import atomic_write
+from lstmablate.io import RUN_AGAIN, atomic_write
 
 FORMAT_VERSION = 1
 
@@ -87,11 +87,13 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+def save_checkpoint(path: Path, payload: dict[str, Any], again: str = RUN_AGAIN) -> None:
+    """Write ``payload`` atomically; ``again`` says what to do if the write is refused (a
+    full disk: :func:`lstmablate.io.write_failed`)."""
     payload = {"format": FORMAT_VERSION, **payload}
     buf = io.BytesIO()
     torch.save(payload, buf)
-    atomic_write(path, lambda f: f.write(buf.getvalue()))
+    atomic_write(path, lambda f: f.write(buf.getvalue()), again=again)
 
 
 #: what to do about a damaged checkpoint, unless the caller knows better

@@ -35,7 +35,7 @@ from lstmablate.config import TrainConfig
 from lstmablate.errors import UserError
 from lstmablate.task import Metric
 
-from lstmablate.io import atomic_write
+from lstmablate.io import RUN_AGAIN, atomic_write, write_failed
 from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .distributed import DistInfo, all_reduce_sum, barrier
 from .optim import Schedule, build_optimizer, clip_scope_parameters
@@ -168,6 +168,15 @@ class Trainer:
         return self.files.metrics
 
     # -- checkpoints ------------------------------------------------------------------
+    def _again(self) -> str:
+        """What to do after a write of the run failed (a full disk): continue from last.pt,
+        or, before the first last.pt was saved, start again (there is nothing to continue
+        from, and ``--resume`` says so)."""
+        if self.last_path.exists():
+            return RUN_AGAIN
+        return ("start the run again (it had not saved a last.pt to continue from yet): the "
+                "same `lstmablate train` command with --force")
+
     def _save_last(self) -> None:
         self._sync()  # never save a state that a non-finite step produced
         if self._t_start is not None:
@@ -182,7 +191,7 @@ class Trainer:
             "position": vars(self.pos).copy(),
             "rng": rng_state(),
             "carry": self.carry,
-        })
+        }, again=self._again())
 
     def _save_best(self, metrics: dict[str, float]) -> None:
         if not self.dist.is_main:
@@ -193,7 +202,7 @@ class Trainer:
             "step": self.pos.step,
             "epoch": self.pos.epoch,
             "dev": metrics,
-        })
+        }, again=self._again())
 
     def _resume(self, ckpt: dict[str, Any] | None = None) -> None:
         if ckpt is None:
@@ -213,16 +222,23 @@ class Trainer:
             return
         lines = self.metrics_path.read_bytes().splitlines(keepends=True)
         if len(lines) != n_lines:  # atomically: a kill here leaves the old file, not half of it
-            atomic_write(self.metrics_path, lambda f: f.write(b"".join(lines[:n_lines])))
+            atomic_write(self.metrics_path, lambda f: f.write(b"".join(lines[:n_lines])),
+                         again=self._again())
 
     def _append_metrics(self, record: dict[str, Any]) -> None:
+        """One line more in metrics.jsonl, never through a symbolic link (the run folder's
+        entries are the run's own: :mod:`lstmablate.runfolder`)."""
         self.pos.metrics_lines += 1
         if not self.dist.is_main:
             return
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            with os.fdopen(os.open(self.metrics_path, flags, 0o666), "a", encoding="utf-8") as f:
+                f.write(json.dumps(record, sort_keys=True) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:  # a full disk: a line cut short is dropped on --resume
+            raise write_failed(self.metrics_path, e, self._again()) from None
 
     # -- signals ------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:

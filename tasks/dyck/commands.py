@@ -118,6 +118,7 @@ def data_dyck(
     lstmablate data dyck --preset second-order --m 6 --out dyck-m6/
     """
     from lstmablate.errors import ConfigError
+    from lstmablate.runfolder import check_output
 
     from . import generator as g
 
@@ -126,6 +127,8 @@ def data_dyck(
                   dev_sequences=dev_sequences, test_tokens=test_tokens,
                   test_sequences=test_sequences, train_max_length=train_max_length)
     check_out(out_dir)
+    # never into a run folder (a corpus already there is replaced: these are not the user's files)
+    check_output(g.split_paths(out_dir).values(), force=True)
     if preset:
         check_preset(preset, m)
     try:

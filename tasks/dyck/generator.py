@@ -268,14 +268,17 @@ class DyckSplits:
 
     def write(self, directory: str | os.PathLike[str], suffix: str = ".txt") -> dict[str, Path]:
         """Write ``train``/``dev``/``test`` + ``suffix`` into ``directory``; returns the paths."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        paths = split_paths(directory, suffix)
+        Path(directory).mkdir(parents=True, exist_ok=True)
         vocab = self.vocab
-        paths = {}
-        for name in SPLITS:
-            paths[name] = directory / f"{name}{suffix}"
-            write_split(paths[name], self.split(name), vocab)
+        for name, path in paths.items():
+            write_split(path, self.split(name), vocab)
         return paths
+
+
+def split_paths(directory: str | os.PathLike[str], suffix: str = ".txt") -> dict[str, Path]:
+    """The files :meth:`DyckSplits.write` writes into ``directory``, by split."""
+    return {name: Path(directory) / f"{name}{suffix}" for name in SPLITS}
 
 
 def make_splits(

@@ -67,11 +67,6 @@ def check_float(value: Any, option: str, low: float, high: float, hint: str = ""
     return float(value)
 
 
-def is_seed(value: Any) -> bool:
-    """Whether ``value`` is a run seed (or a seed of resampling): an integer in 0..MAX_SEED."""
-    return _is_int(value) and 0 <= value <= MAX_SEED
-
-
 def check_seed(seed: Any, source: str = "--seed") -> int:
     """A run seed (or a seed of resampling): an integer in 0..MAX_SEED."""
     if not is_seed(seed):
@@ -110,3 +105,8 @@ def is_number(value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     return isinstance(value, float) or abs(value) <= sys.float_info.max
+
+
+def is_seed(value: Any) -> bool:
+    """Whether ``value`` is a run seed (or a seed of resampling): an integer in 0..MAX_SEED."""
+    return _is_int(value) and 0 <= value <= MAX_SEED

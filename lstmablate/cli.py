@@ -130,6 +130,18 @@ THREADS_HELP = "torch CPU threads (default: torch's choice, usually the number o
 PLAIN_HELP = "Tab-separated values, one row per line (the default when output is not a terminal)."
 
 
+def _test_option(name: str, prefix: str = "") -> Any:
+    """``--level``, ``--resamples`` or ``--seed`` of the significance tests, as ``compare`` and
+    ``report`` take them (their bounds: lstmablate.results.compare.check_settings)."""
+    default, metavar, what = {
+        "--level": (0.05, "ALPHA", "significance level, in (0, 0.5]"),
+        "--resamples": (1000, "N", "bootstrap resamples, 1 to 100,000"),
+        "--seed": (12345, "N", "seed of the resampling (sacreBLEU's default 12345)"),
+    }[name]
+    return typer.Option(default, name, metavar=metavar,
+                        help=f"{prefix}{what}." if prefix else f"{what[0].upper()}{what[1:]}.")
+
+
 @app.command()
 def train(
     task: str = typer.Option(..., "--task", "-t", metavar="TASK",
@@ -263,10 +275,9 @@ def compare(
     split: str = typer.Option("test", "--split", metavar="SPLIT", help="dev or test."),
     metric: Optional[str] = typer.Option(None, "--metric", metavar="NAME", help="Default: the "
                                          "task's primary metric, else the first it scores per item."),
-    resamples: int = typer.Option(1000, "--resamples", metavar="N", help="Bootstrap resamples."),
-    seed: int = typer.Option(12345, "--seed", metavar="N", help="Seed of the resampling "
-                             "(sacreBLEU's default 12345)."),
-    level: float = typer.Option(0.05, "--level", metavar="ALPHA", help="Significance level."),
+    resamples: int = _test_option("--resamples"),
+    seed: int = _test_option("--seed"),
+    level: float = _test_option("--level"),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> None:
     """Is A different from B beyond noise? Paired bootstrap over test items for each pair of
@@ -302,8 +313,9 @@ def report(
                                       "worse / not distinguishable from the --against cell "
                                       "(docs/reporting.md)."),
     against: str = typer.Option("lstm", "--against", metavar="CELL", help="With --significance."),
-    level: float = typer.Option(0.05, "--level", metavar="ALPHA", help="With --significance."),
-    resamples: int = typer.Option(1000, "--resamples", metavar="N", help="With --significance."),
+    level: float = _test_option("--level", "With --significance: "),
+    resamples: int = _test_option("--resamples", "With --significance: "),
+    seed: int = _test_option("--seed", "With --significance: "),
 ) -> None:
     """Ours (mean ± std over seeds) beside the paper's numbers, as markdown or LaTeX tables;
     or every run as a CSV/JSON row. Damaged run folders are named and skipped.
@@ -316,7 +328,7 @@ def report(
     lstmablate report runs --table table4 --significance
     """
     from .errors import UnknownNameError
-    from .results.compare import SignificanceOptions, check_settings
+    from .results.compare import SignificanceOptions
     from .results.report import build_report
     from .results.formats import FORMATS, render
     from .runfolder import check_output
@@ -325,11 +337,9 @@ def report(
         raise UnknownNameError("report format", fmt, FORMATS)
     if out_file is not None:  # before any run is read
         check_output([out_file], force=force)
-    options = None
-    if significance:
-        check_settings(level, resamples)
-        options = SignificanceOptions(against, level, resamples)
-    built = build_report(runs_dir, table=table, significance=options)
+    # checked as they are made, with --significance or not (a bad value is never ignored)
+    options = SignificanceOptions(against, level, resamples, seed)
+    built = build_report(runs_dir, table=table, significance=options if significance else None)
     text = render(built, fmt)
     for why in built.damaged:
         err.print(f"[yellow]warning:[/] skipped {escape(why)}", soft_wrap=True)

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError, UnknownNameError, did_you_mean
-from .limits import MAX_SEED, check_seed  # noqa: F401 - (MAX_SEED re-exported)
+from .limits import MAX_SEED, check_seed, is_seed  # noqa: F401 - (MAX_SEED re-exported)
 
 OPTIMIZERS = ("sgd", "adam", "adamax", "adadelta", "adagrad")
 
@@ -424,15 +424,47 @@ def apply_renamed_keys(task_cls: Any, d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def config_from_dict(task_cls: Any, d: dict[str, Any], source: str) -> RunConfig:
-    """Rebuild a RunConfig from a saved ``config.yaml`` (for eval/resume), migrating
-    configs saved by older versions (see :func:`migrate_saved_config`)."""
+#: the keys of a saved config.yaml that name its run (RunConfig.checkpoint_key's)
+IDENTITY_KEYS = ("task", "cell", "experiment", "seed")
+
+
+def check_saved_identity(d: Any, source: str) -> dict[str, Any]:
+    """``d``, a saved ``config.yaml``, unless what names its run is damaged: a ConfigError
+    naming ``source`` and the key when ``d`` is not a mapping, lacks task, cell, experiment or
+    seed, holds a task, cell or experiment that is not a string, a seed that is not a run seed
+    (:func:`~lstmablate.limits.is_seed`), a recipe or recipe_file that is not a string, or a
+    section that is not a mapping.  The readers of run folders check this much even where the
+    run's task is not installed (its sections are then not checked key by key)."""
     if not isinstance(d, dict):
         raise ConfigError(f"{source} is not a mapping; is it a lstmablate run config?")
-    d = migrate_saved_config(task_cls, d)
+    for key in IDENTITY_KEYS:
+        if key not in d:
+            raise ConfigError(f"{source} lacks the key {key!r}; is it a lstmablate run config?")
+    wrong = [f"{k} must be a string, got {d[k]!r:.60}" for k in ("task", "cell", "experiment")
+             if not isinstance(d[k], str)]
+    wrong += [f"{k} must be a string, got {d[k]!r:.60}" for k in ("recipe", "recipe_file")
+              if d.get(k) is not None and not isinstance(d[k], str)]
+    wrong += [f"section {k!r} must be a mapping, got {d[k]!r:.60}" for k in SECTIONS
+              if d.get(k) is not None and not isinstance(d[k], dict)]
+    if not is_seed(d["seed"]):
+        shown = repr(d["seed"]) if len(repr(d["seed"])) <= 60 else repr(d["seed"])[:57] + "..."
+        wrong.append(f"seed must be a run seed (an integer between 0 and {MAX_SEED:,}), got "
+                     f"{shown}")
+    if wrong:
+        raise ConfigError(f"{source}: {wrong[0]}; the run's config is damaged or was not written "
+                          "by lstmablate. Restore the run folder from a copy, or train the run "
+                          "again (its `lstmablate train` command plus --force).")
+    return d
+
+
+def config_from_dict(task_cls: Any, d: dict[str, Any], source: str) -> RunConfig:
+    """Rebuild a RunConfig from a saved ``config.yaml`` (for eval/resume), migrating
+    configs saved by older versions (see :func:`migrate_saved_config`); what names the run is
+    checked first (:func:`check_saved_identity`)."""
+    d = migrate_saved_config(task_cls, check_saved_identity(d, source))
     try:
         return RunConfig(
-            task=d["task"], cell=d["cell"], experiment=d["experiment"], seed=int(d["seed"]),
+            task=d["task"], cell=d["cell"], experiment=d["experiment"], seed=d["seed"],
             data=update_dataclass(task_cls.DataConfig(), d.get("data") or {}, "data", source),
             model=update_dataclass(task_cls.ModelConfig(), d.get("model") or {}, "model", source),
             train=update_dataclass(TrainConfig(), d.get("train") or {}, "train", source),

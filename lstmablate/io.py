@@ -13,6 +13,11 @@ the machine goes through here.
   message naming it.  :func:`open_regular` is that check of the file's kind, for other readers
   (the data files, :mod:`lstmablate.data`); :func:`check_dir_path` refuses a directory path no
   file system takes (a NUL byte, a name too long).
+
+
+  :func:`parse_json`; :func:`read_lines` for JSON-lines files): regular files only (a FIFO or
+  a device is refused, never waited on or read forever), bounded in size, line length and
+  nesting (:mod:`lstmablate.limits`); a damaged file is one message naming it.
 * **The environment record** (:func:`environment`): versions, git commit, processor,
   device, threads and command line — what ``env.json`` and the benchmarks record.
 """
@@ -36,7 +41,7 @@ from typing import IO, Any
 import yaml
 
 from .errors import ConfigError, DataError, UserError
-from .limits import MAX_DEPTH, MAX_DOCUMENT_BYTES
+from .limits import MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_LINE_BYTES
 
 
 def _umask() -> int:
@@ -188,6 +193,19 @@ def open_regular(path: str | os.PathLike, error: type[UserError] = DataError) ->
     return fd
 
 
+def path_exists(path: str | os.PathLike, what: str) -> bool:
+    """Whether a path the user gave exists; a UserError naming ``what`` (e.g. "runs
+    directory") for one the system refuses to look up (a folder name over 255 bytes, a NUL
+    byte), where ``Path.exists`` would raise."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError) as e:
+        text = str(path)
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise UserError(f"{what} {shown!r}: the system cannot look this path up "
+                        f"({getattr(e, 'strerror', None) or e}); give an existing one.") from None
+
+
 def read_text(path: str | os.PathLike, max_bytes: int = MAX_DOCUMENT_BYTES,
               error: type[UserError] = DataError) -> str:
     """A regular file's UTF-8 text.  A FIFO, a device, a directory, a file over ``max_bytes``,
@@ -222,6 +240,22 @@ def read_text(path: str | os.PathLike, max_bytes: int = MAX_DOCUMENT_BYTES,
                     "not the file meant.") from None
 
 
+def read_lines(path: str | os.PathLike, error: type[UserError] = DataError,
+               max_line_bytes: int = MAX_LINE_BYTES) -> list[str]:
+    """The lines of a JSON-lines file (``metrics.jsonl``, ``scores/<split>.jsonl``): its text
+    as :func:`read_text` reads it, split at newlines only (a U+2028 inside a JSON string is
+    not a line break), each at most ``max_line_bytes`` (a longer one is an ``error`` naming
+    the file and line, before any of it is parsed)."""
+    lines = read_text(path, error=error).split("\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    for i, line in enumerate(lines, 1):
+        if len(line) > max_line_bytes // 4 and len(line.encode("utf-8")) > max_line_bytes:
+            raise error(f"{path}, line {i}: the line is more than the {max_line_bytes:,} bytes a "
+                        "line of this file may have; the file is damaged or not the file meant.")
+    return lines
+
+
 def check_depth(obj: Any, where: object, error: type[UserError] = DataError,
                 max_depth: int = MAX_DEPTH) -> Any:
     """``obj`` (a parsed YAML/JSON document) unless it nests lists and mappings more than
@@ -237,11 +271,28 @@ def check_depth(obj: Any, where: object, error: type[UserError] = DataError,
     return obj
 
 
+class _ShallowLoader(yaml.SafeLoader):
+    """safe_load's loader, which stops composing a document nested four times deeper than
+    MAX_DEPTH: such a document is refused anyway, and PyYAML would otherwise recurse until
+    Python's stack gives out (a second per thousand levels)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > 4 * MAX_DEPTH:
+                raise RecursionError("YAML nested too deeply")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def parse_yaml(text: str, where: object, error: type[UserError] = ConfigError) -> Any:
     """Plain YAML (safe_load: a tag such as ``!!python/object`` is refused, never constructed),
     nested at most MAX_DEPTH deep; a syntax error names the line and column in ``where``."""
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_ShallowLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         loc = f"{where}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(where)
@@ -251,6 +302,8 @@ def parse_yaml(text: str, where: object, error: type[UserError] = ConfigError) -
     except RecursionError:
         raise error(f"{where}: nested too deeply to read; the file is damaged or not what "
                     "lstmablate reads.") from None
+    except ValueError as e:  # a scalar YAML cannot convert: an integer of 5,000 digits, 2024-13-01
+        raise _unreadable_value(where, e, error) from None
     return check_depth(doc, where, error)
 
 
@@ -269,6 +322,8 @@ def parse_json(text: str, where: object, error: type[UserError] = DataError) -> 
     except RecursionError:
         raise error(f"{where}: the JSON is nested too deeply to read; the file is damaged "
                     "or not what lstmablate wrote.") from None
+    except ValueError as e:  # (after JSONDecodeError, a ValueError too): an integer too long
+        raise _unreadable_value(where, e, error) from None
     return check_depth(doc, where, error)
 
 
@@ -283,7 +338,18 @@ def read_json(path: str | os.PathLike) -> Any:
     except RecursionError:
         raise DataError(f"{path}: the JSON is nested too deeply to read; the file is damaged "
                         "or not what lstmablate wrote.") from None
+    except ValueError as e:
+        raise _unreadable_value(path, e, DataError) from None
     return check_depth(doc, path)
+
+
+def _unreadable_value(where: object, e: ValueError, error: type[UserError]) -> UserError:
+    """The error for a value a parser could not convert (Python refuses to read an integer of
+    more than 4,300 digits; YAML a date such as 2024-13-01), without Python's advice about
+    ``sys.set_int_max_str_digits``, which a user of the command cannot take."""
+    what = str(e).split(";")[0]
+    return error(f"{where}: holds a value that cannot be read ({what}); the file is damaged or "
+                 "not what lstmablate reads.")
 
 
 # -- what a run or a measurement ran on ------------------------------------------------------

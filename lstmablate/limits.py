@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import Any
 
 from .errors import ConfigError, UserError
@@ -69,7 +70,7 @@ def check_float(value: Any, option: str, low: float, high: float, hint: str = ""
 
 def check_seed(seed: Any, source: str = "--seed") -> int:
     """A run seed (or a seed of resampling): an integer in 0..MAX_SEED."""
-    if not _is_int(seed) or not 0 <= seed <= MAX_SEED:
+    if not is_seed(seed):
         shown = repr(seed) if not _is_int(seed) or abs(seed) < 10**20 else f"{str(seed)[:12]}..."
         raise ConfigError(f"{source}: a seed must be an integer between 0 and {MAX_SEED:,} "
                           f"(2**32 - 1), got {shown}")
@@ -97,3 +98,18 @@ def check_resamples(n: Any, option: str = "--resamples", minimum: int = 1) -> in
     """A number of resamples in ``minimum``..MAX_RESAMPLES."""
     return check_int(n, option, minimum, MAX_RESAMPLES,
                      f"({MAX_RESAMPLES:,} already gives p-values to three decimals.)")
+
+
+def is_number(value: Any) -> bool:
+    """A number as a run's records hold one (a metric, a time, a per-item statistic): an int or
+    a float, NaN and the infinities included (a diverged evaluation writes them; readers
+    leave them out where they average), never a bool or a string, nor an integer too large
+    to become a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, float) or abs(value) <= sys.float_info.max
+
+
+def is_seed(value: Any) -> bool:
+    """Whether ``value`` is a run seed (or a seed of resampling): an integer in 0..MAX_SEED."""
+    return _is_int(value) and 0 <= value <= MAX_SEED

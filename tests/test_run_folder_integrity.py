@@ -267,7 +267,7 @@ def test_plot_names_and_skips_a_damaged_run_as_report_does(tmp_path, tiny_recipe
     assert r.returncode == 0, r.stderr
     err = " ".join(r.stderr.split())
     assert "skipped" in err and "seed-2/metrics.jsonl, line 3" in err
-    assert "lstm-srnn/seed-1/config.yaml is not valid YAML" in err
+    assert "YAML syntax error in runs/tiny/lstm-srnn/seed-1/config.yaml, line 2" in err
     rows = (tmp_path / "curves.csv").read_text().splitlines()[1:]
     assert rows and {r.split(",")[1] for r in rows} == {"lstm"}
     assert {r.split(",")[2] for r in rows} == {"1", "mean"}  # seed 2 left out

@@ -190,7 +190,8 @@ def two_seeds(tmp_path_factory):
     (b"{}", "is an empty object {}: it holds no metrics"),
     (b'{"test": {"accuracy": 1.0,\n  oops}\n', "line 2: malformed JSON"),
     (b'{"steps": 3}', "has no `test` entry"),
-    (b'{"test": {"accuracy": "high"}}', "`test` must map metric names to numbers"),
+    (b'{"test": {"accuracy": "high"}}', "`test` must be null or an object mapping metric names "
+     "to numbers"),
 ])
 def test_a_damaged_result_is_named_and_skipped(two_seeds, tmp_path, content, why):
     import shutil
@@ -259,7 +260,8 @@ def test_a_damaged_config_is_named_and_the_cli_warns(two_seeds, tmp_path, capsys
     captured = capsys.readouterr()
     err = " ".join(captured.err.split())
     assert e.value.code == 0, err
-    assert f"{out / 'tiny' / 'lstm' / 'seed-2' / 'config.yaml'} is not valid YAML" in captured.out
+    assert f"YAML syntax error in {out / 'tiny' / 'lstm' / 'seed-2' / 'config.yaml'}, line 2" \
+        in captured.out
     assert "warning: skipped" in err and "is an empty object {}" in err
     assert "missing" in _row(captured.out, "lstm")  # no usable run of lstm is left
 

@@ -24,23 +24,23 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from rich.console import Console
 from lstmablate.console import escape
 
 from lstmablate.cells import build_encoder, get_cell
-from lstmablate.config import RunConfig, config_from_dict, with_eval_overrides
+from lstmablate.config import RunConfig, check_saved_identity, config_from_dict, with_eval_overrides
 from lstmablate.recipes import resolve_config
 from lstmablate.data import resolve_data_dir
-from lstmablate.errors import CheckpointError, ConfigError, DataError, RunDirError, UserError
+from lstmablate.errors import (CheckpointError, ConfigError, DataError, RunDirError,
+                               UnknownNameError, UserError)
 from .runlock import RunLock, lock_holder
 from .scores import write_scores
-from .runs import (RunFiles, RunResult, RunStart, check_out_dir, clear_run_dir, inspect_run_dir, read_artefacts, remove_interrupted_writes,
-                   write_artefacts, write_config, write_env, write_result)
+from .runs import (RunFiles, RunResult, RunStart, check_out_dir, clear_run_dir, inspect_run_dir,
+                   read_artefacts, remove_interrupted_writes, write_artefacts, write_config, write_env, write_result)
 from lstmablate.task import Task, get_task
 from lstmablate.train import Trainer
 from lstmablate.train import distributed
-from lstmablate.io import environment, read_json
+from lstmablate.io import environment, load_yaml, read_json
 from lstmablate.runfolder import check_output
 from lstmablate.limits import check_threads, max_threads  # noqa: F401 - (re-exported: sweep, cli)
 from lstmablate.train.checkpoint import load_checkpoint
@@ -349,13 +349,13 @@ def load_run_config(run_path: Path) -> RunConfig:
     files = RunFiles(Path(run_path))
     if not files.config.exists():
         raise ConfigError(f"{run_path} is not a run directory (no config.yaml).")
-    try:  # plain YAML: a tag that would construct a Python object is an error
-        raw = yaml.safe_load(files.config.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
-        raise ConfigError(f"{files.config} is not valid YAML; the run folder is damaged.") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{files.config} is not a mapping; is it a lstmablate run config?")
-    task_cls = get_task(str(raw.get("task", "")))
+    # plain YAML (a tag that would construct a Python object is an error), bounded in size
+    # and nesting; what names the run is checked before its task is looked up
+    raw = check_saved_identity(load_yaml(files.config), str(files.config))
+    try:
+        task_cls = get_task(raw["task"])
+    except UnknownNameError as e:  # a task not installed here (or a damaged name)
+        raise ConfigError(f"{files.config}: {e}") from None
     return config_from_dict(task_cls, raw, str(files.config))
 
 
@@ -489,4 +489,5 @@ def score_run(run_path: Path, split: str = "test", data_dir: str | None = None,
 
 
 def read_result(run_path: Path) -> RunResult:
-    return RunResult.from_json(read_json(RunFiles(Path(run_path)).result))
+    path = RunFiles(Path(run_path)).result
+    return RunResult.from_json(read_json(path), path)

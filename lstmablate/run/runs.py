@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
 from lstmablate.config import RunConfig
-from lstmablate.errors import ConfigError, DataError, RunDirError
+from lstmablate.errors import ConfigError, DataError, RunDirError, UserError
 from lstmablate import io
 from lstmablate.io import atomic_write, atomic_write_json, atomic_write_yaml, read_json
+from lstmablate.limits import MAX_SEED, is_number, is_seed
 from lstmablate.runfolder import RunNames, check_run_entries, entry_problem
 from lstmablate.train.checkpoint import START_AGAIN
 from lstmablate.train.tensorboard import EVENTS_GLOB
@@ -231,9 +233,29 @@ class RunResult:
         return {**self.extra, **d}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> RunResult:
-        """A result.json read back; older files (with a duplicate ``dev``, without newer keys)
-        too.  Raises KeyError/TypeError for a mapping that is not a result."""
+    def from_json(cls, d: Any, where: object = RunFiles.RESULT) -> RunResult:
+        """A result.json read back (``d``: the parsed document; ``where``: the file, for
+        messages), every key lstmablate writes checked for its type (a seed, metrics that map
+        names to numbers, ``best``, counts, times): anything else is one DataError naming the
+        file and the key, so no reader downstream meets a string where a number goes.  Files of
+        older versions (a duplicate ``dev``, fewer keys) read too; keys of newer ones are kept
+        in ``extra``."""
+        def damaged(what: str) -> DataError:
+            return DataError(f"{where}: {what}. The file is damaged or was not written by "
+                             "lstmablate; the run's `lstmablate train` command plus --resume "
+                             "evaluates the finished run again and writes it anew.")
+
+        if not isinstance(d, dict):
+            raise damaged(f"it holds a JSON {_json_type(d)}, not the object lstmablate writes")
+        if not d:
+            raise damaged("it is an empty object {}: it holds no metrics")
+        if "test" not in d:
+            raise damaged("it has no `test` entry (every result.json lstmablate writes has one)")
+        for key, value in d.items():
+            check = _RESULT_TYPES.get(key)
+            if check is not None and not check[0](value):
+                shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+                raise damaged(f"`{key}` must be {check[1]}, got {shown}")
         names = {f.name for f in fields(cls)} - {"extra"}
         known = {k: v for k, v in d.items() if k in names}
         extra = {k: v for k, v in d.items() if k not in names and k != "dev"}
@@ -245,6 +267,43 @@ class RunResult:
                              ("experiment", ""), ("cell", ""), ("task", ""), ("seed", 0)):
             known.setdefault(key, default)
         return cls(**known, extra=extra)
+
+
+def _json_type(value: Any) -> str:
+    """What JSON calls the type of a parsed value."""
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
+
+
+def _count(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= 2**53
+
+
+def _metrics(value: Any) -> bool:
+    return value is None or (isinstance(value, dict) and all(
+        isinstance(k, str) and is_number(v) for k, v in value.items()))
+
+
+#: what each key of result.json must hold (a reader's check, with the words a message uses)
+_RESULT_TYPES: dict[str, tuple[Any, str]] = {
+    **{k: (lambda v: isinstance(v, str), "a string")
+       for k in ("task", "cell", "experiment", "primary")},
+    "recipe": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "seed": (is_seed, f"a run seed (an integer between 0 and {MAX_SEED:,})"),
+    **{k: (lambda v: isinstance(v, bool), "true or false") for k in ("higher_is_better",
+                                                                      "shortened")},
+    **{k: (_metrics, "null or an object mapping metric names to numbers")
+       for k in ("test", "dev_final", "dev")},
+    "best": (lambda v: isinstance(v, dict) and _metrics(v.get("dev")) and all(
+        v.get(k) is None or _count(v[k]) for k in ("step", "epoch")),
+        'an object {"step": N, "epoch": N, "dev": metrics}'),
+    "test_checkpoint": (lambda v: v in ("best", "last"), "best or last"),
+    **{k: (_count, "a count (an integer of at least 0)")
+       for k in ("steps", "epochs", "params", "skipped_nonfinite")},
+    "world_size": (lambda v: _count(v, 1), "an integer of at least 1"),
+    **{k: (lambda v: is_number(v) and math.isfinite(v) and v >= 0, "a number of seconds")
+       for k in ("train_time_s", "wall_time_s")},
+}
 
 
 def remove_interrupted_writes(files: RunFiles) -> list[Path]:
@@ -336,11 +395,9 @@ def saved_config_differences(files: RunFiles, cfg: RunConfig) -> list[str] | Non
     """How the run saved in ``files`` differs from ``cfg`` in what makes a run's identity
     (task, cell, seed, data, model, train): ``section.key (saved -> new)`` items, empty if it is
     the same run; None if its config.yaml cannot be read."""
-    import yaml
-
     try:
-        old = yaml.safe_load(files.config.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
+        old = io.load_yaml(files.config, DataError)
+    except UserError:  # unreadable, too big, nested too deeply, not YAML
         return None
     new = cfg.identity()
     old = _identity_of_saved(old, cfg)

@@ -49,6 +49,10 @@ from lstmablate.train.trainer import check_resume_checkpoint, data_generator
 #: the longest ``--log-interval``, in seconds: a day (a progress line a day reports nothing)
 MAX_LOG_INTERVAL = 86_400.0
 
+#: what to do about a damaged checkpoint of a run being resumed: only what continues the run
+#: (``eval`` of the other checkpoint is advice for ``eval``, not for ``train --resume``)
+RESUME_HINT = "`--force` starts this run again from scratch (replacing the damaged file)."
+
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
@@ -244,8 +248,7 @@ def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, re
         RunStart(resume=resume and files.last.exists(), replace=False)
     checkpoint = None  # last.pt, read once (other ranks read it in the trainer)
     if start.resume and dist.is_main:  # a checkpoint of another run is refused here
-        checkpoint = load_checkpoint(files.last, expect=cfg.checkpoint_key(),
-                                     hint=files.checkpoint_hint(files.last))
+        checkpoint = load_checkpoint(files.last, expect=cfg.checkpoint_key(), hint=RESUME_HINT)
     artefacts, built = run_artefacts(task_obj, files, new_run=not start.resume)
     seed_everything(cfg.seed)
     use_artefacts(task_obj, artefacts, files)
@@ -253,12 +256,10 @@ def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, re
     check_train_batches(task_obj, cfg)
     model = build_model(task_obj, cfg)
     if checkpoint is not None:  # every part of it fits this run's model and optimiser
-        check_resume_checkpoint(checkpoint, files.last, cfg.train, model,
-                                hint=files.checkpoint_hint(files.last))
+        check_resume_checkpoint(checkpoint, files.last, cfg.train, model, hint=RESUME_HINT)
         if files.best.exists():  # the final evaluation may load it: checked now, not hours later
-            hint = files.checkpoint_hint(files.best)
-            best = load_checkpoint(files.best, expect=cfg.checkpoint_key(), hint=hint)
-            check_model_state(best.get("model"), model, files.best, hint)
+            best = load_checkpoint(files.best, expect=cfg.checkpoint_key(), hint=RESUME_HINT)
+            check_model_state(best.get("model"), model, files.best, RESUME_HINT)
     lock = RunLock(files.root).acquire() if dist.is_main else None  # one writer per run
     try:
         if lock is not None:

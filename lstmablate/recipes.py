@@ -18,6 +18,12 @@ every other key — ``cells``, ``seeds``, ``reference``, ``cell_overrides``, ``g
 top-level key set to ``null`` removes what the base had (``grid: null``).  ``experiment`` is
 never inherited: a recipe's runs go to its own experiment (its name, unless it says
 otherwise).  A chain of bases is followed to the root; a cycle is an error naming it.
+
+**Names and paths.**  A recipe (``--recipe``, ``base:``) is a path only when it looks like one
+(it ends in ``.yaml``/``.yml`` or holds a path separator); anything else is a recipe's name,
+never shadowed by a file or folder of that name in the working directory.  Every top-level
+key is checked for its shape when a recipe is read (:data:`RECIPE_SHAPES`), by every command
+that reads it, so that a value of the wrong type is one message naming the file and the key.
 """
 
 from __future__ import annotations
@@ -42,8 +48,6 @@ RECIPE_KEYS = ("base", "task", "experiment", "description", "data", "model", "tr
 NOT_INHERITED = ("experiment",)
 #: the sections a recipe merges field by field with its base's (everything else is replaced)
 MERGED = ("data", "model", "train", "eval")
-#: keys of a table spec (a recipe with ``table:`` and no ``task:``)
-TABLE_KEYS = ("title", "experiments", "experiments_with_data", "metrics", "cells", "labels")
 
 
 def recipe_dirs() -> list[Path]:
@@ -111,6 +115,10 @@ def load_recipe(name_or_path: str) -> tuple[str, dict[str, Any]]:
 
 # -- the shape of each top-level key ---------------------------------------------------------
 
+def _text(v: Any) -> bool:
+    return isinstance(v, str)
+
+
 def _name(v: Any) -> bool:
     return isinstance(v, str) and bool(v.strip())
 
@@ -144,8 +152,8 @@ def _grid_key(k: Any) -> bool:
 #: ``base`` and ``table`` are checked by their own rules below)
 RECIPE_SHAPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "task": (_name, "a task name (`lstmablate list tasks`), e.g. task: ptb"),
-    "description": (lambda v: isinstance(v, str), 'a string, e.g. description: "PTB, medium"'),
-    "reference_source": (lambda v: isinstance(v, str), "a string saying where the reference "
+    "description": (_text, 'a string, e.g. description: "PTB, medium"'),
+    "reference_source": (_text, "a string saying where the reference "
                          'numbers come from, e.g. reference_source: "Levy et al. 2018, Table 1"'),
     **{s: (lambda v: isinstance(v, dict), f"a mapping of {s}.* options to values, e.g. "
            + {"data": "data: {batch_size: 20}", "model": "model: {hidden_size: 200}",
@@ -167,16 +175,17 @@ RECIPE_SHAPES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 #: what each key of a table spec (``table:``) holds
 TABLE_SHAPES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "title": (lambda v: isinstance(v, str), 'a string, e.g. title: "Table 1"'),
+    "title": (_text, 'a string, e.g. title: "Table 1"'),
     "experiments": (_list_of(_name), "a list of recipe names, e.g. experiments: [ptb-medium]"),
     "experiments_with_data": (_list_of(_name), "a list of recipe names, e.g. "
                               "experiments_with_data: [bwb-lstm-2048-512]"),
     "metrics": (_list_of(_name), "a list of metric names, e.g. metrics: [ppl]"),
     "cells": (_list_of(_name), "a list of cell names, e.g. cells: [lstm, lstm-srnn]"),
-    "labels": (_mapping_of(lambda v: isinstance(v, str)), "a mapping of recipe name to its "
+    "labels": (_mapping_of(_text), "a mapping of recipe name to its "
                "label, e.g. labels: {ptb-medium: medium}"),
 }
-assert set(TABLE_SHAPES) == set(TABLE_KEYS)
+#: keys of a table spec (a recipe with ``table:`` and no ``task:``)
+TABLE_KEYS = tuple(TABLE_SHAPES)
 
 
 def _shown(value: Any) -> str:
@@ -197,7 +206,7 @@ def check_recipe(data: dict[str, Any], path: Path) -> None:
     for seeds in [data.get("seeds") or [], *(data.get("cell_seeds") or {}).values()]:
         for seed in seeds or []:
             check_seed(seed, f"{path}: seeds")
-    for cell, sections in (data.get("cell_overrides") or {}).items():
+    for sections in (data.get("cell_overrides") or {}).values():
         for section in sections or {}:
             if section not in SECTIONS:
                 raise UnknownNameError(f"section in cell_overrides of {path}", str(section),

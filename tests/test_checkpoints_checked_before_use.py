@@ -36,7 +36,8 @@ TRAIN = ["train", "--task", "dyck", "--recipe", "tiny.yaml", "--out", "runs", "-
 
 @pytest.fixture(scope="module")
 def unfinished(tmp_path_factory):
-    """A tiny dyck run stopped after step 2's checkpoint (its result.json removed)."""
+    """A tiny dyck run of 3 steps whose result.json was removed: to resume, as an interrupted
+    run is (trained once per module, copied by each test)."""
     root = tmp_path_factory.mktemp("unfinished")
     (root / "tiny.yaml").write_text(TINY_DYCK)
     r = run_cli(*TRAIN, cwd=root)
@@ -47,17 +48,19 @@ def unfinished(tmp_path_factory):
 
 @pytest.fixture
 def run(tmp_path, unfinished):
-    """A copy of the unfinished run, its files' bytes, and a resume through the CLI."""
+    """A copy of the unfinished run in this test's folder (the commands' working directory)."""
     shutil.copytree(unfinished, tmp_path, dirs_exist_ok=True)
     return tmp_path
 
 
 def snapshot(root):
+    """Every file of the run folder, with its bytes."""
     return {p.relative_to(root): p.read_bytes() for p in (root / RUN).rglob("*")
             if p.is_file() and p.name != ".lock"}
 
 
 def first_param(ckpt):
+    """The name of the first tensor of a checkpoint's model."""
     return next(iter(ckpt["model"]))
 
 

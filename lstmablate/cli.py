@@ -149,7 +149,8 @@ def train(
     cell: str = typer.Option("lstm", "--cell", "-c", metavar="CELL",
                              help="Registered cell (`lstmablate list cells`)."),
     recipe: Optional[str] = typer.Option(None, "--recipe", "-r", metavar="NAME|FILE.yaml",
-                                         help="Recipe name (`lstmablate list recipes`) or a YAML file."),
+                                         help="Recipe name (`lstmablate list recipes`) or a YAML file "
+                                              "(a path: it ends in .yaml or .yml, or holds a /)."),
     set_: Optional[list[str]] = typer.Option(
         None, "--set", metavar="SECTION.KEY=VALUE",
         help="Override one config value (repeatable); sections data, model, train, eval."),
@@ -170,7 +171,8 @@ def train(
                                      "(needs: pip install 'lstmablate\\[tensorboard]')."),
     log_interval: float = typer.Option(30.0, "--log-interval", metavar="SECONDS",
                                        help="Seconds between progress lines when the output is not "
-                                            "a terminal (a log file, a pipe)."),
+                                            "a terminal (a log file, a pipe): more than 0, at most "
+                                            "86400 (a day)."),
 ) -> None:
     """Train one run into OUT/EXPERIMENT/CELL/seed-N/ and print its directory.
 

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError, UnknownNameError, did_you_mean
-from .limits import MAX_SEED, check_seed, is_seed  # noqa: F401 - (MAX_SEED re-exported)
+from .limits import MAX_INIT_SCALE, MAX_SEED, check_seed, is_seed  # noqa: F401 - (re-exported)
 
 OPTIMIZERS = ("sgd", "adam", "adamax", "adadelta", "adagrad")
 
@@ -30,6 +30,10 @@ MAX_WIDTH = 32_768  # a hidden, embedding or MLP size (4 x the widest LSTM of Jo
 MAX_BATCH = 8_192  # sentences (sequences, questions) per batch
 MAX_BATCH_TOKENS = 1_000_000  # tokens per batch, or per window of a token stream
 SCHEDULES = ("constant", "epoch_decay", "plateau", "exponential")
+#: the largest learning rate (and Adagrad's initial accumulator): the largest published rates
+#: are tens (SGD on language models); far larger ones only overflow PyTorch's float32
+#: arithmetic (a traceback from inside the optimiser) or give NaN at the first step
+MAX_LR = 1_000.0
 
 
 @dataclass
@@ -103,13 +107,21 @@ class TrainConfig:
         if self.clip_on == "update" and self.clip_scope:
             raise ConfigError("train.clip_scope selects gradients to clip; with "
                               "train.clip_on=update every update step counts (leave clip_scope empty)")
-        check_range("train", self, "lr", low=0, low_open=True,
-                    why="a learning rate of 0 trains nothing")
-        check_range("train", self, "eps", low=0, low_open=True)
-        for name in ("clip_norm", "min_lr", "weight_decay", "momentum", "initial_accumulator"):
-            check_range("train", self, name, low=0, why="0 = off" if name == "clip_norm" else "")
+        check_range("train", self, "lr", low=0, low_open=True, high=MAX_LR,
+                    why="a learning rate of 0 trains nothing; far larger ones overflow")
+        check_range("train", self, "eps", low=0, low_open=True, high=1,
+                    why="a term added to a denominator to keep it from 0")
+        check_range("train", self, "clip_norm", low=0, why="0 = off")
+        check_range("train", self, "min_lr", low=0, high=self.lr,
+                    why="a floor of the learning rate, at most train.lr")
+        check_range("train", self, "initial_accumulator", low=0, high=MAX_LR)
+        check_range("train", self, "weight_decay", low=0, high=1,
+                    why="a larger decay outweighs any gradient")
+        check_range("train", self, "momentum", low=0, high=1, high_open=True,
+                    why="a momentum of 1 or more never forgets a step and diverges")
         check_range("train", self, "rho", low=0, high=1)
-        check_range("train", self, "decay", low=0, low_open=True)
+        check_range("train", self, "decay", low=0, low_open=True, high=1,
+                    why="the factor that lowers the learning rate")
         for i, beta in enumerate(self.betas):
             if not 0 <= beta < 1:
                 raise ConfigError(f"train.betas[{i}] must be in [0, 1), got {beta}")

@@ -300,8 +300,8 @@ def parse_yaml(text: str, where: object, error: type[UserError] = ConfigError) -
         raise error(f"YAML syntax error in {loc}: {problem}. Fix the file; the toolkit reads "
                     "plain YAML.") from None
     except RecursionError:
-        raise error(f"{where}: nested too deeply to read; the file is damaged or not what "
-                    "lstmablate reads.") from None
+        raise error(f"{where}: nested more than {MAX_DEPTH} levels deep; the file is damaged or "
+                    "not what lstmablate reads.") from None
     except ValueError as e:  # a scalar YAML cannot convert: an integer of 5,000 digits, 2024-13-01
         raise _unreadable_value(where, e, error) from None
     return check_depth(doc, where, error)
@@ -312,16 +312,19 @@ def load_yaml(path: str | os.PathLike, error: type[UserError] = ConfigError) -> 
     return parse_yaml(read_text(path, error=error), path, error)
 
 
-def parse_json(text: str, where: object, error: type[UserError] = DataError) -> Any:
-    """A JSON document (a line of a JSON-lines file, say), nested at most MAX_DEPTH deep; NaN
-    and infinities are read as Python reads them (the caller checks values)."""
+def parse_json(text: str, where: object, error: type[UserError] = DataError, *,
+               whole_file: bool = False) -> Any:
+    """A JSON document (a line of a JSON-lines file, ``where`` naming the file and line; or,
+    ``whole_file``, a file's text, whose line a syntax error names), nested at most MAX_DEPTH
+    deep; NaN and infinities are read as Python reads them (the caller checks values)."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{where}: malformed JSON ({e.msg}, line {e.lineno}).") from None
+        loc = f"{where}, line {e.lineno}" if whole_file else f"{where}"
+        raise ConfigError(f"{loc}: malformed JSON ({e.msg}).") from None
     except RecursionError:
-        raise error(f"{where}: the JSON is nested too deeply to read; the file is damaged "
-                    "or not what lstmablate wrote.") from None
+        raise error(f"{where}: the JSON nests more than {MAX_DEPTH} levels deep; the file is "
+                    "damaged or not what lstmablate wrote.") from None
     except ValueError as e:  # (after JSONDecodeError, a ValueError too): an integer too long
         raise _unreadable_value(where, e, error) from None
     return check_depth(doc, where, error)
@@ -330,17 +333,7 @@ def parse_json(text: str, where: object, error: type[UserError] = DataError) -> 
 def read_json(path: str | os.PathLike) -> Any:
     """A JSON file; a damaged one (bad UTF-8 or JSON, too big, nested too deep) is a
     UserError naming it."""
-    text = read_text(path)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}, line {e.lineno}: malformed JSON ({e.msg}).") from None
-    except RecursionError:
-        raise DataError(f"{path}: the JSON is nested too deeply to read; the file is damaged "
-                        "or not what lstmablate wrote.") from None
-    except ValueError as e:
-        raise _unreadable_value(path, e, DataError) from None
-    return check_depth(doc, path)
+    return parse_json(read_text(path), path, whole_file=True)
 
 
 def _unreadable_value(where: object, e: ValueError, error: type[UserError]) -> UserError:

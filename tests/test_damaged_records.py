@@ -111,7 +111,7 @@ def test_a_seed_that_is_no_seed_skips_the_run_in_report_and_plot_and_stops_compa
 
 @pytest.mark.parametrize("text, why", [
     ("[1, 2]", "is not a mapping"),
-    ("a: " + "[" * 1500 + "]" * 1500, "nested too deeply to read"),
+    ("a: " + "[" * 1500 + "]" * 1500, "levels deep"),
 ])
 def test_a_config_that_is_no_mapping_or_nests_deeply_is_named(here, text, why):
     (here / RUN / "config.yaml").write_text(text + "\n")
@@ -138,7 +138,7 @@ def _seed_word(d):
     (_best_list, '`best` must be an object {"step": N, "epoch": N, "dev": metrics}, got [1]'),
     (_seed_word, "`seed` must be a run seed"),
     ("[1, 2]", "it holds a JSON list, not the object lstmablate writes"),
-    ("[" * 5000 + "]" * 5000, "nested too deeply to read"),
+    ("[" * 5000 + "]" * 5000, "levels deep"),
     ('{"test": {"accuracy": ' + "9" * 5000 + "}}", "holds a value that cannot be read"),
 ])
 def test_a_damaged_result_is_skipped_by_report_and_refused_by_compare_and_eval(here, damage, why):
@@ -168,7 +168,7 @@ def test_the_advice_for_a_damaged_result_names_a_command_that_works(here):
     ('{"step": 30, "epoch": 3, "lr": [0.1]}', "`lr` must be a number (or null)"),
     ('{"step": 30, "epoch": ' + "9" * 400 + "}", "`epoch` must be an integer between 0 and"),
     ('{"step": ' + "9" * 5000 + "}", "holds a value that cannot be read"),
-    ('{"step": 30, "a": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply to read"),
+    ('{"step": 30, "a": ' + "[" * 5000 + "]" * 5000 + "}", "levels deep"),
     ('{"step": 30, "split": 1}', "`split` must be the name of a split"),
     ('{"step": 30, "x": "' + "y" * MAX_LINE_BYTES + '"}', "the line is more than the"),
 ])
@@ -267,7 +267,8 @@ def test_a_recipe_with_reference_hello_is_a_note_and_the_report_goes_on(here):
     done = run_cli("report", "runs", cwd=here)
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
-    assert "recipe 'sig' can no longer be read: sig.yaml: `reference` must map each cell" in text
+    assert "recipe 'sig' (trained from" in text and "can no longer be read:" in text
+    assert "sig.yaml: `reference` must be a mapping of cell" in text
     assert "(n=2)" in lstm_row(done.stdout)
 
 

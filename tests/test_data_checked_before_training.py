@@ -16,19 +16,10 @@ from rich.console import Console
 from lstmablate.errors import DataError, UserError
 from lstmablate.run.runner import train_run
 
-from cli_in_process import run_cli
+from cli_in_process import expect_error, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=io.StringIO())
-
-
-def expect_error(r, *fragments):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr, r.stderr
-    text = " ".join(r.stderr.split())
-    for f in fragments:
-        assert f in text, (f, text)
-    return text
 
 
 # ------------------------------------------------------------------ every split before training

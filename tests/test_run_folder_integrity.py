@@ -29,21 +29,12 @@ from rich.console import Console
 from lstmablate.errors import UserError
 from lstmablate.run.runner import evaluate_run, train_run
 
-from cli_in_process import run_cli
+from cli_in_process import expect_error, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=io.StringIO())
 PTB_RECIPE = ("task: ptb\nexperiment: tinyptb\ndata: {batch_size: 2, num_steps: 3, verify: false}\n"
               "model: {hidden_size: 8}\n")
-
-
-def expect_error(r, *fragments):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr, r.stderr
-    text = " ".join(r.stderr.split())
-    for f in fragments:
-        assert f in text, (f, text)
-    return text
 
 
 def snapshot(run: Path) -> dict[str, bytes]:

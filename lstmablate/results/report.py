@@ -36,8 +36,7 @@ from typing import Any
 from lstmablate.config import LEGACY_RUN_KEYS, check_saved_identity, config_from_dict
 
 from lstmablate.io import load_yaml, path_exists, read_json
-from lstmablate.limits import is_number
-from lstmablate.recipes import grid_points, load_recipe, recipe_seeds
+from lstmablate.recipes import check_shapes, grid_points, load_recipe, recipe_seeds
 from lstmablate.run.runs import RunFiles, RunResult
 from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserError
 from lstmablate.task import Metric, get_task
@@ -154,16 +153,9 @@ class Expectations:
         a ``reference`` that is not a mapping of cell -> metric -> the paper's number (or its
         text, such as "< 50"): a recipe on disk may predate the checks ``train`` makes."""
         where = where or recipe.get("_path") or "the recipe"
+        check_shapes({k: recipe[k] for k in ("cells", "reference") if recipe.get(k)}, where)
         cells = recipe.get("cells") or []
-        if not isinstance(cells, list) or not all(isinstance(c, str) for c in cells):
-            raise ConfigError(f"{where}: `cells` must be a list of cell names, got {cells!r:.60}.")
         reference = recipe.get("reference") or {}
-        if not isinstance(reference, dict) or not all(
-                isinstance(v, dict) and all(e is None or isinstance(e, str) or is_number(e)
-                                            for e in v.values()) for v in reference.values()):
-            raise ConfigError(f"{where}: `reference` must map each cell to its metrics and the "
-                              f"paper's numbers, e.g. reference: {{lstm: {{accuracy: 99.0}}}}; "
-                              f"got {reference!r:.60}.")
         train = recipe.get("train") if isinstance(recipe.get("train"), dict) else {}
         return cls(cells, {c: recipe_seeds(recipe, c) for c in cells},
                    {str(c): dict(v) for c, v in reference.items()},

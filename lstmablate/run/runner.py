@@ -42,9 +42,18 @@ from lstmablate.train import Trainer
 from lstmablate.train import distributed
 from lstmablate.io import environment, load_yaml, read_json
 from lstmablate.runfolder import check_output
-from lstmablate.limits import check_threads, max_threads  # noqa: F401 - (re-exported: sweep, cli)
-from lstmablate.train.checkpoint import load_checkpoint
-from lstmablate.train.trainer import data_generator
+from lstmablate.limits import (check_float, check_threads,  # noqa: F401 - (re-exported: sweep, cli)
+                               max_threads)
+from lstmablate.train.checkpoint import check_model_state, load_checkpoint
+from lstmablate.train.trainer import check_resume_checkpoint, data_generator
+
+
+#: the longest ``--log-interval``, in seconds: a day (a progress line a day reports nothing)
+MAX_LOG_INTERVAL = 86_400.0
+
+#: what to do about a damaged checkpoint of a run being resumed: only what continues the run
+#: (``eval`` of the other checkpoint is advice for ``eval``, not for ``train --resume``)
+RESUME_HINT = "`--force` starts this run again from scratch (replacing the damaged file)."
 
 
 def seed_everything(seed: int) -> None:
@@ -146,18 +155,12 @@ def use_artefacts(task: Task, artefacts: dict[str, Any], files: RunFiles) -> Non
             "the run again with the same `lstmablate train` command plus --force.") from None
 
 
-def load_model_state(model: torch.nn.Module, state: Any, path: Path) -> None:
+def load_model_state(model: torch.nn.Module, state: Any, path: Path, hint: str = "") -> None:
     """Load a checkpoint's model state; a state that does not fit the model built from the
-    run's config and artefacts is a CheckpointError naming the file."""
-    try:
-        model.load_state_dict(state)
-    except (RuntimeError, TypeError, AttributeError) as e:
-        first = str(e).strip().splitlines()
-        detail = " ".join(line.strip() for line in first[:3])[:400]
-        raise CheckpointError(
-            f"checkpoint {path} does not fit the model built from the run's config.yaml and "
-            f"artefacts ({detail}); the checkpoint or the artefacts are damaged, or come from "
-            "another run.") from None
+    run's config and artefacts (names, shapes, finite weights: :func:`check_model_state`) is
+    a CheckpointError naming the file, checked before the model is touched."""
+    check_model_state(state, model, path, hint)
+    model.load_state_dict(state)
 
 
 def check_train_batches(task: Task, cfg: RunConfig) -> None:
@@ -226,6 +229,9 @@ def train_run(
     task_cls = get_task(task)
     get_cell(cell)  # unknown cell: fail before anything else
     check_threads(threads)
+    check_float(log_interval, "--log-interval", 0, MAX_LOG_INTERVAL, low_open=True,
+                hint="(seconds between the progress lines of a log file or a pipe; the default "
+                     "is 30)")
     check_out_dir(out)
     cfg = resolve_config(task_cls, cell, recipe=recipe, overrides=overrides, seed=seed,
                          experiment=experiment)
@@ -259,16 +265,18 @@ def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, re
         RunStart(resume=resume and files.last.exists(), replace=False)
     checkpoint = None  # last.pt, read once (other ranks read it in the trainer)
     if start.resume and dist.is_main:  # a checkpoint of another run is refused here
-        checkpoint = load_checkpoint(files.last, expect=cfg.checkpoint_key(), hint=(
-            "`--force` starts this run again from scratch (replacing the damaged file)."))
+        checkpoint = load_checkpoint(files.last, expect=cfg.checkpoint_key(), hint=RESUME_HINT)
     artefacts, built = run_artefacts(task_obj, files, new_run=not start.resume)
     seed_everything(cfg.seed)
     use_artefacts(task_obj, artefacts, files)
     task_obj.setup(run_splits(task_obj, cfg))
     check_train_batches(task_obj, cfg)
     model = build_model(task_obj, cfg)
-    if checkpoint is not None:  # it fits the model built from the saved config and artefacts
-        load_model_state(model, checkpoint.get("model"), files.last)
+    if checkpoint is not None:  # every part of it fits this run's model and optimiser
+        check_resume_checkpoint(checkpoint, files.last, cfg.train, model, hint=RESUME_HINT)
+        if files.best.exists():  # the final evaluation may load it: checked now, not hours later
+            best = load_checkpoint(files.best, expect=cfg.checkpoint_key(), hint=RESUME_HINT)
+            check_model_state(best.get("model"), model, files.best, RESUME_HINT)
     lock = RunLock(files.root).acquire() if dist.is_main else None  # one writer per run
     try:
         if lock is not None:
@@ -388,7 +396,7 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
     use_artefacts(task, run_artefacts(task, files)[0], files)
     task.setup(splits)
     model = build_model(task, cfg)
-    load_model_state(model, ckpt.get("model"), ckpt_path)
+    load_model_state(model, ckpt.get("model"), ckpt_path, hint=files.checkpoint_hint(ckpt_path))
     model.to(pick_device(device)).eval()
     return cfg, task, model
 

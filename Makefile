@@ -25,7 +25,8 @@ PYTEST_ARGS ?= -q
 SWEEP_ARGS ?=   # e.g. SWEEP_ARGS="--device cuda"
 
 # (reproduce-% is a pattern rule, which .PHONY would switch off; no file has such a name.)
-.PHONY: install install-torch demo test readme-check bench gpu-check report clean-demo
+.PHONY: install install-torch demo test readme-check recipe-snapshot bench gpu-check report \
+	clean-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +55,11 @@ demo: install
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The resolved configs of every shipped recipe, which tests/test_recipes.py compares every
+# recipe with: rewrite it only with a change meant to alter what a recipe runs (docs/recipes.md).
+recipe-snapshot:
+	$(PY) tests/fixtures/resolved_recipes.py
+
 # The README's "Using it" commands, in order, in a fresh folder after the demo (CI runs it).
 readme-check: install
 	$(PY) tests/readme_check.py
@@ -73,37 +79,27 @@ GPU_CHECK_PY = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 gpu-check:
 	$(GPU_CHECK_PY) -m lstmablate.bench.gpu_check --out benchmarks/results
 
-# The paper tables: `make reproduce-<name>` sweeps the recipe or table spec <name> (runs the
-# runs that are missing, resumes interrupted ones) and prints its table: reproduce-table1 …
-# reproduce-table4 (the paper's scale: a GPU job, SWEEP_ARGS="--device cuda"),
-# reproduce-table2-standin (SQuAD without the official training file: dev split by article,
-# labelled), and the names below, which sweep or report more than one recipe.
-# `make -n reproduce-table1` shows the commands; `lstmablate sweep table1 --list` every run.
-RECIPES_table3-cpu := parsing-ewt-cpu    # Table 3 at CPU scale (3 x 100, 4,000 steps)
-RECIPES_table4-cpu := nmt-multi30k-cpu   # Table 4 at CPU size (2 x 256)
-RECIPES_dyck := dyck-report dyck-rnn-trainable
-# The second-order report's PTB language models (Renganathan & Singh: Table 2, char BPC and word
-# cross-entropy; Table 3, training on sentences cut at 25/50/75 characters). CPU=1 runs the CPU
-# stand-ins (secondorder-*-cpu: char models at 0.15M parameters and at most 20 epochs, word
-# models at the report's sizes and 2 epochs). See docs/secondorder-lm.md.
-RECIPES_secondorder := secondorder-table2$(if $(CPU),-cpu) secondorder-table3$(if $(CPU),-cpu) \
-	$(if $(CPU),,secondorder-char-1layer-matched)
-TABLES_secondorder := secondorder-table2-char$(if $(CPU),-cpu) secondorder-table2-word$(if $(CPU),-cpu) \
-	secondorder-table3$(if $(CPU),-cpu)
-# The Stanford Sentiment Treebank (SST-5 and SST-2, sentence accuracy): the five paper cells in an
-# InferSent-style BiLSTM-max classifier with Tai et al. (2015)'s training. For the published
-# setting add GloVe 840B: SWEEP_ARGS="--set model.pretrained=PATH/glove.840B.300d.txt"; without
-# it the embeddings are random. CPU=1 runs the CPU-scale recipes (sst{5,2}-bilstm-max-cpu:
-# random 100-d embeddings, three seeds; docs/results/sst.md).
-RECIPES_sst := sst$(if $(CPU),-cpu)
+# The paper tables: `make reproduce-NAME` sweeps the recipe or table spec NAME (runs the runs
+# that are missing, resumes interrupted ones) and prints its table — for a set of tables (a
+# table spec whose experiments are tables: secondorder, dyck), each of them. CPU=1 takes the
+# CPU stand-in NAME-cpu instead (table3, table4, secondorder, sst). Which recipes form a table
+# is said once, in its table spec (recipes/NAME.yaml; `lstmablate list recipes`): this file
+# lists none. reproduce-table1 … reproduce-table4 are the paper's scale (a GPU job,
+# SWEEP_ARGS="--device cuda"); reproduce-table2-standin is SQuAD without the official training
+# file. `make -n reproduce-table1` shows the commands; `lstmablate sweep table1 --list` every run.
+REPRODUCE = $(if $(CPU),$(patsubst %-cpu,%,$*)-cpu,$*)
+# the tables of $(1) (lstmablate.recipes.report_tables), or $(1) itself where that cannot be
+# asked (no virtual environment yet: the sweep before it says what is wrong)
+report_tables = $(or $(shell $(PY) -c 'import sys; from lstmablate.recipes import report_tables; \
+	print(*report_tables(sys.argv[1]))' $(1) 2>/dev/null),$(1))
 
 define newline
 
 
 endef
 reproduce-%:
-	$(foreach r,$(or $(RECIPES_$*),$*),$(PY) -m lstmablate sweep $(r) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)$(newline))
-	$(foreach t,$(or $(TABLES_$*),$(RECIPES_$*),$*),$(PY) -m lstmablate report $(RUNS) --table $(t)$(newline))
+	$(PY) -m lstmablate sweep $(REPRODUCE) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
+	$(foreach t,$(call report_tables,$(REPRODUCE)),$(PY) -m lstmablate report $(RUNS) --table $(t)$(newline))
 
 clean-demo:
 	rm -rf $(RUNS)/dyck-demo

@@ -356,6 +356,10 @@ def report(
 def list_(
     what: str = typer.Argument(..., metavar="cells|tasks|recipes", help="What to list."),
     plain: bool = typer.Option(False, "--plain", help=PLAIN_HELP),
+    resolved: Optional[str] = typer.Option(
+        None, "--resolved", metavar="RECIPE",
+        help="With `recipes`: one recipe (a name or a .yaml path) resolved through its base: "
+             "chain and overlay, one row per value with the file it came from."),
 ) -> None:
     """List the registered cells, the task plugins or the shipped recipes.
 
@@ -366,6 +370,7 @@ def list_(
 
     lstmablate list cells
     lstmablate list recipes --plain | cut -f1
+    lstmablate list recipes --resolved secondorder-cut50-2layer-cpu
     """
     from .errors import UnknownNameError
 
@@ -373,6 +378,12 @@ def list_(
     if what not in kinds:
         raise UnknownNameError("thing to list", what, kinds)
     plain_or_auto = True if plain else None
+    if resolved is not None:
+        if what != "recipes":
+            raise UserError(f"--resolved names a recipe: it goes with `lstmablate list recipes`, "
+                            f"not `list {what}`.")
+        _list_resolved_recipe(resolved, plain_or_auto)
+        return
     if what == "cells":
         from .cells.describe import describe_cells
 
@@ -405,6 +416,25 @@ def list_(
             rows.append([name, kind, str(r.get("description", ""))])
         print_listing(("name", "task", "description"), rows, keep=("name",), plain=plain_or_auto,
                       title="recipes")
+
+
+def _list_resolved_recipe(name: str, plain: bool | None) -> None:
+    """`list recipes --resolved NAME`: each value of the recipe (dotted keys, values in YAML's
+    flow style) and the file of its chain that set it."""
+    import yaml
+
+    from .recipes import explain_recipe
+
+    layers, rows = explain_recipe(name)
+    chain = " <- ".join(layer.source for layer in reversed(layers))
+
+    def shown(value: Any) -> str:
+        text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30, allow_unicode=True)
+        return text.strip().removesuffix("...").strip()  # (a scalar ends with a document end)
+
+    print_listing(("key", "value", "from"), [[k, shown(v), src] for k, v, src in rows],
+                  keep=("key", "from"), plain=plain,
+                  title=f"recipe {layers[-1].path.stem} resolved through {chain}")
 
 
 @data_app.command("path")

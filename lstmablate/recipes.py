@@ -11,13 +11,20 @@ Resolution order (later wins):
 3. ``--set section.key=value`` overrides from the command line.
 
 **Inheritance.**  ``base: NAME`` makes a recipe extend another (a shipped recipe's name, or
-a path relative to the recipe's folder) and list only what differs.  The config sections
-(``data``, ``model``, ``train``, ``eval``) merge field by field (the child's value wins);
-every other key — ``cells``, ``seeds``, ``reference``, ``cell_overrides``, ``grid``,
-``table`` ... — is taken whole from the child when it gives one, else from the base.  A
-top-level key set to ``null`` removes what the base had (``grid: null``).  ``experiment`` is
-never inherited: a recipe's runs go to its own experiment (its name, unless it says
-otherwise).  A chain of bases is followed to the root; a cycle is an error naming it.
+a path relative to the recipe's folder) and list only what differs; ``overlay: NAME`` applies
+a named set of changes (a file of ``overlays/`` next to the recipes, e.g. the CPU scale that
+several stand-ins share) over the base, before the recipe's own keys.  The config sections
+(``data``, ``model``, ``train``, ``eval``) and ``table`` merge key by key (the later value
+wins); ``cell_overrides`` merges cell by cell, section by section and key by key, so that a
+child adding one cell's override keeps its base's others (:data:`MERGE_DEPTH`).  Every other
+key — ``cells``, ``seeds``, ``reference``, ``grid`` ... — is taken whole from the last file
+that gives it.  A key set to ``null`` removes what the earlier files had (``grid: null``,
+``cell_overrides: {lstm: null}``), except a config field, whose ``null`` is its value
+(``train: {stop_at: null}``).  ``experiment`` is never inherited: a recipe's runs go to its
+own experiment (its name, unless it says otherwise).  A chain of bases is followed to the
+root; a cycle is an error naming it.  ``lstmablate list recipes --resolved NAME`` prints a
+recipe resolved through its chain, each value with the file it came from
+(:func:`explain_recipe`).  The format is documented in docs/recipes.md.
 
 **Names and paths.**  A recipe (``--recipe``, ``base:``) is a path only when it looks like one
 (it ends in ``.yaml``/``.yml`` or holds a path separator); anything else is a recipe's name,
@@ -31,6 +38,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -41,13 +49,22 @@ from .errors import ConfigError, UnknownNameError
 from .limits import fits
 from . import io
 
-RECIPE_KEYS = ("base", "task", "experiment", "description", "data", "model", "train", "eval",
-               "reference", "reference_source", "cells", "seeds", "cell_seeds", "cell_overrides",
-               "grid", "table")
+RECIPE_KEYS = ("base", "overlay", "task", "experiment", "description", "data", "model", "train",
+               "eval", "reference", "reference_source", "cells", "seeds", "cell_seeds",
+               "cell_overrides", "grid", "table")
 #: what a recipe never takes from its base
 NOT_INHERITED = ("experiment",)
-#: the sections a recipe merges field by field with its base's (everything else is replaced)
+#: the config sections (merged key by key: :data:`MERGE_DEPTH`)
 MERGED = ("data", "model", "train", "eval")
+#: how many levels of mappings a key merges key by key with what the earlier files of the
+#: chain gave (``cell_overrides``: cell, then section, then field); below that depth, and for
+#: every key not named here, the later value replaces the earlier one whole
+MERGE_DEPTH = {**{section: 1 for section in MERGED}, "table": 1, "cell_overrides": 3}
+#: what an overlay may hold: changes to what a recipe runs, never its name, task or table
+OVERLAY_KEYS = (*MERGED, "cell_overrides", "cells", "seeds", "cell_seeds", "reference",
+                "reference_source")
+#: the folder, next to the recipes, of the overlays they name
+OVERLAY_DIR = "overlays"
 
 
 def recipe_dirs() -> list[Path]:
@@ -60,8 +77,21 @@ def recipe_dirs() -> list[Path]:
 
 
 def available_recipes() -> dict[str, Path]:
+    """Recipe name -> file, over :func:`recipe_dirs` (the first folder wins)."""
+    return _yaml_files(recipe_dirs())
+
+
+def available_overlays(near: Path | None = None) -> dict[str, Path]:
+    """Overlay name -> file: the ``overlays/`` folder of each of :func:`recipe_dirs`, and of
+    the folder ``near`` (a recipe's own folder, which wins)."""
+    dirs = ([near] if near is not None else []) + recipe_dirs()
+    return _yaml_files([d / OVERLAY_DIR for d in dirs])
+
+
+def _yaml_files(dirs: list[Path]) -> dict[str, Path]:
+    """Name -> file of the .yaml files in ``dirs``, sorted by name; the first folder wins."""
     found: dict[str, Path] = {}
-    for d in reversed(recipe_dirs()):
+    for d in reversed(dirs):
         for p in sorted(d.glob("*.yaml")):
             found[p.stem] = p
     return dict(sorted(found.items()))
@@ -111,14 +141,99 @@ def load_yaml(path: Path) -> Any:
 
 
 def load_recipe(name_or_path: str) -> tuple[str, dict[str, Any]]:
-    """Read a recipe, its ``base:`` chain merged in; returns (recipe name, mapping).  Unknown
-    top-level keys are errors, in the recipe or any base."""
+    """Read a recipe, its ``base:`` chain and ``overlay:`` merged in; returns (recipe name,
+    mapping).  Unknown top-level keys are errors, in the recipe or any file of its chain."""
     path = find_recipe(name_or_path)
-    data = _read_with_bases(path, [], load_yaml(path))
-    data = {k: v for k, v in data.items() if v is not None}  # `key: null` is no key
-    check_recipe(data, path)
+    _, data = _resolved(path)
     data["_path"] = str(path)
     return path.stem, data
+
+
+def _resolved(path: Path) -> tuple[list[Layer], dict[str, Any]]:
+    """The chain of the recipe at ``path`` and the mapping it resolves to, checked."""
+    layers = recipe_chain(path)
+    data = _fold([layer.data for layer in layers])
+    check_recipe(data, path)
+    return layers, data
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One file of a recipe's chain: a recipe (``source`` its name) or an overlay (``source``
+    "overlay NAME"), with its keys as written, less ``base`` and ``overlay``."""
+
+    source: str
+    path: Path
+    data: dict[str, Any]
+
+
+def recipe_chain(path: Path) -> list[Layer]:
+    """The files a recipe is resolved from, in the order they are merged: its root base first,
+    each base's overlay after that base, the recipe itself last."""
+    return _layers(path, [], load_yaml(path))
+
+
+def _fold(layers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The layers merged in order (:data:`MERGE_DEPTH`); what a later layer leaves out it
+    inherits, except ``experiment`` (:data:`NOT_INHERITED`)."""
+    merged: dict[str, Any] = {}
+    for data in layers:
+        merged = {k: v for k, v in merged.items() if k not in NOT_INHERITED}
+        for key, value in data.items():
+            if value is None:
+                merged.pop(key, None)  # `key: null` removes what the base had
+            else:
+                merged[key] = _merge(merged.get(key), value, MERGE_DEPTH.get(key, 0))
+    return merged
+
+
+def _merge(earlier: Any, later: Any, depth: int) -> Any:
+    """``later`` over ``earlier``, mappings merged key by key ``depth`` levels deep.  At those
+    levels a key set to null removes what ``earlier`` had, except at the last (a config
+    field's null is its value, ``train: {stop_at: null}``); below them, or where either value
+    is not a mapping, ``later`` replaces ``earlier`` whole."""
+    if depth == 0 or not isinstance(earlier, dict) or not isinstance(later, dict):
+        return later
+    out = dict(earlier)
+    for key, value in later.items():
+        if value is None and depth > 1:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(earlier.get(key), value, depth - 1)
+    return out
+
+
+def explain_recipe(name_or_path: str) -> tuple[list[Layer], list[tuple[str, Any, str]]]:
+    """A recipe resolved through its chain, for ``lstmablate list recipes --resolved``: the
+    files of its chain (:func:`recipe_chain`) and one row per value it resolves to: (dotted
+    key, value, the source of the file that set it last).  A mapping that merges key by key
+    is shown key by key (``cell_overrides.lstm.model.hidden_size``)."""
+    layers, data = _resolved(find_recipe(name_or_path))
+    # the same fold over copies of the layers whose values are their file's source: each
+    # value of the result says which file set it
+    sources = _fold([{k: v if v is None else _marked(v, MERGE_DEPTH.get(k, 0), layer.source)
+                      for k, v in layer.data.items()} for layer in layers])
+    rows: list[tuple[str, Any, str]] = []
+    for key, value in data.items():
+        rows += _flattened(key, value, sources[key], MERGE_DEPTH.get(key, 0))
+    return layers, rows
+
+
+def _marked(value: Any, depth: int, source: str) -> Any:
+    """``value`` with what :func:`_merge` would take whole replaced by ``source`` (a null
+    that removes a key stays null)."""
+    if depth == 0 or not isinstance(value, dict):
+        return source
+    return {k: None if v is None and depth > 1 else _marked(v, depth - 1, source)
+            for k, v in value.items()}
+
+
+def _flattened(key: str, value: Any, source: Any, depth: int) -> list[tuple[str, Any, str]]:
+    """(dotted key, value, source) rows of one key, through the levels it merges key by key."""
+    if depth == 0 or not isinstance(value, dict) or not isinstance(source, dict):
+        return [(key, value, str(source))]
+    return [row for k, v in value.items()
+            for row in _flattened(f"{key}.{k}", v, source.get(k), depth - 1)]
 
 
 # -- the shape of each top-level key ---------------------------------------------------------
@@ -157,7 +272,7 @@ def _grid_key(k: Any) -> bool:
 
 
 #: what each top-level key of a recipe holds, and an example for the message (``experiment``,
-#: ``base`` and ``table`` are checked by their own rules below)
+#: ``base``, ``overlay`` and ``table`` are checked by their own rules below)
 RECIPE_SHAPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "task": (_name, "a task name (`lstmablate list tasks`), e.g. task: ptb"),
     "description": (_text, 'a string, e.g. description: "PTB, medium"'),
@@ -240,9 +355,10 @@ def check_recipe(data: dict[str, Any], path: Path) -> None:
         raise ConfigError(f"{path}: a recipe needs `task:` (or `table:` for a table spec).")
 
 
-def _read_with_bases(path: Path, chain: list[Path], data: Any) -> dict[str, Any]:
-    """The recipe at ``path`` (``data``: its content as read) with its base chain merged
-    (``chain``: the recipes that extend it, to find a cycle)."""
+def _layers(path: Path, chain: list[Path], data: Any) -> list[Layer]:
+    """The chain of the recipe at ``path`` (``data``: its content as read; ``chain``: the
+    recipes that extend it, to find a cycle), each file checked for its keys and their
+    shapes as it is read."""
     data = data or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a recipe must be a YAML mapping with keys like "
@@ -250,32 +366,63 @@ def _read_with_bases(path: Path, chain: list[Path], data: Any) -> dict[str, Any]
     for key in data:
         if key not in RECIPE_KEYS:
             raise UnknownNameError(f"top-level key in recipe {path}", str(key), RECIPE_KEYS)
-    base = data.pop("base", None)
-    if base is None:
-        return data
-    if not isinstance(base, str) or not base:
-        raise ConfigError(f"{path}: `base` names the recipe this one extends (a recipe name or "
-                          f"a .yaml path next to it); got {base!r}.")
-    base_path = _find_base(base, path)
-    seen = [p.resolve() for p in (*chain, path)]
-    if base_path.resolve() in seen:
-        loop = " -> ".join(p.stem for p in (*chain, path, base_path))
-        raise ConfigError(f"{path}: the recipes extend each other in a circle ({loop}).")
-    try:  # (a base that is a device, a FIFO, a directory or not YAML is named as the base)
-        base_data = load_yaml(base_path)
+    data = dict(data)
+    base, overlay = data.pop("base", None), data.pop("overlay", None)
+    check_shapes({k: v for k, v in data.items() if v is not None}, path)
+    layers: list[Layer] = []
+    if base is not None:
+        if not isinstance(base, str) or not base:
+            raise ConfigError(f"{path}: `base` names the recipe this one extends (a recipe name "
+                              f"or a .yaml path next to it); got {base!r}.")
+        base_path = _find_base(base, path)
+        seen = [p.resolve() for p in (*chain, path)]
+        if base_path.resolve() in seen:
+            loop = " -> ".join(p.stem for p in (*chain, path, base_path))
+            raise ConfigError(f"{path}: the recipes extend each other in a circle ({loop}).")
+        layers = _layers(base_path, [*chain, path], _read_named(base_path, path, "base", base))
+    if overlay is not None:
+        layers.append(_overlay(overlay, path))
+    return [*layers, Layer(path.stem, path, data)]
+
+
+def _read_named(file: Path, path: Path, key: str, name: str) -> Any:
+    """The YAML of the file a recipe names in ``key`` (a device, a FIFO, a directory or a file
+    that is not YAML is refused, named as the recipe's base or overlay)."""
+    try:
+        return load_yaml(file)
     except ConfigError as e:
-        raise ConfigError(f"{path}: its `base: {base}` cannot be used: {e}") from None
-    merged = _read_with_bases(base_path, [*chain, path], base_data)
-    for key in NOT_INHERITED:
-        merged.pop(key, None)
-    for key, value in data.items():
-        if value is None:
-            merged.pop(key, None)  # `key: null` removes what the base had
-        elif key in MERGED and isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
-    return merged
+        raise ConfigError(f"{path}: its `{key}: {name}` cannot be used: {e}") from None
+
+
+def _overlay(name: Any, path: Path) -> Layer:
+    """The overlay the recipe at ``path`` names: a .yaml path (relative to the recipe's
+    folder), or a name among :func:`available_overlays`; it holds only :data:`OVERLAY_KEYS`."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{path}: `overlay` names the overlay this recipe applies (a file of "
+                          f"{OVERLAY_DIR}/ next to the recipes, or a .yaml path next to the "
+                          f"recipe); got {name!r}.")
+    if looks_like_path(name):
+        file = path.parent / name
+        if not file.exists():
+            raise ConfigError(f"{path}: its overlay {name} does not exist (looked for {file}).")
+    else:
+        overlays = available_overlays(path.parent)
+        if name not in overlays:
+            raise UnknownNameError(f"overlay in {path}", name, overlays,
+                                   hint=f"An overlay is a .yaml file in {OVERLAY_DIR}/ next to "
+                                   "the recipes (docs/recipes.md).")
+        file = overlays[name]
+    data = _read_named(file, path, "overlay", name) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: an overlay must be a YAML mapping with keys like data, "
+                          f"model, train, cell_overrides; got {type(data).__name__}.")
+    for key in data:
+        if key not in OVERLAY_KEYS:
+            raise UnknownNameError(f"key in overlay {file}", str(key), OVERLAY_KEYS,
+                                   hint="An overlay changes what a recipe runs; its name, task, "
+                                   "base and table stay in the recipe.")
+    check_shapes({k: v for k, v in data.items() if v is not None}, file)
+    return Layer(f"overlay {file.stem}", file, data)
 
 
 def _find_base(base: str, path: Path) -> Path:
@@ -293,6 +440,18 @@ def _find_base(base: str, path: Path) -> Path:
         return find_recipe(base)
     except UnknownNameError as e:
         raise ConfigError(f"{path}: its base {e}") from None
+
+
+def report_tables(name: str) -> list[str]:
+    """The tables ``make reproduce-NAME`` prints after sweeping NAME: NAME's own, or each of
+    its experiments' for a set of tables (a table spec whose experiments are all tables
+    themselves: table specs, or recipes with a ``table:`` block, e.g. ``secondorder``)."""
+    _, r = load_recipe(name)
+    members = [] if "task" in r else list(r["table"].get("experiments") or [])
+    if members and not r["table"].get("experiments_with_data") \
+            and all("table" in load_recipe(m)[1] for m in members):
+        return members
+    return [name]
 
 
 def grid_points(recipe_name: str, recipe: dict[str, Any]) -> list[tuple[str, list[str], dict[str, Any]]]:

@@ -166,7 +166,8 @@ def test_data_check_without_data_gives_the_advice_once_per_dataset(tmp_path):
     assert len(advice) == len(catalogue)  # once each
     glove = next(line for line in advice if line.startswith("glove-6b-100d"))
     assert "parsing-ewt," in glove and "parsing-ewt-cpu" not in glove  # the stand-in reads none
-    assert "ready to run (dyck): dyck-demo" in r.output
+    ready = next(line for line in lines if line.startswith("ready to run (dyck): "))
+    assert "dyck-demo" in ready.split(": ", 1)[1].split(", ")
     rows = [line.split("\t") for line in lines if line.count("\t") == 4]
     assert rows[0] == ["dataset", "tasks", "file", "status", "blocks / note"]
     squad = {row[2]: row for row in rows if row[0] == "squad"}

@@ -70,6 +70,27 @@ def test_an_unfinished_run_with_another_config_is_a_conflict_too(tmp_path, two_r
         S.plan_sweep(str(two_runs), tmp_path / "runs", overrides=["train.max_steps=2"])
 
 
+def test_runs_are_matched_by_their_resolved_config_however_the_recipe_is_written(tmp_path, two_runs):
+    """A recipe rewritten as a base, a named overlay and a leaf that resolve to the same configs
+    finds every run finished (a `cell_overrides` entry the leaf does not name is kept: merged
+    key by key); an overlay that changes a value is a conflict naming the key."""
+    flat = two_runs.read_text()
+    (tmp_path / "parent.yaml").write_text(
+        flat.replace("hidden_size: 8", "hidden_size: 16").replace("lr: 0.02", "lr: 0.5")
+        + "cell_overrides: {lstm: {model: {hidden_size: 8}}}\n")
+    (tmp_path / "overlays").mkdir()
+    (tmp_path / "overlays" / "quick.yaml").write_text("train: {lr: 0.02}\n")
+    leaf = tmp_path / "leaf.yaml"
+    leaf.write_text("base: parent\noverlay: quick\nexperiment: tiny\n"
+                    "cell_overrides: {lstm-srnn: {train: {lr: 0.1}}}\n")
+    plan = S.plan_sweep(str(leaf), tmp_path / "runs", overrides=["train.max_steps=2"])
+    assert [it.finished for it in plan] == [True, True] and not any(it.conflict for it in plan)
+    (tmp_path / "overlays" / "quick.yaml").write_text("train: {lr: 0.03}\n")
+    with pytest.raises(RunDirError, match=r"2 of the sweep's 2 run folders.*"
+                                          r"train.lr \(0.02 -> 0.03\)"):
+        S.plan_sweep(str(leaf), tmp_path / "runs", overrides=["train.max_steps=2"])
+
+
 @pytest.mark.parametrize("item, message", [
     ("train.lr=-5", "train.lr must be > 0"),
     ("train.betas=[0.9", "train.betas: expected a list written in YAML"),

@@ -1,7 +1,8 @@
 """The kernels' folders (``lstmablate/cells/kernels/``, mapped in its ``__init__.py``): one
 folder per family, ``common/`` for what several share; a family's folder imports no other
 family's (except the LSTM cell's arithmetic that the second-order cells share), ``common/``
-imports no family, and every C source of every folder is package data."""
+imports no family, the contract (``interface.py``) and the environment (``switches.py``)
+import neither, and every C source of every folder is package data."""
 
 from __future__ import annotations
 
@@ -44,6 +45,13 @@ def test_families_import_common_not_each_other():
             if own == "common" or (own, other) not in SHARED_ARITHMETIC:
                 bad.append(f"{mod} -> {dep}")
     assert not bad, "a kernels folder imports another family's:\n" + "\n".join(sorted(bad))
+
+
+def test_the_contract_and_the_switches_sit_below_every_folder():
+    graph = import_graph()
+    for top in ("interface", "switches"):
+        inside = {d for d in graph[f"{PACKAGE}.{top}"] if d.startswith(PACKAGE + ".")}
+        assert inside <= {f"{PACKAGE}.switches"}, (top, inside)
 
 
 def test_every_family_keeps_its_c_source_in_its_folder():

@@ -12,7 +12,8 @@ The contract, and the environment
     ``interface.py``    ``KernelFamily``: what a family declares (what it reads from a
                         cell, its paths, its C source, its test cases) and implements
                         (``choose``, ``run``); ``KernelPath``, the paths (an enum, checked
-                        at dispatch); the shared forward code, written once; the registry
+                        at dispatch); ``Call`` and ``mask_kind``, what the dispatch knows
+                        of a call; the shared forward code, written once; the registry
     ``switches.py``     ``reference_mode()`` and every environment variable the kernels
                         read (``SWITCHES``, listed in docs/performance.md)
 
@@ -36,7 +37,7 @@ What several families share: ``common/``
                         first use per machine and shape class, cached on disk
     ``delegate.py``     PyTorch's fused LSTM / RNN / GRU (cuDNN, oneDNN): our weights kept
                         in their layout, a stacked encoder in one call
-    ``sequences.py``    masks, input products, final states, outputs at padding
+    ``sequences.py``    input products, final states, outputs at padding
     ``native_build.py`` compiling one library per family (compiler, flags, cache key,
                         private cache directory, remembered failures) from the family's
                         C source and the shared ``la_blas.[ch]``, ``la_gemm.c``, ``la_real.h``
@@ -51,7 +52,9 @@ What several families share: ``common/``
 
 A family's folder imports ``common/``, ``interface.py`` and ``switches.py``, and no other
 family's folder, except that ``second_order/`` builds on the LSTM cell's arithmetic of
-``lstm/`` (mLSTM's, mmLSTM's blocks are the LSTM's); ``common/`` imports no family.
+``lstm/`` (mLSTM's, mmLSTM's blocks are the LSTM's); ``common/`` imports no family;
+``interface.py`` imports only ``switches.py``, which imports nothing
+(``tests/test_kernels_layout.py``).
 Adding a family or a path: docs/performance.md, "Adding a kernel family or a path".
 
 No ``__init__`` here imports anything, so importing any one module pulls in only what that

@@ -139,7 +139,7 @@ class Call:
     choice (the CUDA ones included) is testable on a CPU machine.
 
     ``mask``: ``"none"``, ``"prefix"`` (variable lengths), ``"prefix0"`` (some length is
-    0) or ``"other"`` (holes); ``reference`` forces (True) or forbids (False) the
+    0) or ``"other"`` (holes), as :func:`mask_kind` classifies a mask; ``reference`` forces (True) or forbids (False) the
     reference loop, None follows the switches; ``native`` / ``triton``: whether the
     native (C) loops / the Triton kernels run here (None: find out); ``batch`` and
     ``grad`` describe a CPU call for the calibrated choice, ``faster`` forces its outcome
@@ -179,6 +179,27 @@ def refused(call: Call) -> bool:
     if reference or call.autocast or call.mask == "other" or not call.dtype.is_floating_point:
         return True
     return call.device_type == "cpu" and call.dtype not in CPU_DTYPES
+
+
+def mask_kind(mask: Tensor | None) -> tuple[str, Tensor | None]:
+    """Classify a (T, B) mask: ("none", None), ("prefix", lengths), ("prefix0", lengths)
+    when some length is 0, or ("other", None) for masks with holes / non-0/1 values."""
+    if mask is None:
+        return "none", None
+    T = mask.shape[0]
+    if mask.dim() != 2:
+        return "other", None
+    if not mask.is_floating_point():
+        mask = mask.float()
+    lengths = mask.sum(0).round().long()
+    steps = torch.arange(T, device=mask.device).unsqueeze(1)
+    if not torch.equal((steps < lengths.unsqueeze(0)).to(mask.dtype), mask):
+        return "other", None
+    if mask.shape[1] and bool((lengths == mask.shape[0]).all()):
+        return "none", None
+    if mask.shape[1] and bool((lengths == 0).any()):
+        return "prefix0", lengths
+    return "prefix", lengths
 
 
 def autocast_on(x: Tensor) -> bool:
@@ -271,7 +292,6 @@ class KernelFamily:
         reference loop.  Parameters, state or mask of another dtype or device than ``x``
         are not the kernels' business: the reference loop runs (and raises or promotes as
         it always did)."""
-        from .common.sequences import mask_kind
         from .switches import reference_forced
 
         if reference_forced() or x.dim() != 3:

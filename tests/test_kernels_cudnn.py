@@ -2,8 +2,9 @@
 (``kernels/common/delegate.py``), the CPU side of what runs on cuDNN: our parameters kept
 in PyTorch's layout between calls (remade exactly when a parameter changed), every
 gradient landing on our own parameters, and a whole stacked bidirectional encoder as one
-fused call, against the reference loop (float64, padded batches).  Which encoders may be one call (the plan of a CUDA call, tested
-without a GPU).  On a GPU (the flat cuDNN buffer, no per-call compaction): ``tests/gpu/``.
+fused call, against the reference loop (float64, padded batches).  Which encoders may be
+one call (the plan of a CUDA call, tested without a GPU).  On a GPU (the flat cuDNN buffer,
+no per-call compaction): ``tests/gpu/``.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ class KernelPath(PathEnum):
     @classmethod
     def torch(cls, kind: str) -> KernelPath:
         """The path of PyTorch's kernel ``kind`` (``"lstm"``, ``"rnn"``, ``"gru"``)."""
-        return next(p for p, k in _TORCH_KINDS.items() if k == kind)
+        return {k: p for p, k in _TORCH_KINDS.items()}[kind]
 
     @property
     def on_triton(self) -> KernelPath:
@@ -109,6 +109,7 @@ class KernelPath(PathEnum):
 
     @property
     def is_triton(self) -> bool:
+        """Does the path run the Triton kernels (``triton-*``)?"""
         return self in _ON_TRITON.values()
 
 
@@ -139,10 +140,11 @@ class Call:
     choice (the CUDA ones included) is testable on a CPU machine.
 
     ``mask``: ``"none"``, ``"prefix"`` (variable lengths), ``"prefix0"`` (some length is
-    0) or ``"other"`` (holes), as :func:`mask_kind` classifies a mask; ``reference`` forces (True) or forbids (False) the
-    reference loop, None follows the switches; ``native`` / ``triton``: whether the
-    native (C) loops / the Triton kernels run here (None: find out); ``batch`` and
-    ``grad`` describe a CPU call for the calibrated choice, ``faster`` forces its outcome
+    0) or ``"other"`` (holes), as :func:`mask_kind` classifies a mask; ``reference``
+    forces (True) or forbids (False) the reference loop, None follows the switches;
+    ``native`` / ``triton``: whether the native (C) loops / the Triton kernels run here
+    (None: find out); ``batch`` and ``grad`` describe a CPU call for the calibrated
+    choice, ``faster`` forces its outcome
     (tests); ``stacked``: the call is a whole encoder's (one cuDNN call).
     """
 
@@ -325,7 +327,8 @@ _FAMILIES: dict[str, KernelFamily] = {}
 
 def register(family: KernelFamily) -> KernelFamily:
     """Add a family to the registry (a kernel module does this for its ``KERNELS``)."""
-    if not getattr(family, "name", None) or not isinstance(getattr(family, "reads", None), tuple):
+    reads = getattr(family, "reads", None)
+    if not getattr(family, "name", None) or not isinstance(reads, tuple):
         raise TypeError(f"{type(family).__name__} must set `name` and `reads` (a tuple)")
     paths = getattr(family, "paths", None)
     if not (isinstance(paths, tuple) and paths and all(isinstance(p, PathEnum) for p in paths)):

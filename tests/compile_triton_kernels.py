@@ -28,7 +28,9 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from lstmablate.cells.kernels import triton_gru, triton_lstm, triton_second_order
+from lstmablate.cells.kernels.gru import triton_kernels as triton_gru
+from lstmablate.cells.kernels.lstm import triton_kernels as triton_lstm
+from lstmablate.cells.kernels.second_order import triton_kernels as triton_second_order
 
 #: the scalar (int32) arguments of the kernels; every other non-constexpr argument is a pointer
 SCALARS = {"t", "n", "H", "P", "T", "KT"}

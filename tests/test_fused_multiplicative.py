@@ -19,7 +19,9 @@ import pytest
 import torch
 
 from lstmablate.cells import available_cells, build_encoder, get_cell, reference_mode
-from lstmablate.cells.kernels import factored, multi_matrix, native, second_order, step_products
+from lstmablate.cells.kernels.common import native
+from lstmablate.cells.kernels.second_order import factored, multi_matrix, step_products
+from lstmablate.cells.kernels.second_order import shared as second_order
 from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
 from lstmablate.cells.multiplicative import MRNNCell
 

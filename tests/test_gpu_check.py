@@ -1,9 +1,11 @@
 """``make gpu-check`` (``lstmablate.bench.gpu_check``), the parts that need no GPU: the targets
-computed from its rows, the Markdown it writes, the trainer command it runs, and that it
-refuses to run without a GPU."""
+computed from its rows, the Markdown it writes, the trainer command it runs (for the recipe
+and task it is given), and that it refuses to run without a GPU; and the model benchmark it
+runs, which times the ``ptb`` task's own model (``lstmablate.bench.models``)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -13,7 +15,9 @@ import torch
 
 from lstmablate import bench
 from lstmablate.bench import cells as bench_cells
-from lstmablate.bench import gpu_check
+from lstmablate.bench import gpu_check, models
+from lstmablate.cells import build_encoder
+from lstmablate.task import get_task
 
 
 def _cell_row(shape, cell, ratio_lstm, ratio_rnn=1.0, memory=10.0):
@@ -63,6 +67,66 @@ def test_a_cpu_row_keeps_the_cpu_targets():
 
 def test_the_paper_cells_come_from_the_recipe():
     assert gpu_check.paper_cells()[:2] == ["lstm", "lstm-srnn"]
+    assert gpu_check.paper_cells("ptb-small") == gpu_check.paper_cells()  # the same five cells
+    assert gpu_check.tokens_per_step("ptb", "ptb-medium", "lstm") == 20 * 35
+    assert gpu_check.tokens_per_step("ptb", "ptb-small", "lstm") == 20 * 20
+    with pytest.raises(ValueError, match="no batch_size and num_steps"):
+        gpu_check.tokens_per_step("sst", "sst", "lstm")
+
+
+def test_the_trainer_runs_the_task_and_recipe_it_is_given(tmp_path, monkeypatch):
+    """The trainer part trains the cells of ``--recipe`` with ``--task`` (PTB-medium by
+    default) and reports its rows under ``<recipe>-trainer``, checked against the model
+    benchmark's ``<recipe>-model`` rows."""
+    data = tmp_path / "data"
+    for ds in get_task("ptb").datasets:  # the files the task looks for (their content unread)
+        for f in ds.files:
+            (data / f.relpath).parent.mkdir(parents=True, exist_ok=True)
+            (data / f.relpath).write_text("x\n")
+    monkeypatch.setenv("LSTMABLATE_DATA", str(data))
+    commands = []
+
+    def fake_train(cmd, **kw):  # `lstmablate train` as a subprocess: its result.json only
+        commands.append(cmd)
+        out, cell = (cmd[cmd.index(flag) + 1] for flag in ("--out", "--cell"))
+        steps = next(int(a.split("=")[1]) for a in cmd if a.startswith("train.max_steps="))
+        folder = tmp_path / out / f"gpu-check-{steps}" / cell / "seed-1"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "result.json").write_text(json.dumps(dict(steps=steps, train_time_s=steps / 10)))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", fake_train)
+    part, rows = gpu_check.run_trainer("cpu", 600.0, task="ptb", recipe="ptb-small")
+    assert part["status"] == "done", part
+    assert {tuple(c[c.index("--task"):c.index("--task") + 4]) for c in commands} == {
+        ("--task", "ptb", "--recipe", "ptb-small")}
+    assert [r["cell"] for r in rows] == gpu_check.paper_cells("ptb-small")
+    assert {r["shape"] for r in rows} == {"ptb-small-trainer"}
+    # 200 steps of batch 20 x 20 steps in 20 s (the difference of the two runs' times)
+    assert rows[0]["tokens_per_s"] == pytest.approx(200 * 20 * 20 / 20.0)
+    model = dict(kind="model", shape="ptb-small-model", cell=rows[0]["cell"], ratio_lstm=1.0,
+                 tokens_per_s=rows[0]["tokens_per_s"])
+    got = [t["target"] for t in gpu_check.targets(rows + [model])]
+    assert got == [f"{rows[0]['cell']} trainer tokens/s within 10% of the benchmarked step "
+                   "(4,000 vs 4,000)"]
+    assert "| ptb-small through the trainer |" in gpu_check.markdown(dict(
+        started="now", seconds=1.0, environment={}, parts={}, rows=rows, targets=[]))
+
+
+def test_the_model_benchmark_times_the_task_model():
+    """One PTB model: the benchmark builds the ``ptb`` task's own (through the registry),
+    with a registry cell or with ``torch.nn.LSTM`` as the encoder."""
+    task = get_task("ptb")
+    cfg = task.ModelConfig(hidden_size=8, num_layers=2, dropout=0.0)
+    theirs = task.language_model(functools.partial(build_encoder, "lstm-srnn"), 50, cfg)
+    ours = models.ptb_model("lstm-srnn", 50, 8, 2)
+    assert type(ours) is type(theirs)
+    assert [(n, p.shape) for n, p in ours.named_parameters()] == [
+        (n, p.shape) for n, p in theirs.named_parameters()]
+    base = models.ptb_model(models.BASELINE, 50, 8, 2)
+    assert type(base) is type(theirs) and isinstance(base.encoder.rnn, torch.nn.LSTM)
+    logits, state = base(torch.randint(0, 50, (2, 3)))
+    assert logits.shape == (2, 3, 50) and state[0].shape == (2, 2, 8)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")

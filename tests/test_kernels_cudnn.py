@@ -1,9 +1,10 @@
-"""PyTorch's fused kernels for ``lstm``, ``lstm-gates`` and ``gru`` (``kernels/delegate.py``),
-the CPU side of what runs on cuDNN: our parameters kept in PyTorch's layout between calls
-(remade exactly when a parameter changed), every gradient landing on our own parameters,
-and a whole stacked bidirectional encoder as one fused call, against the reference loop
-(float64, padded batches).  Which encoders may be one call (the plan of a CUDA call, tested
-without a GPU).  On a GPU (the flat cuDNN buffer, no per-call compaction): ``tests/gpu/``.
+"""PyTorch's fused kernels for ``lstm``, ``lstm-gates`` and ``gru``
+(``kernels/common/delegate.py``), the CPU side of what runs on cuDNN: our parameters kept
+in PyTorch's layout between calls (remade exactly when a parameter changed), every
+gradient landing on our own parameters, and a whole stacked bidirectional encoder as one
+fused call, against the reference loop (float64, padded batches).  Which encoders may be
+one call (the plan of a CUDA call, tested without a GPU).  On a GPU (the flat cuDNN buffer,
+no per-call compaction): ``tests/gpu/``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import pytest
 import torch
 
 from lstmablate.cells import build_encoder, get_cell, reference_mode
-from lstmablate.cells.kernels import delegate, gru, lstm_family
+from lstmablate.cells.kernels.common import delegate
+from lstmablate.cells.kernels.gru import family as gru
+from lstmablate.cells.kernels.lstm import family as lstm_family
 
 F64 = torch.float64
 STACKABLE = [("lstm", {}, "lstm", lstm_family), ("lstm", {"proj_size": 3}, "lstm", lstm_family),

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from lstmablate.cells import build_encoder, get_cell
-from lstmablate.cells.kernels import calibrate, delegate, native
-from lstmablate.cells.kernels import gru as gru_kernels
+from lstmablate.cells.kernels.common import calibrate, delegate, native
+from lstmablate.cells.kernels.gru import family as gru_kernels
 from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
 
 

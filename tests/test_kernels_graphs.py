@@ -1,4 +1,5 @@
-"""The CUDA-graph machinery of the Triton kernels' time loops (``kernels/graphs.py``), on CPU.
+"""The CUDA-graph machinery of the Triton kernels' time loops (``kernels/common/graphs.py``),
+on CPU.
 
 What a real graph would get silently wrong is checked with a stand-in recorder: it records
 the loop's buffers (every tensor the loops hold, by address) and, at every replay, asserts
@@ -19,7 +20,7 @@ import pytest
 import torch
 
 from lstmablate.cells import build_encoder
-from lstmablate.cells.kernels import graphs, triton_support
+from lstmablate.cells.kernels.common import graphs, triton_support
 
 from fast_path_harness import assert_fast_matches_reference
 

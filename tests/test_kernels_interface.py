@@ -1,11 +1,13 @@
 """The interface between cells and their fast kernels (``kernels/interface.py``): every
-family registered with what it reads, its C source and its cases; a family sees only what
-it declared; the shared forward code is written once (no block of six repeated lines among
-the kernel modules); a third-party cell registers a fast path of its own
+family registered with what it reads, its paths, its C source and its cases; a family sees
+only what it declared; a path is a member of the family's ``paths``, checked at dispatch;
+the shared forward code is written once (no block of six repeated lines among the kernel
+modules); a third-party cell registers a fast path of its own
 (``tests/fixtures/thirdparty``), taken and matching its reference loop."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +18,8 @@ import pytest
 import torch
 
 from lstmablate.cells import available_cells, build_encoder, get_cell
-from lstmablate.cells.kernels import interface, native_build
+from lstmablate.cells.kernels import interface
+from lstmablate.cells.kernels.common import native_build
 
 KERNELS = Path(interface.__file__).resolve().parent
 HERE = Path(__file__).resolve().parent
@@ -26,10 +29,13 @@ THIRD_PARTY = HERE / "fixtures" / "thirdparty"
 def test_every_built_in_family_is_registered_with_its_sources_and_cases():
     fams = interface.families()
     assert {"lstm_family", "gru", "factored", "multi_matrix", "dyck"} <= set(fams)
-    assert interface.native_sources() == {"lstm_family": "lstm_family.c", "gru": "gru.c",
-                                          "second_order": "second_order.c"}
-    for source in interface.native_sources().values():
-        assert (native_build.CSRC / source).is_file()
+    # each library's C source lies in its family's folder, beside the family's module
+    assert interface.native_sources() == {
+        "lstm_family": KERNELS / "lstm" / "lstm_family.c", "gru": KERNELS / "gru" / "gru.c",
+        "second_order": KERNELS / "second_order" / "second_order.c"}
+    for source in (*interface.native_sources().values(),
+                   *(native_build.CSRC / n for n in native_build.COMMON_SOURCES)):
+        assert source.is_file()
     covered = {name for fam in fams.values() for name, _ in fam.cases}
     with_kernels = {n for n in available_cells() if get_cell(n).cls.fast_kernels is not None}
     assert with_kernels - covered <= {"dyck-rnn"}  # tested at its own sizes (1-d inputs)
@@ -48,6 +54,60 @@ def test_a_family_reads_only_what_it_declared():
     v = interface.family_of(get_cell("lstm").build(3, 4)).view(get_cell("lstm").build(3, 4))
     with pytest.raises(AttributeError):
         v._rec_index  # noqa: B018  (an internal of the cell: not part of the contract)
+
+
+CALLS = [dict(), dict(mask="prefix"), dict(mask="prefix0"), dict(h_mask=True),
+         dict(device_type="cuda"), dict(device_type="cuda", triton=True),
+         dict(device_type="cuda", triton=True, h_mask=True),
+         dict(device_type="cuda", mask="prefix0"), dict(native=False, faster="torch"),
+         dict(native=True, faster="native"), dict(mask="other"), dict(dtype=torch.float16)]
+
+
+def test_every_family_takes_only_the_paths_it_declares():
+    """``choose`` answers with a member of the family's ``paths`` (or the reference loop),
+    over every case and a spread of calls; the built-in families' paths are KernelPath's."""
+    for fam in interface.families().values():
+        assert fam.paths and len(set(fam.paths)) == len(fam.paths), fam.name
+        if type(fam).__module__.startswith("lstmablate."):
+            assert all(isinstance(p, interface.KernelPath) for p in fam.paths), fam.name
+        for name, opts in fam.cases:
+            cell = get_cell(name).build(3, 4, **opts)
+            for call in CALLS:
+                path = fam.plan(cell, **call)
+                assert path is interface.KernelPath.REFERENCE or path in fam.paths, (
+                    fam.name, name, call, path)
+
+
+def test_a_path_the_family_does_not_declare_is_an_error_at_dispatch(monkeypatch):
+    cell = get_cell("gru").build(3, 4)
+    fam = interface.family_of(cell)
+    x = torch.randn(5, 2, 3)
+    for wrong in ("recurrent",  # the right name, but a string: not the member
+                  interface.KernelPath.SCAN):  # a member, but not one of the GRU's paths
+        monkeypatch.setattr(fam, "choose", lambda v, call, _w=wrong: _w)
+        with pytest.raises(interface.KernelPathError, match="'gru'.*not one of its paths"):
+            fam.plan(cell)
+        with pytest.raises(interface.KernelPathError):
+            cell(x)  # the cell's forward goes through the same dispatch
+    monkeypatch.undo()
+    with pytest.raises(interface.KernelPathError, match="not one of its paths"):
+        fam.run(interface.KernelPath.SCAN, fam.view(cell), x, (torch.zeros(2, 4),), None, None)
+
+
+def test_a_family_must_declare_its_paths():
+    class NoPaths(interface.KernelFamily):
+        name, reads = "no-paths", ("weight_ih",)
+
+    class StringPaths(NoPaths):
+        paths = ("recurrent",)
+
+    for cls in (NoPaths, StringPaths):
+        with pytest.raises(TypeError, match="must set `paths`"):
+            interface.register(cls())
+    lstm = interface.KernelPath.TORCH_LSTM
+    assert str(lstm) == f"{lstm}" == lstm == "torch-lstm" and json.dumps(lstm) == '"torch-lstm"'
+    assert interface.KernelPath.torch("gru").torch_kind == "gru"
+    assert interface.KernelPath.SCAN.on_triton is interface.KernelPath.TRITON_SCAN
 
 
 def test_call_descriptions_are_checked():
@@ -72,9 +132,9 @@ def _windows(path: Path, n: int):
 
 def test_no_block_of_six_lines_is_repeated_among_the_kernel_modules():
     seen = defaultdict(list)
-    for path in sorted(KERNELS.glob("*.py")):
+    for path in sorted(KERNELS.rglob("*.py")):
         for window, lineno in _windows(path, 6):
-            seen[window].append(f"{path.name}:{lineno}")
+            seen[window].append(f"{path.relative_to(KERNELS)}:{lineno}")
     repeated = {w[0]: where for w, where in seen.items() if len(where) > 1}
     assert not repeated, "\n".join(f"{where}: {first}" for first, where in repeated.items())
 

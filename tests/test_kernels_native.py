@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from lstmablate.cells.kernels import interface, native, native_build
+from lstmablate.cells.kernels import interface
+from lstmablate.cells.kernels.common import native, native_build
 
 
 def _library(family: str) -> native.NativeLibrary:
@@ -226,10 +227,11 @@ def test_a_stale_library_is_refused(tmp_path):
 _PROBE = r"""
 import sys, torch
 import lstmablate.cells as cells
-def kernels():
-    return sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("lstmablate.cells.kernels."))
+def kernels():  # the kernel modules imported so far, e.g. "lstm.family"
+    prefix = "lstmablate.cells.kernels."
+    return sorted(m[len(prefix):] for m in sys.modules if m.startswith(prefix))
 print("import", kernels())
-from lstmablate.cells.kernels import native
+from lstmablate.cells.kernels.common import native
 enc = cells.build_encoder("lstm-srnn", 4, 6, num_layers=2)
 enc(torch.randn(3, 5, 4))[0].sum().backward()
 print("lstm", kernels(), native.loaded_families())
@@ -247,16 +249,15 @@ def test_second_order_kernels_are_loaded_only_when_used(tmp_path):
                          timeout=300)
     assert out.returncode == 0, out.stderr
     lines = {ln.split(" ", 1)[0]: ln for ln in out.stdout.splitlines()}
-    second_order = ("second_order", "factored", "multi_matrix", "dyck", "step_products")
     # importing the cells pulls in no kernel at all (only the switches)
     assert lines["import"] == "import ['switches']", lines["import"]
     # an LSTM-family cell: its kernels, no second-order code, only its library
-    assert not any(m in lines["lstm"] for m in second_order), lines["lstm"]
-    assert "lstm_family" in lines["lstm"] and "'gru'" not in lines["lstm"]
+    assert "'lstm.family'" in lines["lstm"] and "'second_order" not in lines["lstm"], lines["lstm"]
+    assert "'gru" not in lines["lstm"]
     built = native.library("lstm_family") is not None
     assert lines["lstm"].endswith("['lstm_family']" if built else "[]"), lines["lstm"]
     # a second-order cell: now its kernels and library
-    assert "'factored'" in lines["mlstm"] and "'second_order'" in lines["mlstm"]
+    assert "'second_order.factored'" in lines["mlstm"] and "'second_order.shared'" in lines["mlstm"]
     if built:
         assert lines["mlstm"].endswith("['lstm_family', 'second_order']"), lines["mlstm"]
 

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from lstmablate.cells.kernels import native, native_build
+from lstmablate.cells.kernels.common import native, native_build
 
 
 @pytest.fixture

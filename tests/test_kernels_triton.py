@@ -1,4 +1,5 @@
-"""The Triton kernels (``lstmablate/cells/kernels/triton_*.py``) against the reference step loop.
+"""The Triton kernels (each family's ``lstmablate/cells/kernels/<family>/triton_kernels.py``)
+against the reference step loop.
 
 Without a GPU they run on CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1``,
 set by ``conftest.py``; ``LSTMABLATE_TRITON=1`` sends every call they can run to them),
@@ -27,7 +28,10 @@ import pytest
 import torch
 
 from lstmablate.cells import build_encoder, get_cell
-from lstmablate.cells.kernels import factored, gru, lstm_family, multi_matrix, triton_support
+from lstmablate.cells.kernels.common import triton_support
+from lstmablate.cells.kernels.gru import family as gru
+from lstmablate.cells.kernels.lstm import family as lstm_family
+from lstmablate.cells.kernels.second_order import factored, multi_matrix
 from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
 
 from fast_path_harness import assert_fast_matches_reference

@@ -1,6 +1,7 @@
 """One command for a GPU machine: check the GPU paths and measure them (``make gpu-check``).
 
     python -m lstmablate.bench.gpu_check [--out benchmarks/results] [--device cuda]
+                                         [--task ptb] [--recipe ptb-medium]
 
 In one run, on one GPU, in under eight minutes (``tests/gpu/`` has a time budget, and the
 trainer part starts no run after ``TOTAL_BUDGET`` seconds; a part that cannot run here is
@@ -12,10 +13,11 @@ recorded as skipped, with the reason, and the rest still runs):
    parser-400, every registered cell against ``torch.nn.LSTM`` / ``torch.nn.RNN`` (cuDNN)
    in the same process, with the path each cell took and its peak memory;
 3. the PTB small and medium training-step benchmark (``bench_models``);
-4. 200 training steps of PTB-medium per paper cell (the ``ptb-medium`` recipe's cells)
-   through the real trainer (``lstmablate train``), tokens/s = 200 steps x 20 x 35 tokens /
+4. 200 training steps per cell of a recipe (``--recipe``, default ``ptb-medium``, of the task
+   ``--task``, default ``ptb``: its ``cells``) through the real trainer (``lstmablate
+   train``), tokens/s = 200 steps x the recipe's ``batch_size`` x ``num_steps`` tokens /
    (the train time of a run of 220 steps - that of a run of 20 steps), so compiling,
-   capturing and the first steps' warm-up are left out.  Needs the PTB data
+   capturing and the first steps' warm-up are left out.  Needs the task's data
    (``LSTMABLATE_DATA``) and the CLI's dependencies;
 
 and writes ``gpu-check-<gpu>-<date>.json`` (the environment: device, driver-side versions,
@@ -49,7 +51,10 @@ TOTAL_BUDGET = 460.0  # seconds: the trainer part stops starting runs after this
 TESTS_BUDGET = 210.0  # tests/gpu (the first run compiles every Triton kernel it uses)
 TRAIN_STEPS = 200  # measured steps per cell (the difference of two runs)
 WARM_STEPS = 20  # the shorter run's steps
-PTB_TOKENS_PER_STEP = 20 * 35  # PTB-medium: batch 20 x 35 steps
+#: the trainer part's task and recipe (``--task``, ``--recipe``): PTB-medium, whose training
+#: step the model benchmark also times (``ptb-medium-model``)
+TASK = "ptb"
+RECIPE = "ptb-medium"
 #: the ratios of the GPU kernels' targets that are not one row's (docs/performance.md)
 PARSER_WITHIN = 0.9  # parser-400 ratio >= 0.9 x the ptb-650 ratio (LSTM family)
 TRAINER_WITHIN = 0.9  # the trainer's tokens/s >= 0.9 x the benchmarked step's
@@ -103,16 +108,30 @@ def run_models(device: str) -> list[dict]:
     return rows
 
 
-def paper_cells() -> list[str]:
+def paper_cells(recipe: str = RECIPE) -> list[str]:
+    """The cells the recipe trains (its ``cells``)."""
     from lstmablate.recipes import load_recipe
 
-    return list(load_recipe("ptb-medium")[1]["cells"])
+    return list(load_recipe(recipe)[1]["cells"])
+
+
+def tokens_per_step(task: str, recipe: str, cell: str) -> int:
+    """Tokens of one training step of ``cell`` under the recipe: its ``data.batch_size`` x
+    ``data.num_steps`` (a ValueError for a task whose data has no such options)."""
+    from lstmablate.recipes import resolve_config
+    from lstmablate.task import get_task
+
+    data = resolve_config(get_task(task), cell, recipe=recipe).data
+    if not (hasattr(data, "batch_size") and hasattr(data, "num_steps")):
+        raise ValueError(f"the {task} task's data has no batch_size and num_steps, so the "
+                         "tokens of a training step are not known here")
+    return int(data.batch_size) * int(data.num_steps)
 
 
 def _train_time(cell: str, steps: int, device: str, out: Path, data_dir: str,
-                timeout: float) -> float:
-    cmd = [sys.executable, "-m", "lstmablate", "train", "--task", "ptb", "--recipe",
-           "ptb-medium", "--cell", cell, "--seed", "1", "--device", device, "--out", str(out),
+                timeout: float, task: str = TASK, recipe: str = RECIPE) -> float:
+    cmd = [sys.executable, "-m", "lstmablate", "train", "--task", task, "--recipe",
+           recipe, "--cell", cell, "--seed", "1", "--device", device, "--out", str(out),
            "--force", "--experiment", f"gpu-check-{steps}", "--data-dir", data_dir,
            "--set", f"train.max_steps={steps}", "--set", "train.eval_test=false"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
@@ -127,43 +146,47 @@ def _train_time(cell: str, steps: int, device: str, out: Path, data_dir: str,
     return float(result["train_time_s"])
 
 
-def run_trainer(device: str, budget: float) -> tuple[dict, list[dict]]:
-    """Per paper cell: tokens/s of TRAIN_STEPS steps through ``lstmablate train`` (the
-    difference of a run of WARM_STEPS + TRAIN_STEPS steps and one of WARM_STEPS); no run
-    is started after ``budget`` seconds."""
+def run_trainer(device: str, budget: float, task: str = TASK,
+                recipe: str = RECIPE) -> tuple[dict, list[dict]]:
+    """Per cell of ``recipe`` (of ``task``): tokens/s of TRAIN_STEPS steps through
+    ``lstmablate train`` (the difference of a run of WARM_STEPS + TRAIN_STEPS steps and one
+    of WARM_STEPS); no run is started after ``budget`` seconds."""
     missing = _missing("typer", "rich", "yaml")
     if missing:
         return dict(status="skipped", reason=f"the CLI needs {', '.join(missing)}"), []
     data_dir = os.environ.get("LSTMABLATE_DATA", str(ROOT / "data"))
     from lstmablate.data import find_file
-    from lstmablate.errors import DataError
+    from lstmablate.errors import DataError, UserError
     from lstmablate.task import get_task
 
     try:  # the files the recipe's task reads (the task plugin owns their names)
-        for ds in get_task("ptb").datasets:
+        for ds in get_task(task).datasets:
             for f in ds.files:
                 find_file(data_dir, f.relpath)
     except DataError:
         return dict(status="skipped",
-                    reason=f"no PTB data under {data_dir} (set LSTMABLATE_DATA)"), []
+                    reason=f"no {task} data under {data_dir} (set LSTMABLATE_DATA)"), []
     rows, errors, start = [], [], time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-runs-") as tmp:
-        for cell in paper_cells():
+        for cell in paper_cells(recipe):
             left = budget - (time.perf_counter() - start)
             if left <= 0:
                 errors.append(f"{cell}: not run (over the {budget:.0f} s left)")
                 continue
             try:
-                short = _train_time(cell, WARM_STEPS, device, Path(tmp), data_dir, left)
+                tokens = tokens_per_step(task, recipe, cell)
+                short = _train_time(cell, WARM_STEPS, device, Path(tmp), data_dir, left, task,
+                                    recipe)
                 long = _train_time(cell, WARM_STEPS + TRAIN_STEPS, device, Path(tmp), data_dir,
-                                   max(budget - (time.perf_counter() - start), 30.0))
-            except (RuntimeError, subprocess.TimeoutExpired) as err:
+                                   max(budget - (time.perf_counter() - start), 30.0), task,
+                                   recipe)
+            except (RuntimeError, ValueError, UserError, subprocess.TimeoutExpired) as err:
                 errors.append(f"{cell}: {err}")
                 continue
             seconds = max(long - short, 1e-9)
-            rows.append(dict(kind="trainer", shape="ptb-medium-trainer", cell=cell, device=device,
+            rows.append(dict(kind="trainer", shape=f"{recipe}-trainer", cell=cell, device=device,
                              steps=TRAIN_STEPS, seconds=round(seconds, 3),
-                             tokens_per_s=TRAIN_STEPS * PTB_TOKENS_PER_STEP / seconds))
+                             tokens_per_s=TRAIN_STEPS * tokens / seconds))
             print(f"trainer {cell}: {rows[-1]['tokens_per_s']:,.0f} tokens/s", flush=True)
     status = "done" if not errors else "partial" if rows else "error"
     return dict(status=status, reason="; ".join(errors) or None), rows
@@ -196,14 +219,16 @@ def targets(rows: list[dict]) -> list[dict]:
         if cell.startswith("lstm-") and base and base.get("memory_mb"):
             add(f"{cell} peak memory <= nn.LSTM's at {shape} (MB {r['memory_mb']:.1f} vs "
                 f"{base['memory_mb']:.1f})", base["memory_mb"] / max(r["memory_mb"], 1e-9), 1.0)
-    models = {r["cell"]: r for r in rows if r.get("kind") == "model"
-              and r["shape"] == "ptb-medium-model"}
-    for cell, r in models.items():
-        if cell.startswith("lstm-"):
+    models = {(r["shape"], r["cell"]): r for r in rows if r.get("kind") == "model"}
+    for (shape, cell), r in models.items():
+        if shape == "ptb-medium-model" and cell.startswith("lstm-"):
             add(f"{cell} PTB-medium training step >= 1.0x the nn.LSTM model", r["ratio_lstm"], 1.0)
-    for r in rows:
-        if r.get("kind") == "trainer" and r["cell"] in models:
-            bench_tps = models[r["cell"]]["tokens_per_s"]
+    for r in rows:  # a recipe's trainer rows against the model rows of the same name
+        if r.get("kind") != "trainer":
+            continue
+        model = models.get((r["shape"].removesuffix("-trainer") + "-model", r["cell"]))
+        if model is not None:
+            bench_tps = model["tokens_per_s"]
             add(f"{r['cell']} trainer tokens/s within 10% of the benchmarked step "
                 f"({r['tokens_per_s']:,.0f} vs {bench_tps:,.0f})", r["tokens_per_s"] / bench_tps,
                 TRAINER_WITHIN)
@@ -223,11 +248,11 @@ def markdown(doc: dict) -> str:
     measured = [r for r in doc["rows"] if r.get("kind") in ("cell", "model")]
     lines += ["", bench.to_markdown(measured)]
     trainer = [r for r in doc["rows"] if r.get("kind") == "trainer"]
-    if trainer:
-        lines += ["", "| PTB-medium through the trainer | steps | seconds | tokens/s |",
-                  "|---|---|---|---|"]
+    for shape in dict.fromkeys(r["shape"] for r in trainer):  # one table per recipe
+        lines += ["", f"| {shape.removesuffix('-trainer')} through the trainer | steps | seconds "
+                  "| tokens/s |", "|---|---|---|---|"]
         lines += [f"| {r['cell']} | {r['steps']} | {r['seconds']:.2f} | {r['tokens_per_s']:,.0f} |"
-                  for r in trainer]
+                  for r in trainer if r["shape"] == shape]
     met = {True: "yes", False: "**no**", None: ""}
     lines += ["", "| target | measured | needed | met |", "|---|---|---|---|"]
     lines += [f"| {t['target']} | {'' if t['measured'] is None else t['measured']} | "
@@ -242,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--skip", action="append", default=[],
                     choices=["tests", "cells", "models", "trainer"])
+    ap.add_argument("--task", default=TASK, help="the trainer part's task (default: %(default)s)")
+    ap.add_argument("--recipe", default=RECIPE,
+                    help="the trainer part's recipe, whose cells it trains (default: %(default)s)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu-check: no CUDA device here (torch.cuda.is_available() is False); nothing to do",
@@ -279,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     part("tests", lambda: run_tests(args.device, TESTS_BUDGET))
     part("cells", lambda: run_cells(args.device))
     part("models", lambda: run_models(args.device))
-    part("trainer", lambda: run_trainer(args.device, max(left(), 0.0)))
+    part("trainer", lambda: run_trainer(args.device, max(left(), 0.0), args.task, args.recipe))
     doc["targets"] = targets(doc["rows"])
     doc["seconds"] = round(time.perf_counter() - t_start, 1)
     gpu = re.sub(r"[^A-Za-z0-9]+", "-", doc["environment"].get("gpu", "gpu")).strip("-").lower()

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from lstmablate import io
-from lstmablate.cells.kernels import calibrate, native
+from lstmablate.cells.kernels.common import calibrate, native
 from lstmablate.cells.kernels.interface import family_of, native_sources
 
 

@@ -1,8 +1,14 @@
 """The model benchmark: a PTB training step per cell (the TensorFlow tutorial's small,
-medium and large sizes), tokens/s against the same model on ``torch.nn.LSTM``."""
+medium and large sizes), tokens/s against the same model on ``torch.nn.LSTM``.
+
+The model is the ``ptb`` task's own (:func:`ptb_model`: the task plugin's
+``language_model``, found through the task registry), so the benchmark times the model the
+experiments train, at the benchmark's sizes and dropout 0; only the baseline's encoder is
+``torch.nn.LSTM`` in place of a registry cell."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -13,48 +19,44 @@ from torch import Tensor, nn
 from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.errors import ConfigError
 from lstmablate.run.runner import resource_guard
+from lstmablate.task import get_task
 
 from .measure import _Candidate, _path, torch_threads, _time_rounds
 from .options import check_bench_threads, check_cells, check_device, check_repeats
+
+#: the task whose model the benchmark times
+MODEL_TASK = "ptb"
+#: the baseline's name in the rows: the same model with ``torch.nn.LSTM`` as its encoder
+BASELINE = "nn.LSTM"
 
 
 # ---------------------------------------------------------------------------------
 # full model: PTB training (the tutorial's small, medium, large sizes)
 # ---------------------------------------------------------------------------------
 
-class _LanguageModel(nn.Module):
-    """Embedding -> encoder -> untied softmax: the PTB task's language model (Zaremba et al.
-    2014) at dropout 0, built here so that the benchmark needs no task plugin."""
+class _TorchLSTMEncoder(nn.Module):
+    """``torch.nn.LSTM`` behind the encoder interface the task's model calls
+    (``forward(x, lengths, state) -> (outputs, state)``, ``output_size``): the baseline."""
 
-    def __init__(self, vocab: int, hidden: int, encoder: nn.Module):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 dropout: float = 0.0):
         super().__init__()
-        self.embedding = nn.Embedding(vocab, hidden)
-        self.encoder = encoder
-        self.decoder = nn.Linear(hidden, vocab)
+        self.rnn = nn.LSTM(input_size, hidden_size, num_layers=num_layers, dropout=dropout,
+                           batch_first=True)
+        self.output_size = hidden_size
 
-    def forward(self, x: Tensor, state: Any = None):
-        out, st = self.encoder(self.embedding(x), None, state)
-        return self.decoder(out), st
+    def forward(self, x: Tensor, lengths: Tensor | None = None, state: Any = None):
+        return self.rnn(x, state)
 
 
-def _ptb_model(cell: str, vocab: int, hidden: int, layers: int) -> nn.Module:
-    if cell == "nn.LSTM":
-        class _Enc(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.rnn = nn.LSTM(hidden, hidden, num_layers=layers, batch_first=True)
-                self.output_size = hidden
-
-            def forward(self, x, lengths=None, state=None):
-                return self.rnn(x, state)
-        enc: nn.Module = _Enc()
-    else:
-        enc = build_encoder(cell, hidden, hidden, num_layers=layers)
-    model = _LanguageModel(vocab, hidden, enc)
-    with torch.no_grad():
-        for p in model.parameters():
-            nn.init.uniform_(p, -0.1, 0.1)
-    return model
+def ptb_model(cell: str, vocab: int, hidden: int, layers: int) -> nn.Module:
+    """The ``ptb`` task's language model with ``cell`` (or :data:`BASELINE`) at these sizes:
+    dropout 0, every parameter uniform(±0.1) (the tutorial's small configuration)."""
+    task = get_task(MODEL_TASK)
+    cfg = task.ModelConfig(hidden_size=hidden, num_layers=layers, dropout=0.0, init_scale=0.1)
+    cfg.validate()
+    make = _TorchLSTMEncoder if cell == BASELINE else functools.partial(build_encoder, cell)
+    return task.language_model(make, vocab, cfg)
 
 
 #: The tutorial's model sizes (hidden, num_steps): what ``bench_models(size=...)`` times.
@@ -104,9 +106,9 @@ def bench_models(cells: list[str] | None = None, threads: int = 2, device: str =
     cands, meta = [], {}
     with torch_threads(threads), resource_guard(f"timing the ptb-{size} model on {dev}"):
         torch.manual_seed(seed)
-        for cell in ["nn.LSTM", *cells]:
+        for cell in [BASELINE, *cells]:
             try:
-                model = _ptb_model(cell, vocab, hidden, layers).to(dev)
+                model = ptb_model(cell, vocab, hidden, layers).to(dev)
             except ConfigError:
                 continue
             model.train()
@@ -129,7 +131,7 @@ def bench_models(cells: list[str] | None = None, threads: int = 2, device: str =
 
             cands.append(_Candidate(cell, step, [], []))
             enc = getattr(model, "encoder", None)
-            meta[cell] = ("PyTorch" if cell == "nn.LSTM" else
+            meta[cell] = ("PyTorch" if cell == BASELINE else
                           _path(enc, dev, torch.float32, False, batch) if enc is not None else "?")
         if progress:
             progress(f"ptb-{size} model: timing {len(cands)} candidates x {repeats} rounds")

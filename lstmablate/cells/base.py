@@ -40,7 +40,7 @@ class FastKernels:
     """A cell class's declaration of its fast sequence kernels: a kernel family.
 
     ``target`` names the family object as ``"package.module:NAME"`` (``":KERNELS"`` may be
-    left out), e.g. ``"lstmablate.cells.kernels.lstm_family"``; the module is imported
+    left out), e.g. ``"lstmablate.cells.kernels.lstm.family"``; the module is imported
     when such a cell first runs, not before, so importing the cells pulls in no kernel
     code.  The family (a ``lstmablate.cells.kernels.interface.KernelFamily``) declares what
     it reads from the cell and runs whole sequences (see

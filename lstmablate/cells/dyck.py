@@ -124,7 +124,8 @@ class DyckRNNCell(Cell):
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, stack_depth={self.stack_depth}"
 
-    fast_kernels = FastKernels("lstmablate.cells.kernels.dyck", math=("step", "project_inputs"))
+    fast_kernels = FastKernels("lstmablate.cells.kernels.second_order.dyck",
+                               math=("step", "project_inputs"))
 
     def project_inputs(self, x: Tensor) -> Tensor:
         """[g_t, g_t * W^hx x_t] for every step (both depend on x alone)."""

@@ -75,7 +75,7 @@ class GRUCell(MemoryTraceMixin, Cell):
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, reset_after={self.reset_after}"
 
-    fast_kernels = FastKernels("lstmablate.cells.kernels.gru",
+    fast_kernels = FastKernels("lstmablate.cells.kernels.gru.family",
                                math=("step", "memory_step", "project_inputs"))
 
     def project_inputs(self, x: Tensor) -> Tensor:

@@ -169,7 +169,7 @@ class LSTMFamilyCell(Cell):
                 f"recurrent={''.join(self.recurrent_blocks) or '-'}, proj_size={self.proj_size}")
 
     # -- computation --------------------------------------------------------------
-    fast_kernels = FastKernels("lstmablate.cells.kernels.lstm_family",
+    fast_kernels = FastKernels("lstmablate.cells.kernels.lstm.family",
                                math=("step", "project_inputs", "_preactivations", "_gates"))
 
     def project_inputs(self, x: Tensor) -> Tensor:

@@ -124,7 +124,7 @@ class _FactoredCell(Cell):
 class MRNNCell(_FactoredCell):
     """Multiplicative RNN: h_t = tanh(W_hm ((W_mx x_t) * (W_mh h_{t-1})) + W_hx x_t + b)."""
 
-    fast_kernels = FastKernels("lstmablate.cells.kernels.factored",
+    fast_kernels = FastKernels("lstmablate.cells.kernels.second_order.factored",
                                math=("step", "_recurrent", "project_inputs"))
 
     def __init__(self, input_size: int, hidden_size: int, factor_size: int | None = None,
@@ -149,7 +149,7 @@ class MLSTMCell(MemoryTraceMixin, _FactoredCell):
     n_blocks = 4
     state_names = ("h", "c")
     memory_index = 1
-    fast_kernels = FastKernels("lstmablate.cells.kernels.factored",
+    fast_kernels = FastKernels("lstmablate.cells.kernels.second_order.factored",
                                math=("step", "memory_step", "_recurrent", "project_inputs"))
 
     def __init__(self, input_size: int, hidden_size: int, factor_size: int | None = None,
@@ -289,7 +289,7 @@ class MMRNNCell(_MultiMatrixCell):
 
     blocks = ("h",)
     state_names = ("h", "key")
-    fast_kernels = FastKernels("lstmablate.cells.kernels.multi_matrix",
+    fast_kernels = FastKernels("lstmablate.cells.kernels.second_order.multi_matrix",
                                math=("step", "_mixed", "project_inputs"))
 
     def __init__(self, input_size: int, hidden_size: int, num_matrices: int = 4,
@@ -325,7 +325,7 @@ class MMLSTMCell(MemoryTraceMixin, _MultiMatrixCell):
     state_names = ("h", "c", "key_i", "key_f", "key_o", "key_c")
     _n_plain = 2
     memory_index = 1
-    fast_kernels = FastKernels("lstmablate.cells.kernels.multi_matrix",
+    fast_kernels = FastKernels("lstmablate.cells.kernels.second_order.multi_matrix",
                                math=("step", "memory_step", "_mixed", "project_inputs"))
 
     def __init__(self, input_size: int, hidden_size: int, num_matrices: int = 4,

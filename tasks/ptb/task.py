@@ -295,7 +295,14 @@ class PTBTask(Task):
 
     # -- model -------------------------------------------------------------------------
     def build_model(self, make_encoder) -> nn.Module:
-        return build_language_model(make_encoder, self.corpus.vocab_size, self.model_cfg)
+        return self.language_model(make_encoder, self.corpus.vocab_size, self.model_cfg)
+
+    @classmethod
+    def language_model(cls, make_encoder, vocab_size: int, model_cfg: PTBModel) -> nn.Module:
+        """The task's model of ``model_cfg`` over ``vocab_size`` tokens, without reading any
+        data: what :meth:`build_model` builds, and what ``lstmablate bench`` times at its own
+        sizes (``lstmablate.bench.models``, through the task registry)."""
+        return build_language_model(make_encoder, vocab_size, model_cfg)
 
     def init_carry(self, model: nn.Module) -> Any:
         return None  # zeros: the encoder's default initial state

@@ -24,8 +24,10 @@ import pytest
 import torch
 
 from lstmablate.cells import build_encoder, reference_mode
-from lstmablate.cells.kernels import (delegate, factored, graphs, gru, lstm_family, multi_matrix,
-                                      triton_support)
+from lstmablate.cells.kernels.common import delegate, graphs, triton_support
+from lstmablate.cells.kernels.gru import family as gru
+from lstmablate.cells.kernels.lstm import family as lstm_family
+from lstmablate.cells.kernels.second_order import factored, multi_matrix
 from lstmablate.cells.kernels.interface import kernel_name_of
 
 from fast_path_harness import assert_fast_matches_reference

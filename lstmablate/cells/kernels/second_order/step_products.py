@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .switches import packed_gemm_enabled
+from ..switches import packed_gemm_enabled
 
 #: pack a per-step weight for MKL's packed GEMM (float32 CPU) when it has at least this many
 #: entries; below it plain ``mm`` is as fast

@@ -2,9 +2,10 @@
 
 **mRNN, mLSTM** (Sutskever et al. 2011; Krause et al. 2016): the element-wise work of a
 step is the LSTM family's (mLSTM's blocks i, f, o, u are ``lstm``'s i, f, o, g; mRNN's
-step is eq 1's tanh), so they run ``triton_lstm``'s step kernels; only the recurrent product
-differs: m_t = (W_mx x_t) * (W_mh h'_{t-1}), then W_hm m_t (two cuBLAS products and one
-element-wise product per step, each way).
+step is eq 1's tanh), so they run the LSTM family's step kernels
+(``lstm/triton_kernels.py``); only the recurrent product differs: m_t = (W_mx x_t) *
+(W_mh h'_{t-1}), then W_hm m_t (two cuBLAS products and one element-wise product per step,
+each way).
 
 **mmRNN, mmLSTM** (Renganathan & Singh eqs 6-22): per step ONE product h' W_hh^T gives the
 keys' h-columns and every W_g[j] h' (kept: the backward reads it), then ONE launch per
@@ -23,12 +24,12 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from .lstm_recurrent import Layout
-from .second_order import factored_weight_grads, multi_weight_grads
-from .sequences import input_products
-from .triton_common import RecurrentLoops, emit, grad_h, run_grads, run_loops, tanh
-from .triton_lstm import StepLoops, load_blocks, lstm_cell, lstm_cell_grad, store_blocks
-from .triton_support import pow2
+from ..common.sequences import input_products
+from ..common.triton_common import RecurrentLoops, emit, grad_h, run_grads, run_loops, tanh
+from ..common.triton_support import pow2
+from ..lstm.recurrent import Layout
+from ..lstm.triton_kernels import StepLoops, load_blocks, lstm_cell, lstm_cell_grad, store_blocks
+from .shared import factored_weight_grads, multi_weight_grads
 
 # ---------------------------------------------------------------------------------------
 # mRNN, mLSTM: the LSTM family's step kernels with a factored product

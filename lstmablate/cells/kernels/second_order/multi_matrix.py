@@ -16,7 +16,7 @@ straight into the gradient of the recurrent product); the softmax backward (one 
 ONE product dh_{t-1} += [d logits, dR_t] W_hh and the key carry dv_{t-1} += d logits BD.
 After the loop: dW_hh = [d logits, dR]^T H' (one product), dBD, dW_ih, dX.
 
-Native (``csrc/second_order.c``): one C call per loop (``multi_fwd`` / ``multi_bwd``); per
+Native (``second_order.c``): one C call per loop (``multi_fwd`` / ``multi_bwd``); per
 step ONE product h' W_hh^T for the key h-columns and all choice matrices together (kept
 whole, (T, B, K + K*H), for the backward), the tiny v_{t-1} BD^T, and per row the logits,
 the softmaxes, the mixture and the activations in one pass; backward: per row d pre, dv_t,
@@ -30,10 +30,11 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from . import native, second_order
-from .interface import register
-from .second_order import SecondOrderKernels, lstm_factors, multi_weight_grads, state_buffers
-from .sequences import add, final, outputs, state_grads_into_steps
+from ..common import native
+from ..common.sequences import add, final, outputs, state_grads_into_steps
+from ..interface import KernelPath, register
+from . import shared
+from .shared import SecondOrderKernels, lstm_factors, multi_weight_grads, state_buffers
 from .step_products import StepProduct
 
 
@@ -55,12 +56,14 @@ class MultiMatrixKernels(SecondOrderKernels):
         v0 = torch.cat(keys, dim=-1) if len(keys) > 1 else keys[0]
         bd = torch.block_diag(*v.key_weights) if len(Ks) > 1 else v.key_weights[0]
         args = (memory, Ks, x, h0, c0, v0, v.weight_ih, v.weight_hh, bd, v.bias, h_mask, lengths)
-        if path == "triton-recurrent":
-            from .triton_second_order import TritonMultiMatrix
+        if path is KernelPath.TRITON_RECURRENT:
+            from .triton_kernels import TritonMultiMatrix
 
             out, hn, cn, vn = TritonMultiMatrix.apply(*args)
-        else:
+        elif path is KernelPath.RECURRENT:
             out, hn, cn, vn = MultiMatrixRecurrence.apply(*args)
+        else:
+            raise self.unknown(path)
         new_keys = tuple(vn.split(list(Ks), dim=-1)) if len(Ks) > 1 else (vn,)
         return out, ((hn, cn) if memory else (hn,)) + new_keys
 
@@ -127,7 +130,7 @@ class MultiMatrixRecurrence(torch.autograd.Function):
     product over all steps.
 
     On CPU in float32 / float64 both loops are one call each into the native kernel
-    (``multi_fwd`` / ``multi_bwd`` of ``csrc/second_order.c``; ``ctx.native``), which fill
+    (``multi_fwd`` / ``multi_bwd`` of ``second_order.c``; ``ctx.native``), which fill
     the same buffers except ``rs``: one (T, B, K + K*H) buffer, [h' W_key^T, R_t] per step.
     """
 
@@ -147,8 +150,8 @@ class MultiMatrixRecurrence(torch.autograd.Function):
         V = x.new_empty(T + 1, B, Kt)
         V[0] = v0
         Hs, HM, C, TC = state_buffers(x, h0, c0 if memory else None, h_mask)
-        ctx.native = lib = second_order.native_library(x)
-        if lib is not None:  # the whole loop in one C call (multi_fwd, csrc/second_order.c)
+        ctx.native = lib = shared.native_library(x)
+        if lib is not None:  # the whole loop in one C call (multi_fwd, second_order.c)
             R = x.new_empty(T, B, Kt + Kt * H)  # h'_{t-1} W_hh^T: key h-columns, every W_g[j] h'
             if h_mask is not None:
                 h_mask = h_mask.expand(B, H).contiguous()

@@ -1,36 +1,39 @@
 """The fast paths of the LSTM family (``lstmablate/cells/lstm.py``): which one a call takes
 (:meth:`LSTMFamilyKernels.choose`) and running it (:meth:`LSTMFamilyKernels.run`).
+Its folder holds everything of the family: this module, the recurrence (``recurrent.py``),
+the scan (``scan.py``), the Triton kernels (``triton_kernels.py``) and the C loops
+(``lstm_family.c``); what it shares with the other families is ``../common/``.
 
-Paths:
+Paths (``interface.KernelPath``):
 
 * ``torch-lstm`` / ``torch-rnn``: ``lstm`` (``lstm-gates``) is exactly what
   ``torch.nn.LSTM`` (``RNN``) computes, so PyTorch's fused kernel runs it
-  (``delegate.py``): on CUDA cuDNN, with our parameters kept in cuDNN's layout between
+  (``common/delegate.py``): on CUDA cuDNN, with our parameters kept in cuDNN's layout between
   calls, and a whole stacked (bidirectional) encoder in one call where its options allow
   (:meth:`LSTMFamilyKernels.stack`); on CPU (oneDNN / ATen) when the native kernel is
   unavailable, when ``LSTMABLATE_TORCH_ON_CPU=1``, or when the calibrated timing found it
-  faster for the call's shape class on this machine (``calibrate.py``; fixed-length calls
+  faster for the call's shape class on this machine (``common/calibrate.py``; fixed-length calls
   only: with variable lengths PyTorch packs the sequence, and its packed CPU backward is
   far slower than ours, see ``dispatch.prefer_torch_on_cpu``).  Not with recurrent dropout
   or a length-0 sequence (neither maps onto PyTorch's kernels), nor, on CPU, with a
   projection (oneDNN has none);
-* ``triton-recurrent`` / ``triton-scan``: the Triton kernels (``triton_lstm.py``): on CUDA
+* ``triton-recurrent`` / ``triton-scan``: the Triton kernels (``triton_kernels.py``): on CUDA
   every other call (``LSTMABLATE_TRITON=1``: every call);
-* ``recurrent``: the hand-written recurrence (``lstm_recurrent.py``; native on CPU, PyTorch
+* ``recurrent``: the hand-written recurrence (``recurrent.py``; native on CPU, PyTorch
   loops elsewhere);
-* ``scan``: nothing reads h_{t-1} (``lstm_scan.py``);
+* ``scan``: nothing reads h_{t-1} (``scan.py``);
 * ``reference``: the cell's own step loop (forced, autocast, a mask with holes, another
   dtype; ``interface.refused``).
 """
 
 from __future__ import annotations
 
-from . import calibrate, delegate
-from .delegate import CudnnStack
-from .dispatch import describe, native_loops, torch_or_ours
-from .interface import Call, KernelFamily, NativeSource, register
-from .lstm_recurrent import layout, recurrent
-from .lstm_scan import scan
+from ..common import calibrate, delegate
+from ..common.delegate import CudnnStack
+from ..common.dispatch import describe, native_loops, torch_or_ours
+from ..interface import Call, KernelFamily, KernelPath, NativeSource, register
+from .recurrent import layout, recurrent
+from .scan import scan
 
 
 def torch_kind(v, call: Call) -> str | None:
@@ -52,6 +55,8 @@ class LSTMFamilyKernels(CudnnStack, KernelFamily):
              "recurrent_blocks", "content", "memory_cell", "use_forget_gate", "use_output_gate",
              "gates_see_hidden", "proj_size", "weight_ih", "weight_hh", "bias", "weight_hr",
              "parameters")
+    paths = (KernelPath.TORCH_LSTM, KernelPath.TORCH_RNN, KernelPath.TRITON_RECURRENT,
+             KernelPath.TRITON_SCAN, KernelPath.RECURRENT, KernelPath.SCAN)
     native = NativeSource("lstm_family", "lstm_family.c")
     #: every flag set of the registry, plus the options that change the kernel
     cases = (("lstm", {}), ("lstm-srnn", {}), ("lstm-srnn-out", {}), ("lstm-srnn-hidden", {}),
@@ -61,9 +66,9 @@ class LSTMFamilyKernels(CudnnStack, KernelFamily):
              ("lstm-srnn-hidden", {"proj_size": 2}), ("lstm-noforget", {"gates_see_hidden": False}),
              ("lstm-srnn-hidden-out", {"forget_gate": False}), ("lstm-srnn-out", {"proj_size": 2}))
 
-    def choose(self, v, call: Call) -> str:
+    def choose(self, v, call: Call) -> KernelPath:
         kind = torch_kind(v, call)
-        ours = "scan" if v.weight_hh is None else "recurrent"
+        ours = KernelPath.SCAN if v.weight_hh is None else KernelPath.RECURRENT
         sc = None if call.batch is None else (lambda: calibrate.shape_class(
             kind, self.native.library, v.input_size, v.hidden_size, call.batch, call.dtype,
             call.grad))
@@ -81,23 +86,27 @@ class LSTMFamilyKernels(CudnnStack, KernelFamily):
                     "torch": calibrate.runner(lambda: theirs(v, x, state, None), v, x, sc.grad)}
         return make
 
-    def describe(self, path: str, v, call: Call) -> str:
+    def describe(self, path: KernelPath, v, call: Call) -> str:
         return describe(path, call, native_loops(self, call), torch_kind(v, call) is not None)
 
     def run(self, path, v, x, state, lengths, h_mask):
-        if path == "torch-lstm":
+        if path is KernelPath.TORCH_LSTM:
             return delegate.torch_lstm(v, x, state, lengths)
-        if path == "torch-rnn":
+        if path is KernelPath.TORCH_RNN:
             return delegate.torch_rnn(v, x, state, lengths)
-        if path.startswith("triton-"):
-            from . import triton_lstm
+        if path is KernelPath.TRITON_SCAN:
+            from . import triton_kernels
 
-            if path == "triton-scan":
-                return triton_lstm.scan(v, layout(v), x, state, lengths)
-            return triton_lstm.recurrent(v, layout(v), x, state, lengths, h_mask)
-        if path == "scan":
+            return triton_kernels.scan(v, layout(v), x, state, lengths)
+        if path is KernelPath.TRITON_RECURRENT:
+            from . import triton_kernels
+
+            return triton_kernels.recurrent(v, layout(v), x, state, lengths, h_mask)
+        if path is KernelPath.SCAN:
             return scan(v, x, state, lengths)
-        return recurrent(v, x, state, lengths, h_mask)
+        if path is KernelPath.RECURRENT:
+            return recurrent(v, x, state, lengths, h_mask)
+        raise self.unknown(path)
 
     def torch_kind(self, v, call: Call) -> str | None:
         return torch_kind(v, call)

@@ -1,7 +1,7 @@
 """The LSTM family's Triton kernels (``lstm-srnn``, ``lstm-srnn-out``, ``lstm-noforget``,
 ``lstm-gates``, ``lstm`` with recurrent dropout or a length-0 row, projections; and the
 scan of ``lstm-srnn-hidden``, ``lstm-srnn-hidden-out``); the LSTM cell's arithmetic here is
-also mLSTM's and mmLSTM's (``triton_second_order.py``).
+also mLSTM's and mmLSTM's (``second_order/triton_kernels.py``).
 
 Equations: Levy et al. (ACL 2018) eqs 1-7, as in ``lstmablate/cells/lstm.py``.
 
@@ -14,16 +14,16 @@ the next product.  Backward per step: one launch assembles dh_t (the output's gr
 the final state's at the sequence's last real step, and mask * the previous step's product
 ``dZ_rec W_hh``), turns dh_t and the carried dc into the pre-activations' gradient dZ_t and
 dc_{t-1}; then one product ``dZ_rec W_hh``.  The weight gradients are one product each over
-all steps after the loop (``lstm_recurrent.RecurrentLSTM._weight_grads``).  A projection
+all steps after the loop (``recurrent.RecurrentLSTM._weight_grads``).  A projection
 (``proj_size``) adds its product and one small launch per step each way.
 
 **No recurrent product** (``lstm_scan``, ``lstm_scan_grad``): the gates and the content read
 x only, so one launch runs the whole sequence: each program owns a slice of the batch x
 hidden units and loops over time (forward: the memory cell; backward: the reverse scan).
 
-Padding and recurrent dropout: in the kernels (``triton_common.py``).  Buffers are
+Padding and recurrent dropout: in the kernels (``common/triton_common.py``).  Buffers are
 allocated once per call shape (``triton_common.RecurrentLoops``); on CUDA the two loops are
-captured in CUDA graphs and replayed (``graphs.py``).  The step index ``t`` is not
+captured in CUDA graphs and replayed (``common/graphs.py``).  The step index ``t`` is not
 specialized on (``do_not_specialize``), so one compiled kernel serves every step.
 """
 
@@ -34,10 +34,10 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from .lstm_recurrent import Layout, RecurrentLSTM, apply_recurrence
-from .sequences import input_products, input_side_grads
-from .triton_common import (RecurrentLoops, acc, emit, grad_h, last_rows, launch, live_rows,
-                            run_grads, run_loops, sigmoid, tanh)
+from ..common.sequences import input_products, input_side_grads
+from ..common.triton_common import (RecurrentLoops, acc, emit, grad_h, last_rows, launch, live_rows,
+                                    run_grads, run_loops, sigmoid, tanh)
+from .recurrent import Layout, RecurrentLSTM, apply_recurrence
 
 # ---------------------------------------------------------------------------------------
 # the LSTM cell (also mLSTM's and mmLSTM's)
@@ -333,7 +333,7 @@ class StepLoops(RecurrentLoops):
 
 class TritonRecurrentLSTM(torch.autograd.Function):
     """The LSTM-family recurrence on the Triton kernels; the same inputs and gradients as
-    ``lstm_recurrent.RecurrentLSTM`` (whose weight-gradient products it shares)."""
+    ``recurrent.RecurrentLSTM`` (whose weight-gradient products it shares)."""
 
     @staticmethod
     def forward(ctx, L, x, h0, c0, w_ih, w_hh, bias, w_hr, h_mask, lengths):

@@ -16,7 +16,7 @@ then run instead, with the same numbers.
   kernels.
 * **The per-step products** (float32): ``blas`` (sgemm_ every step), ``mkl-packed``
   (MKL's packed GEMM, where PyTorch's BLAS is MKL) or ``own-packed`` (our packed GEMM,
-  ``csrc/la_gemm.c``).  MKL's is fast on Intel CPUs and slow on AMD ones, ours is
+  ``la_gemm.c``).  MKL's is fast on Intel CPUs and slow on AMD ones, ours is
   vendor-neutral, so which one runs is decided per machine and thread count by a short
   timing of each on two representative step products (:meth:`NativeLibrary.choose_step_gemm`,
   cached with the dispatch decisions, ``calibrate.py``);
@@ -41,14 +41,14 @@ from pathlib import Path
 
 import torch
 
+from ..switches import native_enabled, packed_gemm_enabled, step_gemm_setting
 from . import calibrate, native_build
-from .switches import native_enabled, packed_gemm_enabled, step_gemm_setting
 
 #: element-wise work (elements per step) above which a step's rows are split across threads
 PAR_MIN = 1 << 10
 
 _SUFFIX = {torch.float32: "f", torch.float64: "d"}
-#: the per-step product paths (``la_set_step_gemm`` in ``csrc/la_blas.c``)
+#: the per-step product paths (``la_set_step_gemm`` in ``la_blas.c``)
 STEP_MODES = {"blas": 0, "mkl-packed": 1, "own-packed": 2}
 
 

@@ -1,5 +1,6 @@
-"""What every hand-written kernel does around its loops: classify the call's mask, do the
-input products of all steps at once, and turn the per-step buffers into what the caller sees.
+"""What every hand-written kernel does around its loops: do the input products of all steps
+at once, and turn the per-step buffers into what the caller sees (the call's mask is
+classified before, by ``interface.mask_kind``).
 
 Padding: the encoder's masks are *prefix* masks (each sequence is real up to its length).
 The hand-written kernels run every row over all T steps and then take each sequence's
@@ -14,27 +15,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-
-
-def mask_kind(mask: Tensor | None) -> tuple[str, Tensor | None]:
-    """Classify a (T, B) mask: ("none", None), ("prefix", lengths), ("prefix0", lengths)
-    when some length is 0, or ("other", None) for masks with holes / non-0/1 values."""
-    if mask is None:
-        return "none", None
-    T = mask.shape[0]
-    if mask.dim() != 2:
-        return "other", None
-    if not mask.is_floating_point():
-        mask = mask.float()
-    lengths = mask.sum(0).round().long()
-    steps = torch.arange(T, device=mask.device).unsqueeze(1)
-    if not torch.equal((steps < lengths.unsqueeze(0)).to(mask.dtype), mask):
-        return "other", None
-    if mask.shape[1] and bool((lengths == mask.shape[0]).all()):
-        return "none", None
-    if mask.shape[1] and bool((lengths == 0).any()):
-        return "prefix0", lengths
-    return "prefix", lengths
 
 
 def input_products(x: Tensor, w_ih: Tensor, bias: Tensor | None,

@@ -11,12 +11,12 @@
    and, with a projection (Sak et al. 2014), h_t = W_hr (o_t * tanh(c_t)).
 
    Blocks: the gates i, f, o (as present) then the content g; the blocks that read h_{t-1}
-   are the contiguous range [r0, r1) (lstm_family.py, _Layout).  Compiled twice (la_real.h). */
+   are the contiguous range [r0, r1) (lstm/recurrent.py, Layout).  Compiled twice (la_real.h). */
 #include <stdlib.h>
 
 #include "la_real.h"
 
-/* The cell's layout (mirrored by lstm_family.py's ctypes structure, which is derived from
+/* The cell's layout (mirrored by common/native.py's ctypes structure, which is derived from
    this declaration). */
 typedef struct {
     int H;        /* hidden size */

@@ -3,7 +3,7 @@ extra installs it).  Without it — or without CUDA — nothing changes: the dis
 asks for a Triton path (``dispatch.triton_runs``) and no module importing ``triton`` is
 loaded.
 
-The kernels (``triton_lstm.py``, ``triton_gru.py``, ``triton_second_order.py``) are
+The kernels (each family's ``triton_kernels.py``: ``lstm/``, ``gru/``, ``second_order/``) are
 decorated with ``triton.jit`` when their module is first imported, and Triton decides
 then whether they are compiled for the GPU or run by its interpreter on CPU tensors
 (``TRITON_INTERPRET=1``, read by Triton at that moment).  The interpreter executes every
@@ -18,6 +18,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 import torch
+
+from .. import switches
 
 
 @lru_cache(maxsize=1)
@@ -43,9 +45,7 @@ def interpreting() -> bool:
     try:
         return bool(triton.knobs.runtime.interpret)
     except AttributeError:  # Triton < 3.3: no knobs
-        import os
-
-        return os.environ.get("TRITON_INTERPRET", "0") == "1"
+        return switches.read("TRITON_INTERPRET") == "1"
 
 
 def runs(x: torch.Tensor) -> bool:

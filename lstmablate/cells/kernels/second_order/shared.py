@@ -1,5 +1,7 @@
 """What the fast paths of the second-order cells share: ``mrnn``, ``mlstm`` (``factored.py``),
-``mmrnn``, ``mmlstm`` (``multi_matrix.py``) and ``dyck-rnn`` (``dyck.py``).
+``mmrnn``, ``mmlstm`` (``multi_matrix.py``) and ``dyck-rnn`` (``dyck.py``), three kernel
+families in one folder with their per-step products (``step_products.py``), their Triton
+kernels (``triton_kernels.py``) and their C loops (``second_order.c``).
 
 The equations and parameter layouts are those of ``lstmablate/cells/multiplicative.py``
 and ``dyck.py``; nothing here changes them.  Each kernel is a ``torch.autograd.Function``
@@ -12,13 +14,13 @@ the way the LSTM family's PyTorch loops are:
 * the backward loop does only what sits on the recurrence; the derivative factors of the
   element-wise work are computed for all steps before it, and the input and weight
   gradients are ONE matrix product each over all steps after it;
-* padding, recurrent dropout: as the other kernels (``sequences.py``).
+* padding, recurrent dropout: as the other kernels (``common/sequences.py``).
 
 ``mrnn``, ``mlstm``, ``mmrnn`` and ``mmlstm`` also have both loops in C
-(``csrc/second_order.c``, the ``second_order`` library, built on first use of such a
+(``second_order.c``, the ``second_order`` library, built on first use of such a
 cell): taken on CPU in float32 / float64 wherever it builds, the PyTorch loops otherwise
 (another device, ``LSTMABLATE_NATIVE=0``, no compiler or BLAS); on CUDA, where Triton is
-installed, they run the Triton kernels (``triton_second_order.py``).
+installed, they run the Triton kernels (``triton_kernels.py``).
 :meth:`SecondOrderKernels.describe` names the path.
 """
 
@@ -27,9 +29,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .dispatch import describe, native_loops, triton_runs
-from .interface import Call, KernelFamily, NativeSource
-from .native import NativeLibrary, library_for
+from ..common.dispatch import describe, native_loops, triton_runs
+from ..common.native import NativeLibrary, library_for
+from ..interface import Call, KernelFamily, KernelPath, NativeSource
 
 FAMILY = "second_order"
 
@@ -42,16 +44,17 @@ def native_library(x: Tensor) -> NativeLibrary | None:
 class SecondOrderKernels(KernelFamily):
     """What the second-order families share: one path, ``recurrent`` (the PyTorch loops, or
     the native loops on CPU where they build), or on CUDA ``triton-recurrent`` where the
-    family has Triton kernels (``triton``); ``h_mask`` (recurrent dropout) is supported by
+    family has Triton kernels (``paths``); ``h_mask`` (recurrent dropout) is supported by
     every kernel."""
 
+    paths = (KernelPath.TRITON_RECURRENT, KernelPath.RECURRENT)
     native = NativeSource(FAMILY, "second_order.c")
-    triton = True
 
-    def choose(self, v, call: Call) -> str:
-        return "triton-recurrent" if self.triton and triton_runs(call) else "recurrent"
+    def choose(self, v, call: Call) -> KernelPath:
+        triton = KernelPath.TRITON_RECURRENT in self.paths and triton_runs(call)
+        return KernelPath.TRITON_RECURRENT if triton else KernelPath.RECURRENT
 
-    def describe(self, path: str, v, call: Call) -> str:
+    def describe(self, path: KernelPath, v, call: Call) -> str:
         return describe(path, call, native_loops(self, call))
 
 
@@ -93,7 +96,7 @@ def lstm_factors(Z4: Tensor, C: Tensor, TC: Tensor) -> tuple[Tensor, Tensor]:
 
 def factored_weight_grads(ctx, x, w_ih, w_hm, M, Hs, HM, dXP, DP, dh0, dc0):
     """mRNN / mLSTM (``factored.py``): the input and weight gradients, one matrix
-    product each over all steps (also the Triton kernels', ``triton_second_order.py``)."""
+    product each over all steps (also the Triton kernels', ``triton_kernels.py``)."""
     memory, F = ctx.memory, ctx.F
     T, B, I = x.shape
     H = Hs.shape[-1]

@@ -1,7 +1,7 @@
 """What every Triton kernel here shares: the jit helpers (activations, padding, the
 writing of h_t, the assembling of dh_t), launching, and the loops' common buffers and
-binding (``RecurrentLoops``), used by ``triton_lstm.py``, ``triton_gru.py`` and
-``triton_second_order.py``.
+binding (``RecurrentLoops``), used by the families' ``triton_kernels.py`` (``lstm/``, ``gru/``
+and ``second_order/``).
 
 Padding (prefix masks: the encoder reverses each sequence within its length for the
 backward direction, so both directions are prefix masks here): the forward kernels carry

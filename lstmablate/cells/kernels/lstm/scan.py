@@ -5,7 +5,7 @@ The gates and the content depend on x alone, so they are computed for all steps 
 (one matrix product and one activation pass), and the memory cell (eq 5) is a linear
 element-wise scan, c_t = f_t * c_{t-1} + i_t * c~_t; without a forget gate a cumulative
 sum.  This is the PyTorch implementation (any device); on CPU with the native kernel the
-same cells run the native loop of ``lstm_recurrent.py`` (which has no recurrent product to
+same cells run the native loop of ``recurrent.py`` (which has no recurrent product to
 do for them).
 """
 
@@ -14,10 +14,10 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import native
-from .lstm_recurrent import Layout, layout, recurrent
-from .sequences import (add, final, input_products, input_side_grads, masked_outputs,
-                        state_grads_into_steps)
+from ..common import native
+from ..common.sequences import (add, final, input_products, input_side_grads, masked_outputs,
+                                state_grads_into_steps)
+from .recurrent import Layout, layout, recurrent
 
 
 def scan(cell, x, state, lengths):

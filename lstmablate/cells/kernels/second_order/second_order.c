@@ -1,7 +1,7 @@
 /* lstmablate native kernels: the second-order cells (lstmablate/cells/multiplicative.py),
    forward and BPTT of mRNN and mLSTM (the factored transition) and of mmRNN and mmLSTM (a key
    vector mixing K choice matrices); the buffers are those of the PyTorch loops of
-   lstmablate/cells/kernels/factored.py and multi_matrix.py.
+   lstmablate/cells/kernels/second_order/factored.py and multi_matrix.py.
 
    mRNN (Sutskever et al. 2011) / mLSTM (Krause et al. 2016):
        m_t = (W_mx x_t) * (W_mh h_{t-1});  [i; f; o; u] = W_x x_t + W_hm m_t + b

@@ -11,8 +11,8 @@
    is fast on Intel CPUs but not on AMD ones (measured on an AMD EPYC with AVX-512:
    docs/performance.md), while this kernel is vendor-neutral.  Which of the two (or plain
    sgemm_) runs the per-step products is decided per machine by a short timing
-   (lstmablate/cells/kernels/native.py, calibrate.py).  Compiled with -ffp-contract=fast so
-   that acc += a * b becomes a fused multiply-add. */
+   (lstmablate/cells/kernels/common/native.py, calibrate.py).  Compiled with
+   -ffp-contract=fast so that acc += a * b becomes a fused multiply-add. */
 #define _POSIX_C_SOURCE 200112L  /* posix_memalign under -std=c99 */
 #include <stdlib.h>
 #include <string.h>

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .switches import graphs_setting
+from ..switches import graphs_setting
 
 
 class Loops:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from .interface import Call, register
-from .second_order import SecondOrderKernels
-from .sequences import add, final, masked_outputs, state_grads_into_steps
+from ..common.sequences import add, final, masked_outputs, state_grads_into_steps
+from ..interface import Call, KernelPath, register
+from .shared import SecondOrderKernels
 
 
 class DyckKernels(SecondOrderKernels):
@@ -26,15 +26,17 @@ class DyckKernels(SecondOrderKernels):
 
     name = "dyck"
     reads = ("shift_push", "shift_pop", "project_inputs")
+    paths = (KernelPath.RECURRENT,)
     native = None
-    triton = False
 
-    def choose(self, v, call: Call) -> str:
+    def choose(self, v, call: Call) -> KernelPath:
         if v.shift_push.requires_grad or v.shift_pop.requires_grad:
-            return "reference"
+            return KernelPath.REFERENCE
         return super().choose(v, call)
 
     def run(self, path, v, x, state, lengths, h_mask):
+        if path is not KernelPath.RECURRENT:
+            raise self.unknown(path)
         xp = v.project_inputs(x)  # [g_t, g_t W^hx x_t] for all steps (ordinary autograd)
         shifts = torch.cat([v.shift_push, v.shift_pop])  # [W_1; W_2] (2H, H), fixed
         out, hn = DyckRecurrence.apply(xp[..., :1], xp[..., 1:], state[0], shifts, h_mask, lengths)

@@ -3,12 +3,13 @@
    Plain C99, no PyTorch headers.  The matrix products go to the BLAS that PyTorch itself
    uses (sgemm_ / dgemm_ of libtorch_cpu, and MKL's packed GEMM where it is exported): the
    Python side looks the functions up at run time and hands their addresses to la_init /
-   la_init_packed (lstmablate/cells/kernels/native.py), so the products run on PyTorch's
-   own OpenMP threads and no BLAS is linked here.
+   la_init_packed (lstmablate/cells/kernels/common/native.py), so the products run on
+   PyTorch's own OpenMP threads and no BLAS is linked here.
 
-   Every library (one per kernel family, lstmablate/cells/kernels/native_build.py) is linked from
-   la_blas.c, la_gemm.c and its family's source compiled twice: once with LA_DOUBLE=0 (float32),
-   once with LA_DOUBLE=1 (float64).  Only the functions marked LA_EXPORT are visible outside it. */
+   Every library (one per kernel family, lstmablate/cells/kernels/common/native_build.py) is
+   linked from la_blas.c, la_gemm.c and its family's source compiled twice: once with
+   LA_DOUBLE=0 (float32), once with LA_DOUBLE=1 (float64).  Only the functions marked
+   LA_EXPORT are visible outside it. */
 #ifndef LA_BLAS_H
 #define LA_BLAS_H
 

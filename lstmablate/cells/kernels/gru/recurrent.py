@@ -1,7 +1,7 @@
 """The GRU recurrence with a hand-written BPTT (Neubig eqs 56-59, Cho et al. 2014;
 ``lstmablate/cells/gru.py``), in two implementations of the same loops: the native kernel
-(CPU, float32 / float64; ``csrc/gru.c``) and PyTorch loops (any device).  Which path a
-call takes is ``gru.py``'s.
+(CPU, float32 / float64; ``gru.c``) and PyTorch loops (any device).  Which path a
+call takes is ``family.py``'s.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import native
-from .native import library_for
-from .sequences import (add, final, input_products, input_side_grads, masked_outputs,
-                        state_grads_into_steps)
+from ..common import native
+from ..common.native import library_for
+from ..common.sequences import (add, final, input_products, input_side_grads, masked_outputs,
+                                state_grads_into_steps)
 
 FAMILY = "gru"
 

@@ -3,7 +3,7 @@
 the backward (BPTT) written by hand, in two implementations of the same loops:
 
 * the **native kernel** (CPU, float32 / float64): both loops in C
-  (``csrc/lstm_family.c``: per-step products through MKL's packed GEMM, the element-wise
+  (``lstm_family.c``: per-step products through MKL's packed GEMM, the element-wise
   work of a step one fused, vectorised pass);
 * the **PyTorch loops** (any device; no compiler; ``LSTMABLATE_NATIVE=0``): in-place
   PyTorch operations on buffers allocated once per call.
@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import native
-from .sequences import add, input_products, input_side_grads, outputs, state_grads_into_steps
+from ..common import native
+from ..common.sequences import (add, input_products, input_side_grads, outputs,
+                                state_grads_into_steps)
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def layout(cell) -> Layout:
 
 
 def c_layout(lib: native.NativeLibrary, L: Layout, nbias: int = 0):
-    """The C ``LAYOUT`` of a layout (``csrc/lstm_family.c``)."""
+    """The C ``LAYOUT`` of a layout (``lstm_family.c``)."""
     return lib.layout(H=L.H, P=L.P, nb=L.nb, nG=L.nG, fi=L.fi, oi=L.oi, r0=L.r0, r1=L.r1,
                       srnn=int(L.srnn), memory=int(L.memory), nbias=nbias, par_min=native.PAR_MIN)
 

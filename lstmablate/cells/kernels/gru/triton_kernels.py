@@ -13,8 +13,8 @@ Per step the recurrent products stay cuBLAS's and the element-wise work is fused
   products.
 
 The weight gradients are one product each over all steps after the loop
-(``gru_recurrent.RecurrentGRU._weight_grads``); padding and recurrent dropout as in
-``triton_common.py``, whose helpers these kernels use.
+(``recurrent.RecurrentGRU._weight_grads``); padding and recurrent dropout as in
+``common/triton_common.py``, whose helpers these kernels use.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from .gru_recurrent import RecurrentGRU
-from .triton_common import (RecurrentLoops, emit, grad_h, last_rows, launch, live_rows,
-                            run_grads, run_loops, sigmoid, tanh)
+from ..common.triton_common import (RecurrentLoops, emit, grad_h, last_rows, launch, live_rows,
+                                    run_grads, run_loops, sigmoid, tanh)
+from .recurrent import RecurrentGRU
 
 
 @triton.jit(do_not_specialize=["t"])

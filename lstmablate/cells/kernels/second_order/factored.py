@@ -7,7 +7,7 @@ P_t = h'_{t-1} W_mh^T, M_t = A_t * P_t, Z_t += M_t W_hm^T, then tanh (mRNN) or t
 element-wise work (mLSTM; blocks i, f, o, u).  Backward per step: dZ_t from dh_t (and dc_t),
 dM_t = dZ_t W_hm, dP_t = dM_t * A_t, dh_{t-1} += dP_t W_mh.  After the loop dA = dM * P
 and dW_ih = [dA, dZ]^T X, dW_mh = dP^T H', dW_hm = dZ^T M, dX = [dA, dZ] W_ih.  Native
-(``csrc/second_order.c``): the same buffers; each loop is one C call (per step the two
+(``second_order.c``): the same buffers; each loop is one C call (per step the two
 products through MKL's packed GEMM in float32, sgemm_/dgemm_ otherwise, and each piece of
 element-wise work one fused pass; the backward writes dA_t = dM_t * P_t in the loop), and
 the weight gradients stay here.
@@ -18,10 +18,11 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import native, second_order
-from .interface import register
-from .second_order import SecondOrderKernels, factored_weight_grads, lstm_factors, state_buffers
-from .sequences import add, outputs, state_grads_into_steps
+from ..common import native
+from ..common.sequences import add, outputs, state_grads_into_steps
+from ..interface import KernelPath, register
+from . import shared
+from .shared import SecondOrderKernels, factored_weight_grads, lstm_factors, state_buffers
 from .step_products import StepProduct
 
 
@@ -38,12 +39,14 @@ class FactoredKernels(SecondOrderKernels):
         c0 = state[1] if memory else None
         args = (memory, v.factor_size, x, h0, c0, v.weight_ih, v.weight_mh, v.weight_hm, v.bias,
                 h_mask, lengths)
-        if path == "triton-recurrent":
-            from .triton_second_order import TritonFactored
+        if path is KernelPath.TRITON_RECURRENT:
+            from .triton_kernels import TritonFactored
 
             out, hn, cn = TritonFactored.apply(*args)
-        else:
+        elif path is KernelPath.RECURRENT:
             out, hn, cn = FactoredRecurrence.apply(*args)
+        else:
+            raise self.unknown(path)
         return out, ((hn, cn) if memory else (hn,))
 
 
@@ -58,7 +61,7 @@ class FactoredRecurrence(torch.autograd.Function):
     ``M`` (T, B, F) = m_t; ``Hs`` (T+1, B, H) with Hs[0] = h_0; ``HM`` (T, B, H) =
     h_{t-1} * h_mask with recurrent dropout; mLSTM: ``C`` (T+1, B, H), ``TC`` = tanh(c_t).
     On CPU in float32 / float64 both loops are one call each into the native kernel
-    (``factored_fwd`` / ``factored_bwd`` of ``csrc/second_order.c``; ``ctx.native``), which
+    (``factored_fwd`` / ``factored_bwd`` of ``second_order.c``; ``ctx.native``), which
     fill the same buffers; otherwise the PyTorch loops below.
     """
 
@@ -73,8 +76,8 @@ class FactoredRecurrence(torch.autograd.Function):
         P = x.new_empty(T, B, F)
         M = x.new_empty(T, B, F)
         Hs, HM, C, TC = state_buffers(x, h0, c0 if memory else None, h_mask)
-        ctx.native = lib = second_order.native_library(x)
-        if lib is not None:  # the whole loop in one C call (factored_fwd, csrc/second_order.c)
+        ctx.native = lib = shared.native_library(x)
+        if lib is not None:  # the whole loop in one C call (factored_fwd, second_order.c)
             if h_mask is not None:
                 h_mask = h_mask.expand(B, H).contiguous()
             w_mh, w_hm = w_mh.contiguous(), w_hm.contiguous()

@@ -1,4 +1,5 @@
-"""Which kernel a call takes: the choices the families share beyond ``interface.refused``.
+"""Which kernel a call takes: the choices the families share beyond ``interface.refused``
+(the paths are ``interface.KernelPath``'s members).
 
 * :func:`triton_runs`: whether the Triton kernels may run a call: on CUDA wherever Triton
   imports (``LSTMABLATE_TRITON`` not ``0``); on CPU tensors only with
@@ -6,10 +7,10 @@
   test suite checks their arithmetic without a GPU);
 * :func:`torch_or_ours`: for the cells PyTorch has a fused kernel of its own for
   (``lstm``, ``lstm-gates``, ``gru`` with ``reset_after``): on CUDA PyTorch's (cuDNN,
-  ``delegate.py``) unless ``LSTMABLATE_TRITON=1``; on CPU PyTorch's (oneDNN / ATen) or
+  ``common/delegate.py``) unless ``LSTMABLATE_TRITON=1``; on CPU PyTorch's (oneDNN / ATen) or
   ours by :func:`prefer_torch_on_cpu`;
 * :func:`prefer_torch_on_cpu`: ``LSTMABLATE_TORCH_ON_CPU``, no native kernel, or the
-  calibrated choice of ``calibrate.py``.  A CPU call with variable lengths keeps ours:
+  calibrated choice of ``common/calibrate.py``.  A CPU call with variable lengths keeps ours:
   PyTorch runs it as a packed sequence, whose CPU backward is an ATen loop that zero-fills
   and adds a buffer of all the batch's tokens at every time step (measured on BiDAF's
   whole training step took twice as long; docs/performance.md);
@@ -20,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..interface import Call, KernelPath
+from ..switches import graphs_setting, torch_on_cpu, triton_setting
 from . import calibrate, triton_support
-from .interface import Call
 from .native import library_for
-from .switches import graphs_setting, torch_on_cpu, triton_setting
 
 
 def triton_runs(call: Call) -> bool:
@@ -67,20 +68,21 @@ def prefer_torch_on_cpu(sc: Callable[[], calibrate.ShapeClass] | None, *, native
     return calibrate.choose(shape, lambda: runners(shape)).choice == "torch"
 
 
-def torch_or_ours(kind: str | None, ours: str, call: Call, native: Callable[[], bool],
+def torch_or_ours(kind: str | None, ours: KernelPath, call: Call, native: Callable[[], bool],
                   sc: Callable[[], calibrate.ShapeClass] | None,
-                  runners: Callable[[calibrate.ShapeClass], dict]) -> str:
-    """``torch-<kind>`` (PyTorch's fused kernel), ``triton-<ours>`` or ``ours`` for a call
-    that PyTorch's kernel ``kind`` could run (None: it cannot)."""
+                  runners: Callable[[calibrate.ShapeClass], dict]) -> KernelPath:
+    """``torch-<kind>`` (PyTorch's fused kernel), ``ours`` on Triton (``triton-<ours>``) or
+    ``ours`` (``recurrent``, ``scan``) for a call that PyTorch's kernel ``kind`` could run
+    (None: it cannot)."""
     triton = triton_runs(call)
     if kind is not None and not (triton and triton_setting() == "1"):
         if call.device_type != "cpu":
-            return f"torch-{kind}"
+            return KernelPath.torch(kind)
         has_native = native() if call.native is None else call.native
         if prefer_torch_on_cpu(sc, native=has_native, faster=call.faster, runners=runners,
                                mask=call.mask):
-            return f"torch-{kind}"
-    return f"triton-{ours}" if triton else ours
+            return KernelPath.torch(kind)
+    return ours.on_triton if triton else ours
 
 
 def native_loops(family, call: Call) -> bool:
@@ -89,21 +91,21 @@ def native_loops(family, call: Call) -> bool:
                                                       call.dtype) is not None
 
 
-def describe(path: str, call: Call, native_loops: bool, torch_could: bool = False) -> str:
+def describe(path: KernelPath, call: Call, native_loops: bool, torch_could: bool = False) -> str:
     """A path as ``lstmablate bench`` shows it: ``torch-lstm (cuDNN)`` /
     ``torch-lstm (calibrated)``, ``triton-recurrent (CUDA graphs)``, ``recurrent (native)``,
     ``recurrent (native, calibrated)``, ``scan (pytorch)``, ...; ``native_loops``: the
     native (C) loops run this call; ``torch_could``: PyTorch's kernel could run it (so on
     CPU the calibrated timing chose between the two)."""
-    if path.startswith("triton-"):
+    if path.is_triton:
         graphed = call.device_type == "cuda" and graphs_setting() != "0"
         where = "interpreter" if call.device_type == "cpu" else "CUDA graphs" if graphed else ""
-        return path + (f" ({where})" if where else "")
-    if path.startswith("torch-") and call.device_type == "cuda":
-        return path + (" (cuDNN, stacked)" if call.stacked else " (cuDNN)")
+        return f"{path}" + (f" ({where})" if where else "")
+    if path.torch_kind and call.device_type == "cuda":
+        return f"{path}" + (" (cuDNN, stacked)" if call.stacked else " (cuDNN)")
     calibrated = (call.device_type == "cpu" and call.batch is not None and native_loops
                   and torch_on_cpu() == "auto" and call.mask == "none" and torch_could)
-    if path.startswith("torch-"):
-        return path + (" (calibrated)" if calibrated else "")
+    if path.torch_kind:
+        return f"{path}" + (" (calibrated)" if calibrated else "")
     loops = "native" if native_loops else "pytorch"
     return f"{path} ({loops}{', calibrated' if calibrated else ''})"

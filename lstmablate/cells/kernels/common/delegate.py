@@ -324,20 +324,22 @@ class CudnnStack:
     def torch_kind(self, v, call) -> str | None:
         raise NotImplementedError
 
-    def stack_plan(self, encoder, masks=None, **call) -> str | None:
-        from .interface import Call
+    def stack_plan(self, encoder, masks=None, **call):
+        """The ``torch-*`` path (a ``KernelPath``) of a whole-encoder call, or None."""
+        from ..interface import Call
 
         c = Call.of(**call)
         v = self.view(encoder.layers[0][0])
         path = self._plan(v, c)
         if c.device_type != "cuda" or c.mask == "prefix0" or not stackable(encoder, masks):
             return None
-        return path if path == f"torch-{self.torch_kind(v, c)}" else None
+        kind = self.torch_kind(v, c)
+        return path if kind is not None and path.torch_kind == kind else None
 
     def stack(self, encoder, x, lengths, state, masks):
         if x.device.type != "cuda":
             return None
-        from .interface import autocast_on
+        from ..interface import autocast_on
 
         mask = "none" if lengths is None else (
             "prefix0" if bool((lengths == 0).any()) else "prefix")
@@ -345,4 +347,4 @@ class CudnnStack:
                                autocast=autocast_on(x), batch=x.shape[1])
         if path is None:
             return None
-        return stacked(self, path.removeprefix("torch-"), encoder, x, lengths, state)
+        return stacked(self, path.torch_kind, encoder, x, lengths, state)

@@ -1,9 +1,10 @@
 """Compiling the native kernels: one shared library per kernel family, built on first use.
 
-The C sources are package data (``csrc/``): ``la_blas.c`` (the BLAS pointers),
-``la_gemm.c`` (our packed GEMM for the per-step products) and one source per library, as
-the kernel families declare it (``KernelFamily.native``: ``lstm_family.c``, ``gru.c``,
-``second_order.c``; ``interface.native_source``), which is compiled twice, float32
+The C sources are package data: beside this module the ones every library shares,
+``la_blas.c`` (the BLAS pointers), ``la_gemm.c`` (our packed GEMM for the per-step products)
+and their headers, and beside each family's module its library's own source, as the family
+declares it (``KernelFamily.native``: ``lstm/lstm_family.c``, ``gru/gru.c``,
+``second_order/second_order.c``; ``interface.native_source``), which is compiled twice, float32
 (``-DLA_DOUBLE=0``) and float64 (``-DLA_DOUBLE=1``), and linked with the other two into
 ``<family>-<key>.so``.  Plain C99 (with GCC/Clang vector extensions in ``la_gemm.c``) and
 the system compiler, no PyTorch headers: a family builds in a few seconds, once per
@@ -51,9 +52,11 @@ from pathlib import Path
 from lstmablate.errors import UserError
 from lstmablate.io import atomic_write_json
 
-from .interface import native_source
+from .. import switches
+from ..interface import native_source
 
-CSRC = Path(__file__).resolve().parent / "csrc"
+#: the folder of the C sources every library shares (``la_*``): this module's
+CSRC = Path(__file__).resolve().parent
 #: the sources every family library is built from, besides its own
 COMMON_SOURCES = ("la_blas.h", "la_blas.c", "la_gemm.c", "la_real.h")
 #: flags for one source only: our GEMM needs a * b + c fused (FMA)
@@ -78,8 +81,7 @@ class Toolchain:
         return " ".join(self.compiler) + (f" (CFLAGS {' '.join(self.cflags)})" if self.cflags else "")
 
 
-def _split(var: str) -> list[str]:
-    value = os.environ.get(var, "")
+def _split(var: str, value: str) -> list[str]:
     try:
         return shlex.split(value)
     except ValueError as err:  # an unbalanced quote
@@ -89,7 +91,7 @@ def _split(var: str) -> list[str]:
 @lru_cache(maxsize=8)
 def _toolchain(cc_env: str, cflags_env: str, path_env: str) -> Toolchain:
     del path_env  # part of the cache key only: a new PATH may find another compiler
-    argv = _split("CC")
+    argv = _split("CC", cc_env)
     if not argv:
         found = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
         if not found:
@@ -106,13 +108,12 @@ def _toolchain(cc_env: str, cflags_env: str, path_env: str) -> Toolchain:
     if proc.returncode != 0:
         raise BuildError(f"`{' '.join(argv)} --version` failed: {proc.stderr.strip()[-300:]}")
     version = (proc.stdout.strip().splitlines() or ["?"])[0]
-    return Toolchain(tuple(argv), tuple(_split("CFLAGS")), version)
+    return Toolchain(tuple(argv), tuple(_split("CFLAGS", cflags_env)), version)
 
 
 def toolchain() -> Toolchain:
     """The C compiler and flags from the environment (see the module docstring)."""
-    return _toolchain(os.environ.get("CC", ""), os.environ.get("CFLAGS", ""),
-                      os.environ.get("PATH", ""))
+    return _toolchain(switches.read("CC"), switches.read("CFLAGS"), switches.read("PATH"))
 
 
 def flag_sets(machine: str | None = None) -> list[list[str]]:
@@ -170,13 +171,14 @@ def cpu_key(cpuinfo: str | None = None, machine: str | None = None) -> str:
 
 @lru_cache(maxsize=None)
 def source_text(family: str) -> str:
-    """Every source a family's library is built from, concatenated (for the key)."""
-    names = [*COMMON_SOURCES, native_source(family)]
+    """Every source a family's library is built from, concatenated (for the key), each
+    headed by its file name (not its folder: moving a file changes no key)."""
+    files = [*(CSRC / n for n in COMMON_SOURCES), native_source(family)]
     try:
-        return "\n".join(f"// {n}\n" + (CSRC / n).read_text() for n in names)
+        return "\n".join(f"// {f.name}\n" + f.read_text() for f in files)
     except OSError as err:
         raise BuildError(f"the C sources of the native kernels are missing ({err}); the "
-                         f"package data {CSRC} was not installed") from None
+                         f"package data under {CSRC.parent} was not installed") from None
 
 
 @lru_cache(maxsize=None)
@@ -190,8 +192,8 @@ def library_key(family: str, tc: Toolchain | None) -> str:
     import torch
 
     parts = [source_text(family), cpu_key(), torch.__version__, sys.platform,
-             "|".join(tc.compiler) if tc else (f"no compiler: CC={os.environ.get('CC', '')} "
-                                               f"PATH={os.environ.get('PATH', '')}"),
+             "|".join(tc.compiler) if tc else (f"no compiler: CC={switches.read('CC')} "
+                                               f"PATH={switches.read('PATH')}"),
              "|".join(tc.cflags) if tc else "", tc.version if tc else ""]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
@@ -230,11 +232,11 @@ _fallback_dir: Path | None = None
 def cache_dir() -> Path:
     """The directory the libraries are cached in (see the module docstring)."""
     global _fallback_dir
-    explicit = os.environ.get("LSTMABLATE_KERNEL_CACHE")
+    explicit = switches.read("LSTMABLATE_KERNEL_CACHE")
     if explicit:
         candidates = [Path(explicit).expanduser()]
     else:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = switches.read("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         uid = os.getuid() if hasattr(os, "getuid") else "user"
         candidates = [Path(base) / "lstmablate" / "kernels",
                       Path(tempfile.gettempdir()) / f"lstmablate-kernels-{uid}"]
@@ -282,10 +284,6 @@ def forget_failures() -> int:
     return n
 
 
-def _retry_requested() -> bool:
-    return os.environ.get("LSTMABLATE_NATIVE_RETRY", "").strip().lower() not in ("", "0", "false", "no")
-
-
 def _remember_failure(path: Path, family: str, tc: Toolchain | None, message: str) -> None:
     doc = dict(family=family, compiler=tc.describe() if tc else None, error=message,
                when=time.strftime("%Y-%m-%d %H:%M:%S"))
@@ -303,7 +301,7 @@ def _compile(family: str, tc: Toolchain, flags: list[str], workdir: Path, out: P
     steps = [[*common, *SOURCE_FLAGS.get(src, []), "-c", str(CSRC / src),
               "-o", str(workdir / (src[:-2] + ".o"))] for src in ("la_blas.c", "la_gemm.c")]
     for double in (0, 1):
-        steps.append([*common, f"-DLA_DOUBLE={double}", "-c", str(CSRC / native_source(family)),
+        steps.append([*common, f"-DLA_DOUBLE={double}", "-c", str(native_source(family)),
                       "-o", str(workdir / f"{family}_{double}.o")])
     steps.append([*tc.compiler, *flags, "-shared", *tc.cflags, str(workdir / "la_blas.o"),
                   str(workdir / "la_gemm.o"), str(workdir / f"{family}_0.o"),
@@ -333,7 +331,7 @@ def build_library(family: str) -> Path:
     failed = _failure_file(directory, family, key)
     if so.exists():
         return so
-    if failed.exists() and not _retry_requested():
+    if failed.exists() and not switches.native_retry():
         try:
             doc = json.loads(failed.read_text())
             msg = f"{doc.get('error', '?')} (at {doc.get('when', '?')})"
@@ -341,7 +339,8 @@ def build_library(family: str) -> Path:
             msg = "see the file"
         raise BuildError(f"building the {family} kernels failed before, so it is not tried again "
                          f"({failed}): {msg}. To retry: set LSTMABLATE_NATIVE_RETRY=1, delete that "
-                         "file, or call lstmablate.cells.kernels.native_build.forget_failures()")
+                         "file, or call "
+                         "lstmablate.cells.kernels.common.native_build.forget_failures()")
     if tc is None:
         _remember_failure(failed, family, None, tc_error)
         raise BuildError(tc_error)

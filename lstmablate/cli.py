@@ -13,10 +13,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from .console import err, escape, out, print_listing
 from .errors import UserError
+
+
+class Interrupted(Exception):
+    """Ctrl-C in a command before a training run had saved anything (a training run that has
+    started handles Ctrl-C itself: it saves last.pt and says how to continue)."""
 
 
 class HelpCommand(TyperCommand):
@@ -50,8 +55,39 @@ class HelpCommand(TyperCommand):
         return pieces
 
 
+def out_dir_path(text: str) -> Path:
+    """The value of ``--out DIR`` (the runs tree): an empty one is refused (it would mean the
+    current folder without saying so)."""
+    if not text.strip():
+        raise UserError(f"--out {text!r} is empty; give the directory of the runs tree "
+                        "(e.g. --out runs). Nothing was written.")
+    return Path(text)
+
+
+class Group(TyperGroup):
+    """A command group (``lstmablate``, ``lstmablate data``): Ctrl-C anywhere in a command,
+    from the parsing of its options on, reaches :func:`main` as :class:`Interrupted` (Typer
+    would turn a KeyboardInterrupt into an exit 130 without a word)."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise Interrupted from None
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # (a command that handles Ctrl-C itself never lets it out)
+            raise Interrupted from None
+
+
 class App(typer.Typer):
-    """A Typer whose commands (the plugins' ``data`` subcommands too) use :class:`HelpCommand`."""
+    """A Typer whose commands (the plugins' ``data`` subcommands too) use :class:`HelpCommand`,
+    in groups of the class :class:`Group`."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(cls=Group, **kwargs)
 
     def command(self, *args: Any, cls: Any = None, **kwargs: Any) -> Any:
         return super().command(*args, cls=cls or HelpCommand, **kwargs)
@@ -94,6 +130,18 @@ THREADS_HELP = "torch CPU threads (default: torch's choice, usually the number o
 PLAIN_HELP = "Tab-separated values, one row per line (the default when output is not a terminal)."
 
 
+def _test_option(name: str, prefix: str = "") -> Any:
+    """``--level``, ``--resamples`` or ``--seed`` of the significance tests, as ``compare`` and
+    ``report`` take them (their bounds: lstmablate.results.compare.check_settings)."""
+    default, metavar, what = {
+        "--level": (0.05, "ALPHA", "significance level, in (0, 0.5]"),
+        "--resamples": (1000, "N", "bootstrap resamples, 1 to 100,000"),
+        "--seed": (12345, "N", "seed of the resampling (sacreBLEU's default 12345)"),
+    }[name]
+    return typer.Option(default, name, metavar=metavar,
+                        help=f"{prefix}{what}." if prefix else f"{what[0].upper()}{what[1:]}.")
+
+
 @app.command()
 def train(
     task: str = typer.Option(..., "--task", "-t", metavar="TASK",
@@ -101,13 +149,15 @@ def train(
     cell: str = typer.Option("lstm", "--cell", "-c", metavar="CELL",
                              help="Registered cell (`lstmablate list cells`)."),
     recipe: Optional[str] = typer.Option(None, "--recipe", "-r", metavar="NAME|FILE.yaml",
-                                         help="Recipe name (`lstmablate list recipes`) or a YAML file."),
+                                         help="Recipe name (`lstmablate list recipes`) or a YAML file "
+                                              "(a path: it ends in .yaml or .yml, or holds a /)."),
     set_: Optional[list[str]] = typer.Option(
         None, "--set", metavar="SECTION.KEY=VALUE",
         help="Override one config value (repeatable); sections data, model, train, eval."),
     seed: Optional[int] = typer.Option(None, "--seed", metavar="N",
                                        help="Seed (default: the recipe's first, else 1)."),
-    out_dir: Path = typer.Option(Path("runs"), "--out", metavar="DIR", help="Root of the runs tree."),
+    out_dir: Path = typer.Option("runs", "--out", metavar="DIR", parser=out_dir_path,
+                                 help="Root of the runs tree."),
     experiment: Optional[str] = typer.Option(None, "--experiment", metavar="NAME",
                                              help="Experiment name (default: the recipe's name)."),
     device: str = typer.Option("cpu", "--device", metavar="DEVICE", help=DEVICE_HELP),
@@ -121,7 +171,8 @@ def train(
                                      "(needs: pip install 'lstmablate\\[tensorboard]')."),
     log_interval: float = typer.Option(30.0, "--log-interval", metavar="SECONDS",
                                        help="Seconds between progress lines when the output is not "
-                                            "a terminal (a log file, a pipe)."),
+                                            "a terminal (a log file, a pipe): more than 0, at most "
+                                            "86400 (a day)."),
 ) -> None:
     """Train one run into OUT/EXPERIMENT/CELL/seed-N/ and print its directory.
 
@@ -155,7 +206,8 @@ def eval_(
         help="Evaluation option (repeatable), e.g. eval.batch_size=32."),
     write_predictions: Optional[Path] = typer.Option(
         None, "--write-predictions", metavar="FILE", help="Also write the predictions here, in "
-        "the format of the task's official scorer; the metrics shown are computed from that file."),
+        "the format of the task's official scorer (replacing FILE; never into a run folder); "
+        "the metrics shown are computed from that file."),
     scores: bool = typer.Option(
         False, "--scores", help="Write the run's scores/SPLIT.jsonl instead (the final evaluation "
         "item by item, for `lstmablate compare` and `report --significance`), with the checkpoint "
@@ -225,10 +277,9 @@ def compare(
     split: str = typer.Option("test", "--split", metavar="SPLIT", help="dev or test."),
     metric: Optional[str] = typer.Option(None, "--metric", metavar="NAME", help="Default: the "
                                          "task's primary metric, else the first it scores per item."),
-    resamples: int = typer.Option(1000, "--resamples", metavar="N", help="Bootstrap resamples."),
-    seed: int = typer.Option(12345, "--seed", metavar="N", help="Seed of the resampling "
-                             "(sacreBLEU's default 12345)."),
-    level: float = typer.Option(0.05, "--level", metavar="ALPHA", help="Significance level."),
+    resamples: int = _test_option("--resamples"),
+    seed: int = _test_option("--seed"),
+    level: float = _test_option("--level"),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> None:
     """Is A different from B beyond noise? Paired bootstrap over test items for each pair of
@@ -259,12 +310,14 @@ def report(
                             help="markdown, latex (booktabs), csv or json (csv/json: one row per run)."),
     out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE",
                                             help="Also write the report to this file."),
+    force: bool = typer.Option(False, "--force", help="Replace the --out FILE if it exists."),
     significance: bool = typer.Option(False, "--significance", help="Mark each cell better / "
                                       "worse / not distinguishable from the --against cell "
                                       "(docs/reporting.md)."),
     against: str = typer.Option("lstm", "--against", metavar="CELL", help="With --significance."),
-    level: float = typer.Option(0.05, "--level", metavar="ALPHA", help="With --significance."),
-    resamples: int = typer.Option(1000, "--resamples", metavar="N", help="With --significance."),
+    level: float = _test_option("--level", "With --significance: "),
+    resamples: int = _test_option("--resamples", "With --significance: "),
+    seed: int = _test_option("--seed", "With --significance: "),
 ) -> None:
     """Ours (mean ± std over seeds) beside the paper's numbers, as markdown or LaTeX tables;
     or every run as a CSV/JSON row. Damaged run folders are named and skipped.
@@ -277,17 +330,18 @@ def report(
     lstmablate report runs --table table4 --significance
     """
     from .errors import UnknownNameError
-    from .results.compare import SignificanceOptions, check_settings
+    from .results.compare import SignificanceOptions
     from .results.report import build_report
     from .results.formats import FORMATS, render
+    from .runfolder import check_output
 
     if fmt not in FORMATS:
         raise UnknownNameError("report format", fmt, FORMATS)
-    options = None
-    if significance:
-        check_settings(level, resamples)
-        options = SignificanceOptions(against, level, resamples)
-    built = build_report(runs_dir, table=table, significance=options)
+    if out_file is not None:  # before any run is read
+        check_output([out_file], force=force)
+    # checked as they are made, with --significance or not (a bad value is never ignored)
+    options = SignificanceOptions(against, level, resamples, seed)
+    built = build_report(runs_dir, table=table, significance=options if significance else None)
     text = render(built, fmt)
     for why in built.damaged:
         err.print(f"[yellow]warning:[/] skipped {escape(why)}", soft_wrap=True)
@@ -356,7 +410,8 @@ def list_(
 @data_app.command("path")
 def data_path(data_dir: Optional[str] = typer.Option(None, "--data-dir", metavar="DIR",
                                                      help=DATA_DIR_HELP)) -> None:
-    """Print the data directory in use and how it was chosen.
+    """Print the data directory in use and how it was chosen, and whether it exists yet
+    (`lstmablate data fetch` creates it). Exits with 2 when it is a file.
 
     Example:
 
@@ -365,7 +420,8 @@ def data_path(data_dir: Optional[str] = typer.Option(None, "--data-dir", metavar
     from .data import describe_data_dir, resolve_data_dir
 
     path = resolve_data_dir(data_dir)
-    out.print(f"{escape(path)} ({escape(describe_data_dir(path))})", soft_wrap=True)
+    missing = "" if path.is_dir() else "; it does not exist yet"
+    out.print(f"{escape(path)} ({escape(describe_data_dir(path))}{missing})", soft_wrap=True)
 
 
 @data_app.command("list")
@@ -376,7 +432,8 @@ def data_list(
     """The datasets the installed tasks read: their files, which are present in the data
     directory, where they come from and their licence.
 
-    On a terminal, numbered shards are one line in shell brace notation.
+    On a terminal, numbered shards are one line in shell brace notation. A data directory
+    that does not exist lists every file as missing; one that is a file exits with 2.
 
     Examples:
 
@@ -389,13 +446,16 @@ def data_list(
     root = resolve_data_dir(data_dir)
     rows = ds.presence(root)
     catalogue = ds.task_datasets()
+    where = f"data directory: {escape(root)} ({escape(describe_data_dir(root))}"
     if plain or not out.is_terminal:
+        if not root.is_dir():  # the one line that is not a row, for whoever reads stderr
+            err.print(f"{where}; it does not exist)", soft_wrap=True)
         print_listing(("dataset", "tasks", "file", "status", "source", "licence"),
                       [[r.dataset, ", ".join(r.tasks), r.relpath, r.status,
                         catalogue[r.dataset][0].url, catalogue[r.dataset][0].licence]
                        for r in rows], plain=True)
         return
-    err.print(f"data directory: {escape(root)} ({escape(describe_data_dir(root))})", soft_wrap=True)
+    err.print(where + ("; it does not exist)" if not root.is_dir() else ")"), soft_wrap=True)
     print_listing(("dataset", "tasks", "file", "status"), _grouped(rows, lambda group: (
         (group[0].status if len(group) == 1 else
          f"{sum(r.status == 'present' for r in group)} of {len(group)} present"), )),
@@ -434,8 +494,8 @@ def data_check(
     folded on a terminal); for what is missing or damaged, the recipes it blocks and how to
     get it (once per dataset); which recipes are ready to run.
 
-    Exits with 2 when a present file is damaged, or when TASK is given and a file its
-    default configuration reads is missing.
+    Exits with 2 when the data directory does not exist or is a file, when a present file
+    is damaged, or when TASK is given and a file its default configuration reads is missing.
 
     Examples:
 
@@ -443,7 +503,7 @@ def data_check(
     lstmablate data check squad-drqa
     """
     from .run import data_status as ds
-    from .data import describe_data_dir, resolve_data_dir
+    from .data import describe_data_dir, require_data_dir, resolve_data_dir
     from .task import get_task
 
     if task:
@@ -488,6 +548,7 @@ def data_check(
         from .errors import DataError
 
         raise DataError(" ".join(r.message for r in damaged))
+    require_data_dir(root)  # none: every file was listed as missing, with how to get it
     missing = [r.relpath for r in rows if not r.usable and r.relpath in needed]
     if missing:
         from .errors import DataError
@@ -505,7 +566,7 @@ def data_fetch(
     """Download a dataset from its canonical location and verify its checksums.
 
     Files already present that verify are kept; a download that does not verify is never
-    written.
+    written. The data directory is created if it does not exist (a file there exits with 2).
 
     Example:
 
@@ -534,7 +595,8 @@ def sweep(
                                  "or a table spec (e.g. table1)."),
     list_only: bool = typer.Option(False, "--list", help="Print one `lstmablate train` command per "
                                    "missing or interrupted run (for any scheduler), run nothing."),
-    out_dir: Path = typer.Option(Path("runs"), "--out", metavar="DIR", help="Root of the runs tree."),
+    out_dir: Path = typer.Option("runs", "--out", metavar="DIR", parser=out_dir_path,
+                                 help="Root of the runs tree."),
     set_: Optional[list[str]] = typer.Option(None, "--set", metavar="SECTION.KEY=VALUE",
                                              help="Override for every run (repeatable)."),
     threads: Optional[int] = typer.Option(None, "--threads", metavar="N",
@@ -641,6 +703,8 @@ def bench(
         None, "--out", metavar="FILE.json", help="Also keep the run as a record: the rows, the "
         "machine's matmul rate before and after, the environment (JSON), and the tables as "
         "Markdown beside it."),
+    force: bool = typer.Option(False, "--force", help="Replace FILE.json and its Markdown if "
+                               "they exist."),
 ) -> None:
     """Forward+backward tokens/s and memory per cell against torch.nn.LSTM, same process.
 
@@ -652,14 +716,14 @@ def bench(
     """
     from . import bench as b
 
-    for size in model_sizes or []:  # before anything is timed
-        if size not in b.MODEL_SIZES:
-            raise UserError(f"--model-size {size!r}: expected one of {', '.join(b.MODEL_SIZES)}")
+    if model_sizes and not models:
+        raise UserError("--model-size chooses the sizes of the model benchmark, which "
+                        "--no-models leaves out; give one or the other.")
     note = (lambda msg: err.print(escape(msg), soft_wrap=True)) if not as_json else None
     if out_file is not None:
-        from .io import check_can_write
+        from .runfolder import check_output
 
-        check_can_write(out_file, out_file.with_suffix(".md"))  # before anything is timed
+        check_output([out_file, out_file.with_suffix(".md")], force=force)  # before any timing
     rows, fields = b.record.measure(cells or None, shapes or None, threads=threads, device=device,
                                     repeats=repeats, model_repeats=model_repeats, quick=quick,
                                     model_sizes=(model_sizes or ["small"]) if models else [],
@@ -755,9 +819,10 @@ def main(argv: list[str] | None = None) -> None:
         # soft wrap: no line break inside a path or a suggested command (they stay copyable)
         err.print(f"[bold red]error:[/] {escape(e)}", soft_wrap=True)
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:  # before training started (the trainer saves and exits cleanly)
+    except (KeyboardInterrupt, Interrupted):  # before training started (a training run
+        # saves last.pt and exits cleanly)
         err.print("interrupted; no training step was lost (a run saves its progress once it has "
-                  "started training, and `--resume` continues it).")
+                  "started training, and `--resume` continues it).", soft_wrap=True)
         sys.exit(130)
     except OSError as e:  # the file system refused: read-only, full, a file where a directory goes
         where = f" ({e.filename})" if e.filename else ""

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError, UnknownNameError, did_you_mean
-from .limits import MAX_SEED, check_seed  # noqa: F401 - (MAX_SEED re-exported)
+from .limits import MAX_INIT_SCALE, MAX_SEED, check_seed, is_seed  # noqa: F401 - (re-exported)
 
 OPTIMIZERS = ("sgd", "adam", "adamax", "adadelta", "adagrad")
 
@@ -30,6 +30,10 @@ MAX_WIDTH = 32_768  # a hidden, embedding or MLP size (4 x the widest LSTM of Jo
 MAX_BATCH = 8_192  # sentences (sequences, questions) per batch
 MAX_BATCH_TOKENS = 1_000_000  # tokens per batch, or per window of a token stream
 SCHEDULES = ("constant", "epoch_decay", "plateau", "exponential")
+#: the largest learning rate (and Adagrad's initial accumulator): the largest published rates
+#: are tens (SGD on language models); far larger ones only overflow PyTorch's float32
+#: arithmetic (a traceback from inside the optimiser) or give NaN at the first step
+MAX_LR = 1_000.0
 
 
 @dataclass
@@ -103,13 +107,21 @@ class TrainConfig:
         if self.clip_on == "update" and self.clip_scope:
             raise ConfigError("train.clip_scope selects gradients to clip; with "
                               "train.clip_on=update every update step counts (leave clip_scope empty)")
-        check_range("train", self, "lr", low=0, low_open=True,
-                    why="a learning rate of 0 trains nothing")
-        check_range("train", self, "eps", low=0, low_open=True)
-        for name in ("clip_norm", "min_lr", "weight_decay", "momentum", "initial_accumulator"):
-            check_range("train", self, name, low=0, why="0 = off" if name == "clip_norm" else "")
+        check_range("train", self, "lr", low=0, low_open=True, high=MAX_LR,
+                    why="a learning rate of 0 trains nothing; far larger ones overflow")
+        check_range("train", self, "eps", low=0, low_open=True, high=1,
+                    why="a term added to a denominator to keep it from 0")
+        check_range("train", self, "clip_norm", low=0, why="0 = off")
+        check_range("train", self, "min_lr", low=0, high=self.lr,
+                    why="a floor of the learning rate, at most train.lr")
+        check_range("train", self, "initial_accumulator", low=0, high=MAX_LR)
+        check_range("train", self, "weight_decay", low=0, high=1,
+                    why="a larger decay outweighs any gradient")
+        check_range("train", self, "momentum", low=0, high=1, high_open=True,
+                    why="a momentum of 1 or more never forgets a step and diverges")
         check_range("train", self, "rho", low=0, high=1)
-        check_range("train", self, "decay", low=0, low_open=True)
+        check_range("train", self, "decay", low=0, low_open=True, high=1,
+                    why="the factor that lowers the learning rate")
         for i, beta in enumerate(self.betas):
             if not 0 <= beta < 1:
                 raise ConfigError(f"train.betas[{i}] must be in [0, 1), got {beta}")
@@ -424,15 +436,47 @@ def apply_renamed_keys(task_cls: Any, d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def config_from_dict(task_cls: Any, d: dict[str, Any], source: str) -> RunConfig:
-    """Rebuild a RunConfig from a saved ``config.yaml`` (for eval/resume), migrating
-    configs saved by older versions (see :func:`migrate_saved_config`)."""
+#: the keys of a saved config.yaml that name its run (RunConfig.checkpoint_key's)
+IDENTITY_KEYS = ("task", "cell", "experiment", "seed")
+
+
+def check_saved_identity(d: Any, source: str) -> dict[str, Any]:
+    """``d``, a saved ``config.yaml``, unless what names its run is damaged: a ConfigError
+    naming ``source`` and the key when ``d`` is not a mapping, lacks task, cell, experiment or
+    seed, holds a task, cell or experiment that is not a string, a seed that is not a run seed
+    (:func:`~lstmablate.limits.is_seed`), a recipe or recipe_file that is not a string, or a
+    section that is not a mapping.  The readers of run folders check this much even where the
+    run's task is not installed (its sections are then not checked key by key)."""
     if not isinstance(d, dict):
         raise ConfigError(f"{source} is not a mapping; is it a lstmablate run config?")
-    d = migrate_saved_config(task_cls, d)
+    for key in IDENTITY_KEYS:
+        if key not in d:
+            raise ConfigError(f"{source} lacks the key {key!r}; is it a lstmablate run config?")
+    wrong = [f"{k} must be a string, got {d[k]!r:.60}" for k in ("task", "cell", "experiment")
+             if not isinstance(d[k], str)]
+    wrong += [f"{k} must be a string, got {d[k]!r:.60}" for k in ("recipe", "recipe_file")
+              if d.get(k) is not None and not isinstance(d[k], str)]
+    wrong += [f"section {k!r} must be a mapping, got {d[k]!r:.60}" for k in SECTIONS
+              if d.get(k) is not None and not isinstance(d[k], dict)]
+    if not is_seed(d["seed"]):
+        shown = repr(d["seed"]) if len(repr(d["seed"])) <= 60 else repr(d["seed"])[:57] + "..."
+        wrong.append(f"seed must be a run seed (an integer between 0 and {MAX_SEED:,}), got "
+                     f"{shown}")
+    if wrong:
+        raise ConfigError(f"{source}: {wrong[0]}; the run's config is damaged or was not written "
+                          "by lstmablate. Restore the run folder from a copy, or train the run "
+                          "again (its `lstmablate train` command plus --force).")
+    return d
+
+
+def config_from_dict(task_cls: Any, d: dict[str, Any], source: str) -> RunConfig:
+    """Rebuild a RunConfig from a saved ``config.yaml`` (for eval/resume), migrating
+    configs saved by older versions (see :func:`migrate_saved_config`); what names the run is
+    checked first (:func:`check_saved_identity`)."""
+    d = migrate_saved_config(task_cls, check_saved_identity(d, source))
     try:
         return RunConfig(
-            task=d["task"], cell=d["cell"], experiment=d["experiment"], seed=int(d["seed"]),
+            task=d["task"], cell=d["cell"], experiment=d["experiment"], seed=d["seed"],
             data=update_dataclass(task_cls.DataConfig(), d.get("data") or {}, "data", source),
             model=update_dataclass(task_cls.ModelConfig(), d.get("model") or {}, "model", source),
             train=update_dataclass(TrainConfig(), d.get("train") or {}, "train", source),

@@ -5,7 +5,9 @@ behaviour (documented for users in ``data/README.md``):
 
 * **Where.** :func:`resolve_data_dir` picks the data directory: the
   ``--data-dir`` value, else the environment variable ``LSTMABLATE_DATA``,
-  else ``./data`` relative to the current working directory.
+  else ``./data`` relative to the current working directory.  A file there
+  is refused; a missing directory is refused only by the commands that look at
+  data already there (:func:`require_data_dir`).
 * **What.** A :class:`Dataset` lists a dataset's files (paths relative to the
   data directory), their checksums (sha256 and md5 of the *decompressed*
   file), canonical download locations and licence.  The catalogue entries
@@ -13,9 +15,12 @@ behaviour (documented for users in ``data/README.md``):
 * **Gzip.** :func:`find_file` accepts ``name`` or ``name.gz``; every reader
   here decompresses ``.gz`` files transparently.
 * **Checked.** :func:`read_text` / :func:`read_lines` / :func:`open_text`
-  decode UTF-8 strictly and turn every problem (missing, empty, truncated
-  gzip, non-UTF-8 byte) into a :class:`~lstmablate.errors.DataError` whose
-  message names the file (and the line where relevant). :func:`check_file`
+  (and :func:`iter_lines`, streamed, for files too big to hold) decode UTF-8
+  strictly and turn every problem (missing, not a regular file, empty,
+  truncated gzip, non-UTF-8 byte, NUL character) into a
+  :class:`~lstmablate.errors.DataError` whose message names the file (and the
+  line where relevant).  Every task reads its text through them, so a check
+  added here holds for every task. :func:`check_file`
   and :func:`verify` compare checksums; a success is remembered per
   (path, size, mtime) for the rest of the process.
 * **Fetch.** :func:`fetch` downloads a dataset from its canonical URLs,
@@ -36,10 +41,12 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from .errors import DataError, UnknownNameError, where
-from .io import atomic_write
+from .io import atomic_write, check_dir_path, open_regular
+from .limits import MAX_LINE_BYTES
+from .runfolder import check_output
 
 __all__ = [
     "DEFAULT_DATA_DIR",
@@ -52,11 +59,13 @@ __all__ = [
     "verify_datasets",
     "resolve_data_dir",
     "describe_data_dir",
+    "require_data_dir",
     "get_dataset",
     "find_file",
     "open_text",
     "read_text",
     "read_lines",
+    "iter_lines",
     "file_digest",
     "check_file",
     "verify",
@@ -210,20 +219,41 @@ def resolve_data_dir(cli_value: str | os.PathLike[str] | None = None) -> Path:
     """The data directory: ``cli_value`` (``--data-dir``), else ``$LSTMABLATE_DATA``,
     else ``./data`` relative to the current working directory.
 
-    Returns an absolute path; it is not required to exist (the readers say
-    clearly what is missing).
+    Returns an absolute path; it is not required to exist (the readers say clearly what is
+    missing, and ``lstmablate data fetch`` creates it).  A path that cannot be a directory (a
+    file, a NUL byte, a name too long for the file system) is a DataError naming where it came
+    from, whichever command asked.
     """
     env = os.environ.get(ENV_VAR, "")
     if cli_value is not None and str(cli_value) != "":
-        raw, how = os.fspath(cli_value), "given with --data-dir"
+        raw, how, option = os.fspath(cli_value), "given with --data-dir", "--data-dir"
     elif env:
-        raw, how = env, f"set by the environment variable {ENV_VAR}"
+        raw, how, option = env, f"set by the environment variable {ENV_VAR}", ENV_VAR
     else:
-        raw = DEFAULT_DATA_DIR
+        raw, option = DEFAULT_DATA_DIR, "the data directory"
         how = (f"the default ./{DEFAULT_DATA_DIR} in the current directory "
                f"(no --data-dir given and {ENV_VAR} not set)")
+    check_dir_path(raw, option, DataError)
     path = Path(os.path.abspath(os.path.expanduser(raw)))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise DataError(
+            f"{option}: the data directory {path} ({how}) is a file, not a directory. Point "
+            f"--data-dir or {ENV_VAR} at the directory that holds the datasets (one folder per "
+            "dataset, see data/README.md).")
     _DIR_SOURCES[path] = how
+    return path
+
+
+def require_data_dir(path: Path) -> Path:
+    """``path`` (from :func:`resolve_data_dir`) if it is a directory, else a DataError saying
+    how it was chosen: for commands that look at the data already there (``lstmablate data
+    check``, after listing every file as missing and how to get it)."""
+    if not os.path.isdir(path):
+        raise DataError(
+            f"the data directory {path} ({describe_data_dir(path)}) does not exist, so every "
+            "file listed is missing. Point --data-dir or the environment variable "
+            f"{ENV_VAR} at the directory that holds the datasets, or get them as said above "
+            "(`lstmablate data fetch` creates the directory).")
     return path
 
 
@@ -280,16 +310,13 @@ def _gzip_error(path: Path, exc: BaseException) -> DataError:
 
 
 def _iter_chunks(path: Path, gz: bool | None = None) -> Iterator[bytes]:
-    """Stream the (decompressed) bytes of ``path``, turning I/O errors into DataError."""
+    """Stream the (decompressed) bytes of ``path``, turning I/O errors into DataError (a FIFO,
+    a device or a directory is refused, never waited on)."""
     gz = _is_gz(path) if gz is None else gz
     path = Path(os.path.abspath(path))
-    try:
-        raw = open(path, "rb")
-    except FileNotFoundError:
-        raise DataError(f"data file {path} does not exist.") from None
-    except OSError as e:
-        raise DataError(f"cannot open data file {path}: {e.strerror or e}.") from None
-    with raw:
+    if not os.path.lexists(path):
+        raise DataError(f"data file {path} does not exist.")
+    with os.fdopen(open_regular(path), "rb") as raw:
         stream: BinaryIO = raw
         if gz:
             stream = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
@@ -309,36 +336,55 @@ def _read_bytes(path: Path) -> bytes:
     return b"".join(_iter_chunks(path))
 
 
-def read_text(path: str | os.PathLike[str]) -> str:
-    """The whole (decompressed) file decoded as strict UTF-8.
+def _empty_error(path: Path) -> DataError:
+    size = "0 bytes after decompression" if _is_gz(path) else "0 bytes"
+    return DataError(f"data file {path} is empty ({size}); expected text. {_refetch_hint(path)}.")
 
-    Raises DataError for a missing or empty file, a truncated or corrupt gzip
-    and a byte sequence that is not UTF-8 (naming the 1-based line and the
-    byte offset).
-    """
-    path = Path(os.path.abspath(path))
-    data = _read_bytes(path)
-    if not data:
-        size = "0 bytes after decompression" if _is_gz(path) else "0 bytes"
-        raise DataError(f"data file {path} is empty ({size}); expected text. "
-                        f"{_refetch_hint(path)}.")
+
+def _decode(data: bytes, path: Path, offset: int = 0, first_line: int = 1) -> str:
+    """``data`` (bytes ``offset``.. of the decompressed ``path``, starting at line
+    ``first_line``) as strict UTF-8 text without NUL characters; a DataError naming the line
+    and column otherwise."""
     try:
-        return data.decode("utf-8", errors="strict")
+        text = data.decode("utf-8", errors="strict")
     except UnicodeDecodeError as e:
-        if data[:2] == b"\x1f\x8b":
+        if offset == 0 and data[:2] == b"\x1f\x8b":
             raise DataError(
                 f"{path} is gzip-compressed but its name does not end in .gz; rename it to "
                 f"{path.name}.gz (it is then decompressed when read)."
             ) from None
-        line = data.count(b"\n", 0, e.start) + 1
+        line = first_line + data.count(b"\n", 0, e.start)
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         bad = " ".join(f"0x{b:02x}" for b in data[e.start:e.end])
         raise DataError(
-            f"{where(path, line)}: byte {bad} at byte offset {e.start} of the "
+            f"{where(path, line)}: byte {bad} at byte offset {offset + e.start} of the "
             f"{'decompressed ' if _is_gz(path) else ''}file (column {col} of that line, counted "
             f"in bytes) is not valid UTF-8 ({e.reason}). Expected UTF-8 text; the file is "
             f"corrupt or in another encoding. {_refetch_hint(path)}."
         ) from None
+    nul = text.find("\0")
+    if nul >= 0:
+        line = first_line + text.count("\n", 0, nul)
+        col = nul - (text.rfind("\n", 0, nul) + 1) + 1
+        raise DataError(
+            f"{where(path, line)}: a NUL character (byte 0x00) at column {col}. Expected text, "
+            "which never holds one: the file is damaged (an interrupted copy or download, a "
+            f"disk error) or not a text file. {_refetch_hint(path)}.")
+    return text
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """The whole (decompressed) file decoded as strict UTF-8.
+
+    Raises DataError for a missing or empty file, a truncated or corrupt gzip, a byte
+    sequence that is not UTF-8 (naming the 1-based line and the byte offset) and a NUL
+    character (naming the line and column: no text file the tasks read holds one).
+    """
+    path = Path(os.path.abspath(path))
+    data = _read_bytes(path)
+    if not data:
+        raise _empty_error(path)
+    return _decode(data, path)
 
 
 def read_lines(path: str | os.PathLike[str]) -> list[str]:
@@ -347,11 +393,47 @@ def read_lines(path: str | os.PathLike[str]) -> list[str]:
     A final line without a newline is kept; no empty line is added after a
     final newline. Same checks as :func:`read_text`.
     """
-    text = read_text(path)
+    return _split_lines(read_text(path))
+
+
+def _split_lines(text: str) -> list[str]:
+    """The lines of ``text`` without terminators (no empty line after a final newline)."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def iter_lines(path: str | os.PathLike[str], digest: Any = None) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line without its terminator) of every line of the
+    (decompressed) file, streamed: for files too big to decode up front (GloVe 840B is 5.6
+    GB).  The checks of :func:`read_text`, each raised when its line is reached, and a line
+    longer than MAX_LINE_BYTES is refused (a file without newlines is not a text file, and is
+    never held whole).  ``digest`` (a :mod:`hashlib` object) is updated with every
+    decompressed byte."""
+    path = Path(os.path.abspath(path))
+    rest, offset, lineno, size = b"", 0, 0, 0
+    for chunk in _iter_chunks(path):
+        size += len(chunk)
+        if digest is not None:
+            digest.update(chunk)
+        data = rest + chunk
+        cut = data.rfind(b"\n") + 1
+        rest = data[cut:]
+        if len(rest) > MAX_LINE_BYTES:
+            raise DataError(f"{where(path, lineno + 1)}: the line is longer than "
+                            f"{MAX_LINE_BYTES:,} bytes; expected a text file with one entry per "
+                            f"line. The file is damaged or not the file meant. "
+                            f"{_refetch_hint(path)}.")
+        if cut:
+            for line in _split_lines(_decode(data[:cut], path, offset, lineno + 1)):
+                lineno += 1
+                yield lineno, line
+            offset += cut
+    if not size:
+        raise _empty_error(path)
+    if rest:
+        yield lineno + 1, _split_lines(_decode(rest, path, offset, lineno + 1))[0]
 
 
 def open_text(path: str | os.PathLike[str]) -> TextIO:
@@ -492,6 +574,12 @@ def _urlopen(url: str) -> BinaryIO:
     return urllib.request.urlopen(url, timeout=60)  # noqa: S310 - catalogue URLs only
 
 
+def _download_path(base: Path, df: DataFile) -> Path:
+    """Where the download of ``df`` is stored: ``relpath``, or ``relpath.gz`` for a file
+    served gzip-compressed."""
+    return base / (df.relpath + (".gz" if df.url_gzipped else ""))
+
+
 def fetch(dataset_name: str | Dataset, data_dir: str | os.PathLike[str], *,
           which: str | Iterable[str] | None = None, force: bool = False,
           opener: Callable[[str], BinaryIO] | None = None,
@@ -510,7 +598,10 @@ def fetch(dataset_name: str | Dataset, data_dir: str | os.PathLike[str], *,
     opener = opener or _urlopen
     say = log or (lambda _msg: None)
     out: list[Path] = []
-    for df in _select(ds, which):
+    selected = _select(ds, which)
+    # Never into a run folder (a bad copy present is replaced: that is what fetch is for).
+    check_output([_download_path(base, df) for df in selected], option="--data-dir", force=True)
+    for df in selected:
         if not force:
             try:
                 existing = find_file(base, df.relpath)
@@ -523,7 +614,7 @@ def fetch(dataset_name: str | Dataset, data_dir: str | os.PathLike[str], *,
         if not df.url:
             raise DataError(f"no download location is catalogued for {df.relpath}; "
                             f"get it by hand ({ds.fetch_hint}).")
-        dest = base / (df.relpath + (".gz" if df.url_gzipped else ""))
+        dest = _download_path(base, df)
         say(f"downloading {df.url} -> {dest}")
 
         def download(f: BinaryIO, df: DataFile = df, dest: Path = dest) -> None:

@@ -74,17 +74,6 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str | None:
     return norm[close[0]] if close else None
 
 
-def refuse_overwrite(paths: Iterable[object], option: str = "--force") -> None:
-    """A UserError if any of ``paths`` exists: outputs are never replaced silently."""
-    from pathlib import Path
-
-    existing = [str(p) for p in paths if Path(str(p)).exists()]
-    if existing:
-        raise UserError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
-                        f"add {option} to replace {'it' if len(existing) == 1 else 'them'}, or choose "
-                        "another --out.")
-
-
 def where(path: object, line: int | None = None) -> str:
     """Format a location for error messages: ``file`` or ``file, line N``."""
     return f"{path}, line {line}" if line is not None else f"{path}"

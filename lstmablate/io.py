@@ -10,7 +10,14 @@ the machine goes through here.
 * **Reading YAML and JSON** (:func:`read_text`, :func:`load_yaml`, :func:`read_json`,
   :func:`parse_json`): regular files only (a FIFO or a device is refused, never waited on or
   read forever), bounded in size and nesting (:mod:`lstmablate.limits`); a damaged file is one
-  message naming it.
+  message naming it.  :func:`open_regular` is that check of the file's kind, for other readers
+  (the data files, :mod:`lstmablate.data`); :func:`check_dir_path` refuses a directory path no
+  file system takes (a NUL byte, a name too long).
+
+
+  :func:`parse_json`; :func:`read_lines` for JSON-lines files): regular files only (a FIFO or
+  a device is refused, never waited on or read forever), bounded in size, line length and
+  nesting (:mod:`lstmablate.limits`); a damaged file is one message naming it.
 * **The environment record** (:func:`environment`): versions, git commit, processor,
   device, threads and command line — what ``env.json`` and the benchmarks record.
 """
@@ -34,7 +41,7 @@ from typing import IO, Any
 import yaml
 
 from .errors import ConfigError, DataError, UserError
-from .limits import MAX_DEPTH, MAX_DOCUMENT_BYTES
+from .limits import MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_LINE_BYTES
 
 
 def _umask() -> int:
@@ -82,10 +89,27 @@ def check_can_write(*paths: str | os.PathLike) -> None:
                 break
 
 
+#: what to do after a write failed (a full disk): unless the writer knows better
+RUN_AGAIN = "run the same command again (with --resume for a training run)"
+
+
+def write_failed(path: str | os.PathLike, error: OSError, again: str = RUN_AGAIN) -> UserError:
+    """The message of a write of ``path`` the operating system refused (a full disk, a quota,
+    an I/O error), abandoned with the previous file intact; ``again`` says how to retry."""
+    path = Path(path)
+    kept = f"the previous {path.name} is intact" if path.exists() else "nothing was written"
+    return UserError(f"cannot write {path}: {error.strerror or error}. The write was abandoned "
+                     f"and {kept}; free some space (or fix the file system) and {again}.")
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any],
-                 check: Callable[[Path], None] | None = None) -> None:
+                 check: Callable[[Path], None] | None = None, again: str = RUN_AGAIN) -> None:
     """Write ``path`` through ``write(file)`` atomically; ``check(temporary path)`` may refuse
-    the finished content (by raising) before it replaces anything."""
+    the finished content (by raising) before it replaces anything; ``again`` is the advice of
+    a write the operating system refused (:func:`write_failed`).
+
+    The rename replaces ``path`` itself: where ``path`` is a symbolic link, the link is
+    replaced and what it points to is never written."""
     path = Path(path)
     check_can_write(path)
     try:
@@ -109,10 +133,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any],
         except FileNotFoundError:
             pass
         if isinstance(e, OSError):  # a full disk, a quota, an I/O error
-            kept = f"the previous {path.name} is intact" if path.exists() else "nothing was written"
-            raise UserError(f"cannot write {path}: {e.strerror or e}. The write was abandoned and "
-                            f"{kept}; free some space (or fix the file system) and run the same "
-                            "command again (with --resume for a training run).") from None
+            raise write_failed(path, e, again) from None
         raise
     try:  # make the rename itself durable
         dfd = os.open(path.parent, os.O_RDONLY)
@@ -136,23 +157,64 @@ def atomic_write_yaml(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, yaml.safe_dump(obj, sort_keys=False))
 
 
+def check_dir_path(path: str | os.PathLike, option: str,
+                    error: type[UserError] = UserError) -> None:
+    """``error`` naming ``option`` for a path no file system takes: one holding a NUL byte, or
+    longer than file systems allow (255 bytes per name; the operating system would otherwise
+    refuse it half-way through a command, or Python would raise ValueError)."""
+    text = str(path)
+    if "\0" in text:
+        raise error(f"{option} {text!r} contains a NUL byte; give a directory path.")
+    too_long = [part for part in Path(text).parts if len(part.encode("utf-8", "replace")) > 255]
+    if too_long or len(text.encode("utf-8", "replace")) > 4000:
+        raise error(f"{option} {text[:60]!r}...: the path is longer than file systems allow "
+                    "(255 bytes per folder name); give a shorter directory path.")
+
+
+def open_regular(path: str | os.PathLike, error: type[UserError] = DataError) -> int:
+    """A read-only descriptor of the regular file ``path``.  A FIFO, a device, a directory or
+    an open the system refuses is one ``error`` naming the file; the file is opened without
+    blocking, so a FIFO is refused, never waited on.  The caller closes the descriptor."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise error(f"cannot read {path}: {getattr(e, 'strerror', None) or e}.") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as e:
+        os.close(fd)
+        raise error(f"cannot read {path}: {e.strerror or e}.") from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a named pipe (FIFO)"
+                if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode)
+                or stat.S_ISBLK(mode) else "not a regular file")
+        raise error(f"cannot read {path}: it is {kind}; give a regular file.")
+    return fd
+
+
+def path_exists(path: str | os.PathLike, what: str) -> bool:
+    """Whether a path the user gave exists; a UserError naming ``what`` (e.g. "runs
+    directory") for one the system refuses to look up (a folder name over 255 bytes, a NUL
+    byte), where ``Path.exists`` would raise."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError) as e:
+        text = str(path)
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise UserError(f"{what} {shown!r}: the system cannot look this path up "
+                        f"({getattr(e, 'strerror', None) or e}); give an existing one.") from None
+
+
 def read_text(path: str | os.PathLike, max_bytes: int = MAX_DOCUMENT_BYTES,
               error: type[UserError] = DataError) -> str:
     """A regular file's UTF-8 text.  A FIFO, a device, a directory, a file over ``max_bytes``,
     bytes that are not UTF-8 or a read the system refuses are one ``error`` naming the file
-    (nothing blocks: a FIFO is refused, never waited on)."""
+    (nothing blocks: a FIFO is refused, never waited on; :func:`open_regular`)."""
     path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise error(f"cannot read {path}: {e.strerror or e}.") from None
+    fd = open_regular(path, error)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a named pipe (FIFO)"
-                    if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
-                    or stat.S_ISBLK(st.st_mode) else "not a regular file")
-            raise error(f"cannot read {path}: it is {kind}; give a regular file.")
         if st.st_size > max_bytes:
             raise error(f"{path} is {st.st_size:,} bytes, more than the {max_bytes:,} a file of "
                         "this kind may have; it is damaged or not the file meant.")
@@ -178,6 +240,22 @@ def read_text(path: str | os.PathLike, max_bytes: int = MAX_DOCUMENT_BYTES,
                     "not the file meant.") from None
 
 
+def read_lines(path: str | os.PathLike, error: type[UserError] = DataError,
+               max_line_bytes: int = MAX_LINE_BYTES) -> list[str]:
+    """The lines of a JSON-lines file (``metrics.jsonl``, ``scores/<split>.jsonl``): its text
+    as :func:`read_text` reads it, split at newlines only (a U+2028 inside a JSON string is
+    not a line break), each at most ``max_line_bytes`` (a longer one is an ``error`` naming
+    the file and line, before any of it is parsed)."""
+    lines = read_text(path, error=error).split("\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    for i, line in enumerate(lines, 1):
+        if len(line) > max_line_bytes // 4 and len(line.encode("utf-8")) > max_line_bytes:
+            raise error(f"{path}, line {i}: the line is more than the {max_line_bytes:,} bytes a "
+                        "line of this file may have; the file is damaged or not the file meant.")
+    return lines
+
+
 def check_depth(obj: Any, where: object, error: type[UserError] = DataError,
                 max_depth: int = MAX_DEPTH) -> Any:
     """``obj`` (a parsed YAML/JSON document) unless it nests lists and mappings more than
@@ -193,11 +271,28 @@ def check_depth(obj: Any, where: object, error: type[UserError] = DataError,
     return obj
 
 
+class _ShallowLoader(yaml.SafeLoader):
+    """safe_load's loader, which stops composing a document nested four times deeper than
+    MAX_DEPTH: such a document is refused anyway, and PyYAML would otherwise recurse until
+    Python's stack gives out (a second per thousand levels)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > 4 * MAX_DEPTH:
+                raise RecursionError("YAML nested too deeply")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def parse_yaml(text: str, where: object, error: type[UserError] = ConfigError) -> Any:
     """Plain YAML (safe_load: a tag such as ``!!python/object`` is refused, never constructed),
     nested at most MAX_DEPTH deep; a syntax error names the line and column in ``where``."""
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_ShallowLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         loc = f"{where}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(where)
@@ -205,8 +300,10 @@ def parse_yaml(text: str, where: object, error: type[UserError] = ConfigError) -
         raise error(f"YAML syntax error in {loc}: {problem}. Fix the file; the toolkit reads "
                     "plain YAML.") from None
     except RecursionError:
-        raise error(f"{where}: nested too deeply to read; the file is damaged or not what "
-                    "lstmablate reads.") from None
+        raise error(f"{where}: nested more than {MAX_DEPTH} levels deep; the file is damaged or "
+                    "not what lstmablate reads.") from None
+    except ValueError as e:  # a scalar YAML cannot convert: an integer of 5,000 digits, 2024-13-01
+        raise _unreadable_value(where, e, error) from None
     return check_depth(doc, where, error)
 
 
@@ -215,31 +312,37 @@ def load_yaml(path: str | os.PathLike, error: type[UserError] = ConfigError) -> 
     return parse_yaml(read_text(path, error=error), path, error)
 
 
-def parse_json(text: str, where: object, error: type[UserError] = DataError) -> Any:
-    """A JSON document (a line of a JSON-lines file, say), nested at most MAX_DEPTH deep; NaN
-    and infinities are read as Python reads them (the caller checks values)."""
+def parse_json(text: str, where: object, error: type[UserError] = DataError, *,
+               whole_file: bool = False) -> Any:
+    """A JSON document (a line of a JSON-lines file, ``where`` naming the file and line; or,
+    ``whole_file``, a file's text, whose line a syntax error names), nested at most MAX_DEPTH
+    deep; NaN and infinities are read as Python reads them (the caller checks values)."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{where}: malformed JSON ({e.msg}, line {e.lineno}).") from None
+        loc = f"{where}, line {e.lineno}" if whole_file else f"{where}"
+        raise ConfigError(f"{loc}: malformed JSON ({e.msg}).") from None
     except RecursionError:
-        raise error(f"{where}: the JSON is nested too deeply to read; the file is damaged "
-                    "or not what lstmablate wrote.") from None
+        raise error(f"{where}: the JSON nests more than {MAX_DEPTH} levels deep; the file is "
+                    "damaged or not what lstmablate wrote.") from None
+    except ValueError as e:  # (after JSONDecodeError, a ValueError too): an integer too long
+        raise _unreadable_value(where, e, error) from None
     return check_depth(doc, where, error)
 
 
 def read_json(path: str | os.PathLike) -> Any:
     """A JSON file; a damaged one (bad UTF-8 or JSON, too big, nested too deep) is a
     UserError naming it."""
-    text = read_text(path)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}, line {e.lineno}: malformed JSON ({e.msg}).") from None
-    except RecursionError:
-        raise DataError(f"{path}: the JSON is nested too deeply to read; the file is damaged "
-                        "or not what lstmablate wrote.") from None
-    return check_depth(doc, path)
+    return parse_json(read_text(path), path, whole_file=True)
+
+
+def _unreadable_value(where: object, e: ValueError, error: type[UserError]) -> UserError:
+    """The error for a value a parser could not convert (Python refuses to read an integer of
+    more than 4,300 digits; YAML a date such as 2024-13-01), without Python's advice about
+    ``sys.set_int_max_str_digits``, which a user of the command cannot take."""
+    what = str(e).split(";")[0]
+    return error(f"{where}: holds a value that cannot be read ({what}); the file is damaged or "
+                 "not what lstmablate reads.")
 
 
 # -- what a run or a measurement ran on ------------------------------------------------------

@@ -23,14 +23,27 @@ A task option naming a vectors file (``model.pretrained``) goes through
 file is verified against its checksum (``verify``); a missing file is one
 :class:`~lstmablate.errors.DataError` that says where to get it, how to train without it
 (``--set model.pretrained=``) and that ``lstmablate report`` then marks the run.
+
+Every task reads a vectors file through :func:`read_vector_lines` (the parser keeps every
+line, SST and SQuAD the lines of their vocabulary's words): GloVe's text format, ``word v1
+... vD`` per line separated by single spaces, where the word is everything before the last
+``D`` fields (a few words of GloVe 840B contain spaces), streamed (:func:`lstmablate.data.
+iter_lines`: plain or ``.gz``, strict UTF-8, no NUL).  A file without a vector, a line
+without a word and ``D`` numbers, and a number that is not finite or is larger in magnitude
+than :data:`MAX_VECTOR_VALUE` (:meth:`VectorLine.values`) are each one DataError naming the
+file and the line (and the column and value), raised before training starts.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from lstmablate.data import DataFile, Dataset, check_file
-from lstmablate.errors import DataError
+from lstmablate.data import DataFile, Dataset, check_file, iter_lines
+from lstmablate.errors import DataError, where
 
 _HOME = "https://nlp.stanford.edu/projects/glove/"
 _LICENCE = "Public Domain Dedication and License v1.0 (GloVe pre-trained vectors)."
@@ -102,3 +115,84 @@ def pretrained_path(data_dir: Path, value: str, *, option: str = "model.pretrain
     if entry is not None and verify:
         check_file(found, entry[1])
     return found
+
+
+#: the largest magnitude a number of a pretrained vectors file may have.  Published word
+#: vectors (GloVe, word2vec, fastText) hold numbers of a few units; one beyond this is a
+#: damaged file or not a vectors file, and it would saturate every gate it reaches, or
+#: overflow float32 (3.4e38) once summed or squared: training would only skip steps.
+MAX_VECTOR_VALUE = 1e4
+
+_FORMAT = "GloVe format: a word and its numbers per line, separated by single spaces"
+
+
+@dataclass(frozen=True)
+class VectorLine:
+    """One line of a vectors file: its word and its numbers as written (converted by
+    :meth:`values` only where a task keeps the word: GloVe 840B holds 660 million numbers, of
+    which a task keeps a few percent)."""
+
+    path: Path
+    lineno: int
+    word: str
+    numbers: tuple[str, ...]
+
+    def values(self) -> list[float]:
+        """The numbers; a DataError naming the file, line, column and value for one that is
+        not a finite number of magnitude at most MAX_VECTOR_VALUE."""
+        out = []
+        column = len(self.word) + 2  # 1-based, in characters
+        for j, text in enumerate(self.numbers, start=1):
+            try:
+                value = float(text)
+            except ValueError:
+                value = None
+            if value is None or not math.isfinite(value) or abs(value) > MAX_VECTOR_VALUE:
+                what = ("which is not a number" if value is None else
+                        "which is not a finite number" if not math.isfinite(value) else
+                        f"larger in magnitude than {MAX_VECTOR_VALUE:g}")
+                raise DataError(
+                    f"{where(self.path, self.lineno)}, column {column}: the vector of "
+                    f"{self.word!r} holds {text[:40]!r} (number {j} of {len(self.numbers)}), "
+                    f"{what}. Expected finite numbers between -{MAX_VECTOR_VALUE:g} and "
+                    f"{MAX_VECTOR_VALUE:g} ({_FORMAT}); the file is damaged or not a word "
+                    "vectors file: replace it with a good copy.")
+            out.append(value)
+            column += len(text) + 1
+        return out
+
+
+def read_vector_lines(path: Path, dim: int | None = None, *, dim_option: str = "",
+                      digest: Any = None) -> Iterator[VectorLine]:
+    """Every line of a GloVe-format vectors file but blank ones, streamed.
+
+    ``dim`` is the number of numbers per line (``dim_option`` names the option that sets it,
+    for messages); None takes the first line's.  The first line must be exactly a word and
+    ``dim`` numbers (its word holds no space), a later line a word and at least ``dim``
+    fields (its word is all but the last ``dim``).  ``digest`` (a :mod:`hashlib` object) sees
+    every (decompressed) byte.  A line that does not fit, and a file without any vector, are
+    a DataError naming the file (and the line); the numbers are checked by
+    :meth:`VectorLine.values`."""
+    path = Path(path)
+    first = True
+    for lineno, line in iter_lines(path, digest):
+        if not line.strip():
+            continue
+        parts = line.rstrip(" ").split(" ")
+        if dim is None:
+            dim = len(parts) - 1
+            dim_option = "like the first line"
+        if dim < 1 or len(parts) < dim + 1 or (first and len(parts) != dim + 1):
+            expected = (f"expected {dim}" + (f" ({dim_option})" if dim_option else "")
+                        if dim >= 1 else "expected at least one")
+            raise DataError(f"{where(path, lineno)}: {len(parts) - 1} numbers after the word, "
+                            f"{expected}; {_FORMAT}.")
+        word = " ".join(parts[:-dim])
+        if not word.strip():
+            raise DataError(f"{where(path, lineno)}: no word before the {dim} numbers; "
+                            f"{_FORMAT}.")
+        first = False
+        yield VectorLine(path, lineno, word, tuple(parts[-dim:]))
+    if first:
+        raise DataError(f"{path}: the file holds no word vectors, only blank lines; expected "
+                        f"a word vectors file ({_FORMAT}).")

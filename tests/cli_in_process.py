@@ -43,3 +43,14 @@ def run_cli(*args: str, cwd: str | Path) -> Result:
         os.chdir(old_cwd)
         cli.app = real_app
     return Result(code, out.getvalue(), err.getvalue())
+
+
+def expect_error(r: Result, *fragments: str) -> str:
+    """Assert that ``r`` is a refusal (exit code 2, no traceback) whose message holds every one of
+    ``fragments``; returns the message on one line."""
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    text = " ".join(r.stderr.split())
+    for f in fragments:
+        assert f in text, (f, text)
+    return text

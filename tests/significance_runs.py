@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ITEMS = 200
@@ -83,6 +85,56 @@ def make_tree(root: Path) -> Path:
         (run / "scores" / "test.jsonl").write_text(
             "".join(json.dumps(x) + "\n" for x in [header, *records]))
     return root / "runs"
+
+
+#: the runs of the small tree (cut_to_small): two seeds of each side, ASO's minimum
+SMALL = (("lstm", 1), ("lstm", 2), ("lstm-srnn", 1), ("lstm-srnn", 2))
+
+
+def cut_to_small(runs: Path) -> None:
+    """The runs :func:`make_tree` wrote cut to :data:`SMALL`, each with a ``metrics.jsonl`` of
+    two evaluations as the trainer writes them (for ``plot``): the fewest runs with which
+    report, compare, plot and ``report --significance`` (paired bootstrap and ASO) all run."""
+    for (cell, seed) in RUNS:
+        run = runs / "sig" / cell / f"seed-{seed}"
+        if (cell, seed) not in SMALL:
+            shutil.rmtree(run)
+            continue
+        (run / "metrics.jsonl").write_text("".join(json.dumps(
+            {"step": 10 * e, "epoch": e, "lr": 0.01, "train_loss": 1.0 / e, "split": "dev",
+             "accuracy": 60.0 + e, "loss": 0.7 - 0.1 * e}, sort_keys=True) + "\n" for e in (1, 2)))
+    for cell in ("lstm-gates", "lstm-srnn-out"):
+        (runs / "sig" / cell).rmdir()
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """The folder of :func:`make_tree`'s recipe and runs, written once per test module."""
+    root = tmp_path_factory.mktemp("sig")
+    make_tree(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def small_tree(tree, tmp_path_factory) -> Path:
+    """A copy of ``tree`` cut to the small tree (:func:`cut_to_small`)."""
+    root = tmp_path_factory.mktemp("small") / "t"
+    shutil.copytree(tree, root)
+    cut_to_small(root / "runs")
+    return root
+
+
+@pytest.fixture
+def small_runs(small_tree, tmp_path, monkeypatch) -> Path:
+    """A fresh copy of the small tree (runs/ and the recipe sig.yaml) to damage, with the task
+    registry read once (each command in-process would read the installed entry points again)."""
+    from lstmablate import task as task_module
+
+    eps = task_module._entry_points()
+    monkeypatch.setattr(task_module, "_entry_points", lambda: eps)
+    root = tmp_path / "t"
+    shutil.copytree(small_tree, root)
+    return root
 
 
 if __name__ == "__main__":  # pragma: no cover - a helper for regenerating the golden files

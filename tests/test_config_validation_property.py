@@ -35,7 +35,7 @@ from lstmablate.recipes import resolve_config
 from lstmablate.errors import UserError
 from lstmablate.run.runs import RunFiles, write_config
 
-from cli_in_process import run_cli
+from cli_in_process import expect_error, run_cli
 
 QUIET = Console(file=io.StringIO())
 
@@ -141,6 +141,29 @@ def message_problem(message: str, names: tuple[str, ...]) -> str | None:
     return None
 
 
+def walk_calls(calls: dict[str, typing.Callable[[], object]], context: str, names: tuple[str, ...],
+               may_accept: bool, out: Path, failures: list[str]) -> int:
+    """Make each of ``calls`` (by command) with one value; add to ``failures`` what is wrong: a
+    crash, a refusal whose message is not one paragraph naming one of ``names``, an
+    acceptance where the value may not be accepted, a run folder left behind.  Returns the
+    number of calls."""
+    for command, call in calls.items():
+        where = f"{command} {context}"
+        try:
+            result, message = outcome(call)
+        except Exception as e:  # noqa: BLE001 - collected: the point of the walk
+            failures.append(f"{where}: {type(e).__name__}: {e}")
+            continue
+        problem = message_problem(message, names) if result == "refused" else None
+        if problem:
+            failures.append(f"{where}: {problem}")
+        elif result == "accepted" and not may_accept:
+            failures.append(f"{where}: accepted")
+        if out.exists():
+            failures.append(f"{where}: left {out} behind")
+    return len(calls)
+
+
 def test_every_value_of_every_config_field_is_checked_before_data(walk, capsys):
     root = walk
     tasks = task_module.available_tasks()
@@ -191,21 +214,8 @@ def test_every_value_of_every_config_field_is_checked_before_data(walk, capsys):
             if section == "eval":
                 calls["eval"] = lambda: runner.evaluate_run(eval_runs[task_name],
                                                             eval_overrides=[item])
-            for command, call in calls.items():
-                n_calls += 1
-                context = f"{command} --set {item!r} ({task_name})"
-                try:
-                    result, message = outcome(call)
-                except Exception as e:  # noqa: BLE001 - collected: the point of the walk
-                    failures.append(f"{context}: {type(e).__name__}: {e}")
-                    continue
-                problem = message_problem(message, (option,)) if result == "refused" else None
-                if problem:
-                    failures.append(f"{context}: {problem}")
-                elif result == "accepted" and value_name not in may:
-                    failures.append(f"{context}: accepted")
-                if out.exists():
-                    failures.append(f"{context}: left {out} behind")
+            n_calls += walk_calls(calls, f"--set {item!r} ({task_name})", (option,),
+                                  value_name in may, out, failures)
     with capsys.disabled():
         print(f"\n[config validation] {len(tasks)} tasks, {len(fields_seen)} config fields "
               f"(every field of data/model/eval of every task, and train), {len(VALUES)} values "
@@ -400,3 +410,167 @@ def test_a_thread_count_that_crashed_openmp_is_refused(tmp_path, tiny_recipe):
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "--threads must be between 1 and" in " ".join(r.stderr.split())
     assert not (tmp_path / "runs").exists()
+
+
+# ----------------------------------------------------------------- recipe keys
+
+#: the values each top-level recipe key may accept (it may still refuse them); any other value
+#: is refused, by the command reading the recipe, with a message naming the key
+RECIPE_MAY_ACCEPT = {
+    "base": set(), "task": set(), "data": set(), "model": set(), "train": set(), "eval": set(),
+    # strings (YAML 1.1 reads nan, inf and 1e30, without a dot, as text) and folder names
+    "experiment": {"nan", "inf", "zero", "minus-one", "billion", "huge-int", "word", "1e30"},
+    "description": {"nan", "inf", "word", "1e30"}, "reference_source": {"nan", "inf", "word", "1e30"},
+    "reference": set(), "cells": set(), "seeds": {"list"}, "cell_seeds": set(),
+    "cell_overrides": set(), "grid": set(), "table": set(),
+}
+
+#: values that are not YAML a recipe may hold (a syntax error, a tag, nesting past the bound):
+#: the reader refuses the file, naming it and the line, before any key is looked at
+NOT_YAML = {"unclosed-list", "unclosed-mapping", "python-tag", "tag-in-list", "deep"}
+
+
+@pytest.mark.slow  # (about 20 s: 544 commands, each reading a recipe)
+def test_every_value_of_every_recipe_key_is_checked_when_the_recipe_is_read(walk, capsys):
+    """Each top-level recipe key, fed each value, through ``train --recipe`` and
+    ``sweep --list``: refused (exit 2, one paragraph naming the key, nothing written) or
+    accepted only where the value is of the key's type."""
+    from conftest import TINY_DYCK
+    from lstmablate.recipes import RECIPE_KEYS
+
+    assert set(RECIPE_MAY_ACCEPT) == set(RECIPE_KEYS)
+    root = walk
+    out = root / "runs"
+    tiny = {**yaml.safe_load(TINY_DYCK), "cells": ["lstm"], "seeds": [1]}  # one run to plan
+    failures, n = [], 0
+    for key in RECIPE_KEYS:
+        for value_name, value in VALUES.items():
+            recipe = root / f"r-{key}-{value_name}.yaml"
+            rest = yaml.safe_dump({k: v for k, v in tiny.items() if k != key}, sort_keys=False)
+            recipe.write_text(rest + f"{key}: {value}\n")
+            calls = {
+                "train": lambda: runner.train_run("dyck", "lstm", recipe=recipe.name, out=out,
+                                                  console=QUIET, progress=False),
+                "sweep --list": lambda: sweep.plan_sweep(recipe.name, out) and throw(ReachedData),
+            }
+            n += walk_calls(calls, f"with `{key}: {value[:30]}`",
+                            (recipe.name,) if value_name in NOT_YAML else (key,),
+                            value_name in RECIPE_MAY_ACCEPT[key], out, failures)
+    with capsys.disabled():
+        print(f"\n[recipe validation] {len(RECIPE_KEYS)} recipe keys, {len(VALUES)} values each, "
+              f"{n} train / sweep --list calls: every value of the wrong type refused, naming "
+              "the key")
+    assert not failures, "\n".join(failures[:60]) + f"\n({len(failures)} failures)"
+
+
+def throw(error: type[Exception]) -> None:
+    raise error("reached the data")
+
+
+# ----------------------------------------------------------------- what the issue reported
+
+def expect_refused(r, *fragments):
+    """A refusal (:func:`expect_error`) before any data is read."""
+    text = expect_error(r, *fragments)
+    assert "reached the data" not in text, text
+    return text
+
+
+def test_a_recipe_of_the_wrong_shape_is_refused_when_it_is_read(walk, tiny_recipe):
+    root = walk
+    train = ["train", "--task", "dyck", "--out", "runs", "--recipe"]
+    for extra, fragments in (
+            ("reference: hello", ("`reference` must be a mapping of cell to a mapping of metric",
+                                  "got 'hello'")),
+            ("reference: {lstm: {ppl: [1]}}", ("`reference` must be",)),
+            ("cell_overrides: [1, 2]", ("`cell_overrides` must be a mapping of cell",)),
+            ("cell_overrides: {lstm: {training: {lr: 1}}}", ("section in cell_overrides",
+                                                             "'training'")),
+            ("cell_seeds: {lstm: 5}", ("`cell_seeds` must be",)),
+            ("grid: {m: [1, 2]}", ("`grid` must be a mapping of section.key",)),
+            ("table: {title: [1]}", ("`table.title` must be a string",)),
+            ("description: [a, b]", ("`description` must be a string",))):
+        recipe = root / "shape.yaml"
+        recipe.write_text(tiny_recipe.read_text() + extra + "\n")
+        for argv in ([*train, str(recipe)], ["sweep", str(recipe), "--list"],
+                     ["report", ".", "--table", str(recipe)]):
+            expect_refused(run_cli(*argv, cwd=root), "shape.yaml", *fragments)
+    assert not (root / "runs").exists()
+
+
+def test_recipe_names_paths_and_empty_names(walk, tiny_recipe):
+    root = walk
+    train = ["train", "--task", "dyck", "--out", "runs", "--recipe"]
+    expect_refused(run_cli(*train, "", cwd=root), "--recipe is empty")
+    (root / "dyck-demo").mkdir()  # a folder named like a shipped recipe does not shadow it
+    (root / "dyck-demo" / "notes.txt").write_text("x")
+    r = run_cli(*train, "dyck-demo", cwd=root)
+    assert r.returncode == 2 and "reached the data" in r.stderr, r.stderr  # the shipped recipe
+    expect_refused(run_cli(*train, "./dyck-demo", cwd=root), "dyck-demo is a directory, not a "
+                   "recipe file")
+    expect_refused(run_cli(*train, "dyck-demo/", cwd=root), "is a directory")
+    (root / "mine").write_text(tiny_recipe.read_text())  # a file without .yaml is read as ./mine
+    expect_refused(run_cli(*train, "mine", cwd=root), "unknown recipe 'mine'", "write ./mine")
+    r = run_cli(*train, "./mine", cwd=root)
+    assert r.returncode == 2 and "reached the data" in r.stderr, r.stderr
+    assert not (root / "runs").exists()
+
+
+def test_a_base_that_is_a_device_a_fifo_or_nested_too_deep_is_refused_at_once(walk):
+    import os
+    import threading
+
+    root = walk
+    train = ["train", "--task", "dyck", "--out", "runs", "--recipe"]
+    (root / "zero.yaml").write_text("task: dyck\nbase: /dev/zero\n")
+    expect_refused(run_cli(*train, "zero.yaml", cwd=root), "zero.yaml: its `base: /dev/zero` "
+                   "cannot be used", "it is a device")
+    os.mkfifo(root / "pipe.yaml")
+    (root / "fifo.yaml").write_text("task: dyck\nbase: pipe.yaml\n")
+    results = []
+    for argv in ([*train, "fifo.yaml"], [*train, "pipe.yaml"]):  # (a FIFO blocks a plain read)
+        t = threading.Thread(target=lambda a=argv: results.append(run_cli(*a, cwd=root)),
+                             daemon=True)
+        t.start()
+        t.join(60)
+        assert not t.is_alive(), f"{argv} hangs on the FIFO"
+    expect_refused(results[0], "its `base: pipe.yaml` cannot be used", "named pipe (FIFO)")
+    expect_refused(results[1], "pipe.yaml: it is a named pipe (FIFO)")
+    (root / "deep.yaml").write_text("task: dyck\nreference:\n" + "".join(
+        "  " * (i + 1) + f"k{i}:\n" for i in range(200)))
+    expect_refused(run_cli(*train, "deep.yaml", cwd=root), "deep.yaml: nested more than")
+    (root / "deeper.yaml").write_text("task: dyck\nreference: " + "[" * 5000 + "]" * 5000 + "\n")
+    expect_refused(run_cli(*train, "deeper.yaml", cwd=root), "deeper.yaml")
+    (root / "child.yaml").write_text("base: deep.yaml\n")
+    expect_refused(run_cli(*train, "child.yaml", cwd=root), "its `base: deep.yaml` cannot be used")
+    assert not (root / "runs").exists()
+
+
+def test_training_options_the_issue_found_unbounded_are_refused(walk, tiny_recipe):
+    root = walk
+    train = ["train", "--task", "dyck", "--recipe", str(tiny_recipe), "--out", "runs"]
+    for value in ("nan", "-1", "0", "inf", "1e9"):
+        expect_refused(run_cli(*train, "--log-interval", value, cwd=root),
+                       "--log-interval must be a number in (0, 86400]")
+    r = run_cli(*train, "--log-interval", "0.5", cwd=root)
+    assert "reached the data" in r.stderr, r.stderr
+    for item, fragment in (
+            ("model.init_scale=1e308", "model.init_scale must be >= 0 and <= 10"),
+            ("train.weight_decay=1e308", "train.weight_decay must be >= 0 and <= 1"),
+            ("train.lr=1e308", "train.lr must be > 0 and <= 1000"),
+            ("train.initial_accumulator=1e308", "train.initial_accumulator must be"),
+            ("train.momentum=1", "train.momentum must be >= 0 and < 1"),
+            ("train.min_lr=0.5", "train.min_lr must be >= 0 and <= 0.02"),
+            ("train.decay=2", "train.decay must be > 0 and <= 1"),
+            ("model.cell_options={forget_bias: abc}",
+             "model.cell_options.forget_bias: cell 'lstm' takes a finite number or none"),
+            ("model.cell_options={forget_bias: 1.0e+308}", "in [-100, 100]"),
+            ("model.cell_options={init_scale: 1e308}", "YAML reads 1e308 as text"),
+            ("model.cell_options={content: 5}", "model.cell_options.content: cell 'lstm' takes "
+                                                "a string"),
+            ("model.cell_options={bogus: 1}", "'model.cell_options.bogus'")):
+        expect_refused(run_cli(*train, "--set", item, cwd=root), fragment)
+    expect_refused(run_cli(*train, "--cell", "lstm-gates", "--set",
+                           "model.cell_options={memory_cell: true}", cwd=root),
+                   "cell 'lstm-gates' fixes option(s) model.cell_options.memory_cell")
+    assert not (root / "runs").exists()

@@ -16,19 +16,10 @@ from rich.console import Console
 from lstmablate.errors import DataError, UserError
 from lstmablate.run.runner import train_run
 
-from cli_in_process import run_cli
+from cli_in_process import expect_error, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=io.StringIO())
-
-
-def expect_error(r, *fragments):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr, r.stderr
-    text = " ".join(r.stderr.split())
-    for f in fragments:
-        assert f in text, (f, text)
-    return text
 
 
 # ------------------------------------------------------------------ every split before training
@@ -158,10 +149,14 @@ def test_a_bad_conllu_head_stops_training_before_the_run_folder(tmp_path):
 
 # ------------------------------------------------------------------ SQuAD
 
-def squad(context: str, answer: str, start: int, version: str = "1.1") -> str:
-    return json.dumps({"version": version, "data": [{"title": "T", "paragraphs": [{
-        "context": context, "qas": [{"id": "q1", "question": "What?",
-                                     "answers": [{"text": answer, "answer_start": start}]}]}]}]})
+def squad(context: str, answer: str, start: int, version: str = "1.1", question: str = "What?",
+          paragraphs: list | None = None) -> str:
+    """A SQuAD file of one article: one paragraph and question (or ``paragraphs``)."""
+    if paragraphs is None:
+        paragraphs = [{"context": context, "qas": [{
+            "id": "q1", "question": question,
+            "answers": [{"text": answer, "answer_start": start}]}]}]
+    return json.dumps({"version": version, "data": [{"title": "T", "paragraphs": paragraphs}]})
 
 
 CONTEXT = "The cat sat on the mat."
@@ -173,6 +168,16 @@ CONTEXT = "The cat sat on the mat."
     (squad(CONTEXT, "", 3), "is empty"),
     (squad(CONTEXT, "cat", 4, version="2.0"), "this task reads SQuAD v1.1"),
     ("[" * 200_000, "nests arrays or objects too deeply"),
+    # an empty question, an article without paragraphs, a context spaCy would not tokenise (E088)
+    (squad(CONTEXT, "cat", 4, question=""), "question 'q1' (article 0 ('T'), paragraph 0) is empty"),
+    (squad(CONTEXT, "cat", 4, question=" \t\n"),
+     "question 'q1' (article 0 ('T'), paragraph 0) is only white space"),
+    (squad(CONTEXT, "cat", 4, paragraphs=[]), "article 0 ('T') has no paragraphs"),
+    (squad(CONTEXT, "cat", 4, paragraphs=[{"context": "  ", "qas": []}]),
+     "the context of article 0 ('T'), paragraph 0 is only white space"),
+    (squad("cat " * 250_001, "cat", 4),
+     "the context of article 0 ('T'), paragraph 0 is 1,000,004 characters long, more than "
+     "the 1,000,000"),
 ])
 def test_squad_inputs_the_probe_found_are_refused_with_the_file(tmp_path, text, what):
     from lstmablate_tasks.squad.data import read_squad

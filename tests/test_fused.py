@@ -337,10 +337,10 @@ def test_bench_library_rows_table_json():
                                 size="medium", hidden=8, batch=2)
     assert {(m["shape"], m["steps"]) for m in medium} == {("ptb-medium-model", 35)}
     assert isinstance(bench.render(models + medium), Table)  # one table per model size
-    with pytest.raises(Exception, match="unknown PTB model size"):
+    with pytest.raises(Exception, match="--model-size 'huge': expected one of small"):
         bench.bench_models(size="huge")
     assert bench.parse_shape("ptb-650").hidden == 650
-    with pytest.raises(Exception, match="unknown shape"):
+    with pytest.raises(Exception, match="--shape 'big': use one of ptb-200"):
         bench.parse_shape("big")
 
 

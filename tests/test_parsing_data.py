@@ -134,7 +134,8 @@ def test_pretrained_vectors_file(tmp_path):
     with pytest.raises(DataError, match=r"vec.txt, line 2: 1 numbers after the word, expected 2"):
         read_pretrained(p)
     p.write_text("the 1 x\n")
-    with pytest.raises(DataError, match="line 1: the vector of 'the' holds a value"):
+    with pytest.raises(DataError, match=r"line 1, column 7: the vector of 'the' holds 'x' "
+                                        r"\(number 2 of 2\), which is not a number"):
         read_pretrained(p)
 
 

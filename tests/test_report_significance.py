@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cli_in_process import run_cli
-from significance_runs import ITEMS, answers, make_tree
+from significance_runs import ITEMS, answers, tree  # noqa: F401 - (tree: a fixture)
 from lstmablate.results.compare import (SignificanceOptions, compare, find_runs, load_run,
                                         render as render_comparison)
 from lstmablate.results.formats import render
@@ -26,13 +26,6 @@ from lstmablate.results.report import build_report
 
 GOLDEN = Path(__file__).parent / "fixtures" / "report"
 FORMATS = {"markdown": "markdown", "latex": "latex", "csv": "csv", "json": "json"}
-
-
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("sig")
-    make_tree(root)
-    return root
 
 
 @pytest.fixture
@@ -135,12 +128,24 @@ def test_the_cli_writes_every_format_with_significance(here):
         assert done.returncode == 0, done.stderr
         assert done.stdout == _report(fmt)
     bad = run_cli("report", "runs", "--significance", "--level", "1.5", cwd=here)
-    assert bad.returncode == 2 and "--level must be between 0 and 1" in bad.stderr
+    assert bad.returncode == 2 and "--level must be a number in (0, 0.5]" in bad.stderr
 
 
-def test_a_table_without_the_reference_cell_says_so(here):
-    text = _report("markdown", reference="gru")
-    assert "the table has no `gru` row to compare the others with" in text
+def test_a_table_without_the_reference_cell_says_so(here, tmp_path, monkeypatch):
+    """A reference cell of one table but not of another: the other says so.  (A cell of no
+    table at all is an error: tests/test_damaged_records.py.)"""
+    import yaml
+
+    other = tmp_path / "runs" / "other" / "lstm-srnn" / "seed-1"
+    shutil.copytree(here / "runs", tmp_path / "runs")
+    shutil.copytree(here / "runs/sig/lstm-srnn/seed-1", other)
+    cfg = yaml.safe_load((other / "config.yaml").read_text())
+    (other / "config.yaml").write_text(yaml.safe_dump({**cfg, "experiment": "other",
+                                                       "recipe": None, "recipe_file": None}))
+    monkeypatch.chdir(tmp_path)
+    text = render(build_report(Path("runs"), significance=SignificanceOptions()), "markdown")
+    assert "the table has no `lstm` row to compare the others with" in text
+    assert "worse (ASO worse ε 0.00; 3/3 pairs worse)" in text  # the sig table is tested
 
 
 # -- compare --------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The run folder protects itself.
 
 * ``eval --write-predictions``, ``plot --out`` and ``visualize --out`` never write over a run's
-  own files (config, checkpoints, metrics, result, lock, artefacts, TensorBoard events);
+  own files (config, checkpoints, metrics, result, lock, artefacts, TensorBoard events), nor
+  into its folder (tests/test_run_folder_boundary.py: every command's outputs);
 * the artefacts are written with a manifest of their sizes and sha256, checked whenever they
   are read: a deleted, changed or mis-encoded artefact is one message naming it, never a
   traceback and never another file blamed; a run saved before manifests existed is checked by
@@ -28,21 +29,12 @@ from rich.console import Console
 from lstmablate.errors import UserError
 from lstmablate.run.runner import evaluate_run, train_run
 
-from cli_in_process import run_cli
+from cli_in_process import expect_error, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=io.StringIO())
 PTB_RECIPE = ("task: ptb\nexperiment: tinyptb\ndata: {batch_size: 2, num_steps: 3, verify: false}\n"
               "model: {hidden_size: 8}\n")
-
-
-def expect_error(r, *fragments):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr, r.stderr
-    text = " ".join(r.stderr.split())
-    for f in fragments:
-        assert f in text, (f, text)
-    return text
 
 
 def snapshot(run: Path) -> dict[str, bytes]:
@@ -76,11 +68,14 @@ def test_eval_never_writes_predictions_over_the_runs_own_files(tmp_path, dyck_ru
                  "../seed-1/last.pt"):
         with pytest.raises(UserError, match="is a file of the run folder"):
             evaluate_run(dyck_run, write_predictions=dyck_run / name)
+    # nor a new file among them: the run folder is the run's
+    with pytest.raises(UserError, match="is inside the run folder"):
+        evaluate_run(dyck_run, write_predictions=dyck_run / "preds.jsonl")
     assert snapshot(dyck_run) == before
-    # beside the run folder is fine, and so is a new file inside it
-    for ok in (tmp_path / "preds.jsonl", dyck_run / "preds.jsonl"):
-        assert evaluate_run(dyck_run, write_predictions=ok)["accuracy"] >= 0
-        assert ok.exists()
+    # beside the run folder is fine
+    ok = tmp_path / "preds.jsonl"
+    assert evaluate_run(dyck_run, write_predictions=ok)["accuracy"] >= 0
+    assert ok.exists()
 
 
 def test_plot_and_visualize_outputs_never_go_into_a_runs_own_folders(tmp_path, dyck_run):
@@ -263,7 +258,7 @@ def test_plot_names_and_skips_a_damaged_run_as_report_does(tmp_path, tiny_recipe
     assert r.returncode == 0, r.stderr
     err = " ".join(r.stderr.split())
     assert "skipped" in err and "seed-2/metrics.jsonl, line 3" in err
-    assert "lstm-srnn/seed-1/config.yaml is not valid YAML" in err
+    assert "YAML syntax error in runs/tiny/lstm-srnn/seed-1/config.yaml, line 2" in err
     rows = (tmp_path / "curves.csv").read_text().splitlines()[1:]
     assert rows and {r.split(",")[1] for r in rows} == {"lstm"}
     assert {r.split(",")[2] for r in rows} == {"1", "mean"}  # seed 2 left out

@@ -190,7 +190,8 @@ def two_seeds(tmp_path_factory):
     (b"{}", "is an empty object {}: it holds no metrics"),
     (b'{"test": {"accuracy": 1.0,\n  oops}\n', "line 2: malformed JSON"),
     (b'{"steps": 3}', "has no `test` entry"),
-    (b'{"test": {"accuracy": "high"}}', "`test` must map metric names to numbers"),
+    (b'{"test": {"accuracy": "high"}}', "`test` must be null or an object mapping metric names "
+     "to numbers"),
 ])
 def test_a_damaged_result_is_named_and_skipped(two_seeds, tmp_path, content, why):
     import shutil
@@ -259,15 +260,18 @@ def test_a_damaged_config_is_named_and_the_cli_warns(two_seeds, tmp_path, capsys
     captured = capsys.readouterr()
     err = " ".join(captured.err.split())
     assert e.value.code == 0, err
-    assert f"{out / 'tiny' / 'lstm' / 'seed-2' / 'config.yaml'} is not valid YAML" in captured.out
+    assert f"YAML syntax error in {out / 'tiny' / 'lstm' / 'seed-2' / 'config.yaml'}, line 2" \
+        in captured.out
     assert "warning: skipped" in err and "is an empty object {}" in err
     assert "missing" in _row(captured.out, "lstm")  # no usable run of lstm is left
 
 
 def test_the_run_folder_spells_its_names_once_and_result_json_reads_back(tiny_recipe, tmp_path):
-    """RunFiles is the only place a run folder's file names are spelled (the modules that
-    read or write them ask it); result.json round-trips through RunResult, and one written
-    by an older version (a duplicate `dev`, fewer keys) still reads."""
+    """A run folder's file names are spelled once, in RunNames (lstmablate/runfolder.py, on
+    the bottom floor: the output guard of every command needs them), which RunFiles is built
+    on (the modules that read or write them ask it); result.json round-trips through
+    RunResult, and one written by an older version (a duplicate `dev`, fewer keys) still
+    reads."""
     import re
     from pathlib import Path
 
@@ -278,7 +282,7 @@ def test_the_run_folder_spells_its_names_once_and_result_json_reads_back(tiny_re
              RunFiles.BEST, RunFiles.MANIFEST]
     root = Path(lstmablate.__file__).parent
     for py in root.rglob("*.py"):
-        if py.name == "runs.py" and py.parent.name == "run":
+        if py.name == "runfolder.py" and py.parent == root:
             continue
         text = py.read_text(encoding="utf-8")
         for name in names:

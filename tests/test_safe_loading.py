@@ -3,7 +3,9 @@
 Checkpoints are read with PyTorch's safe loader (``weights_only=True``) and hold only plain
 data; a checkpoint carrying a real pickle ``__reduce__`` payload (one that writes a marker
 file when unpickled) is refused with exit code 2 by every command that reads one -- ``eval``,
-``train --resume``, ``visualize`` and ``sweep`` -- and the marker is never created.  The
+``train --resume``, ``visualize`` and ``sweep`` -- and the marker is never created; a payload
+calling ``os.system`` (whose module PyTorch blocks outright, in other words) is refused for
+safety in the same terms, never called truncated or corrupt.  The
 other files the toolkit reads (recipes, a run's config.yaml, its artefacts) are plain YAML or
 JSON, read with loaders that construct no Python objects.  Checkpoints written before the RNG
 state was stored as plain data still load and resume exactly.
@@ -23,18 +25,9 @@ from rich.console import Console
 from lstmablate.run.runner import train_run
 from lstmablate.train.checkpoint import load_checkpoint, rng_state, set_rng_state
 
-from cli_in_process import run_cli
+from cli_in_process import expect_error, run_cli
 
 QUIET = Console(file=io.StringIO())
-
-
-def expect_refusal(r, *fragments):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr, r.stderr
-    text = " ".join(r.stderr.split())
-    for f in fragments:
-        assert f in text, (f, text)
-    return text
 
 
 class Payload:
@@ -79,7 +72,7 @@ def test_a_checkpoint_with_a_pickle_payload_is_refused_everywhere(tmp_path, tiny
                  ["visualize", rel, "--text", "(a (b b) a)", "--out", "w.png"],
                  ["sweep", str(tiny_recipe), "--out", "runs", "--set", "train.max_steps=2"]):
         r = run_cli(*argv, cwd=tmp_path)
-        text = expect_refusal(r, "was refused", "exec", "Nothing in it was loaded or run")
+        text = expect_error(r, "was refused", "exec", "Nothing in it was loaded or run")
         assert not marker.exists(), (argv, "the payload ran")
         assert ".pt" in text
     assert not (tmp_path / "w.png").exists()
@@ -97,6 +90,68 @@ def test_the_refusal_names_the_file_and_does_not_depend_on_where_the_payload_sit
                                                   r"global `exec`"):
             load_checkpoint(trained / "last.pt")
         assert not marker.exists()
+
+
+class SystemCall:
+    """Unpickling this runs ``os.system('touch marker')``: PyTorch's safe loader blocks the module
+    (``posix`` on Linux) outright, with other wording than for ``exec``."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_an_os_system_payload_is_refused_for_safety_not_called_truncated(tmp_path, tiny_recipe,
+                                                                        trained):
+    """torch's loader says "module posix is blocked" for os.system: the message says the file
+    holds code that is refused for safety and that nothing ran, never "truncated or corrupt"."""
+    import os
+
+    marker = tmp_path / "MARKER"
+    for name in ("last.pt", "best.pt"):
+        ckpt = load_checkpoint(trained / name)
+        ckpt["carry"] = {"state": SystemCall(marker)}
+        torch.save(ckpt, trained / name)
+    blocked = os.system.__module__  # posix (nt on Windows)
+    rel = str(trained.relative_to(tmp_path))
+    train = ["train", "--task", "dyck", "--recipe", str(tiny_recipe), "--out", "runs",
+             "--set", "train.max_steps=2", "--threads", "1", "--resume"]
+    for argv in (["eval", rel], ["eval", rel, "--checkpoint", "last"], train):
+        text = expect_error(run_cli(*argv, cwd=tmp_path), "was refused",
+                              f"the Python global `{blocked}.system`", f"module `{blocked}`",
+                              "refused for safety", "holds code or objects",
+                              "Nothing in it was loaded or run (no code was executed)")
+        assert "truncated" not in text and "corrupt" not in text, text
+        assert not marker.exists(), (argv, "the payload ran")
+
+
+def test_the_loaders_refusals_are_told_apart_from_damage(tmp_path):
+    """What the safe loader says about a file it refuses for what it holds (a global it does not
+    allow or blocks, an object it will not build) is a refusal for safety; a file that is not
+    a pickle it can read is truncated or corrupt."""
+    import os
+    import pickle
+
+    from lstmablate.errors import CheckpointError
+
+    path = tmp_path / "x.pt"
+    for payload, fragment in (
+            (lambda: torch.save({"format": 1, "x": SystemCall(tmp_path / "M")}, path),
+             "refused for safety"),
+            (lambda: path.write_bytes(pickle.dumps({"x": SystemCall(tmp_path / "M")}, protocol=2)),
+             "refused for safety"),
+            (lambda: torch.save({"format": 1, "x": Payload(tmp_path / "M")}, path),
+             "refused for safety"),
+            (lambda: path.write_bytes(os.urandom(3000)), "truncated or corrupt"),
+            (lambda: path.write_bytes(b""), "truncated or corrupt")):
+        payload()
+        with pytest.raises(CheckpointError, match=fragment):
+            load_checkpoint(path)
+    assert not (tmp_path / "M").exists()
 
 
 def test_new_checkpoints_hold_plain_data_only(trained):
@@ -153,9 +208,9 @@ def test_recipes_run_configs_and_set_values_construct_no_python_objects(tmp_path
     marker = tmp_path / "MARKER"
     tag = f"!!python/object/apply:os.system ['touch {marker}']"
     (tmp_path / "evil.yaml").write_text(f"task: dyck\ntrain:\n  lr: {tag}\n")
-    expect_refusal(run_cli("train", "--task", "dyck", "--recipe", "evil.yaml", "--out", "fresh",
+    expect_error(run_cli("train", "--task", "dyck", "--recipe", "evil.yaml", "--out", "fresh",
                            cwd=tmp_path), "evil.yaml")
-    expect_refusal(run_cli("train", "--task", "dyck", "--out", "fresh", "--set",
+    expect_error(run_cli("train", "--task", "dyck", "--out", "fresh", "--set",
                            f"train.betas=[{tag}]", cwd=tmp_path), "train.betas")
     config = trained / "config.yaml"
     config.write_text(config.read_text().replace("task: dyck", f"task: {tag}", 1))

@@ -16,7 +16,8 @@ from rich.console import Console
 from cli_in_process import run_cli
 from lstmablate.errors import DataError, UserError
 from lstmablate.run.runner import score_run, train_run
-from lstmablate.run.runs import RunFiles, check_not_run_file, clear_run_dir
+from lstmablate.run.runs import RunFiles, clear_run_dir
+from lstmablate.runfolder import check_output
 from lstmablate.run.scores import read_scores, write_scores
 from lstmablate.task import get_task
 
@@ -101,8 +102,8 @@ def test_force_clears_scores_and_outputs_never_go_into_the_scores_folder(tmp_pat
     write_scores(files.scores("test"), {"task": "dyck", "experiment": "x", "cell": "lstm",
                                         "seed": 1, "split": "test", "checkpoint": "best",
                                         "metrics": {}}, [{"id": 0}])
-    with pytest.raises(UserError, match="that is a file of the run folder"):
-        check_not_run_file(files.scores("test"), "--write-predictions")
+    with pytest.raises(UserError, match="is a file of the run folder"):
+        check_output([files.scores("test")], option="--write-predictions", force=True)
     clear_run_dir(files)
     assert not files.scores("test").exists()
 

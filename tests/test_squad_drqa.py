@@ -271,7 +271,8 @@ def test_fixed_rows_count_in_the_clip_norm_and_are_reset(tmp_path):
 def test_bad_vector_file_names_file_and_line(tmp_path):
     vec = tmp_path / "vectors.txt"
     vec.write_text("the " + " ".join(["0.1"] * 24) + "\ncat 0.1 0.2\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"vectors.txt, line 2: expected a word and 24 numbers"):
+    with pytest.raises(DataError, match=r"vectors.txt, line 2: 2 numbers after the word, expected "
+                                        r"24 \(model.embedding_dim\)"):
         make_task(model={"pretrained": str(vec)})
     with pytest.raises(DataError, match=r"vectors file .* was not found\. DrQA uses GloVe 840B 300d\..*--set model\.pretrained=.*report. marks"):
         make_task(model={"pretrained": "nowhere/glove.txt"})

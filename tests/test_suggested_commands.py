@@ -159,10 +159,10 @@ def test_a_read_only_run_folder_during_resume_suggests_making_it_writable(tmp_pa
     (run_dir / "result.json").unlink()
     real_open = runlock.os.open
 
-    def read_only(path, *a, **k):
-        if "seed-1" in str(path):
+    def read_only(path, flags, *a, **k):  # (reading still works on a read-only file system)
+        if "seed-1" in str(path) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
             raise OSError(errno.EROFS, "Read-only file system", str(path))
-        return real_open(path, *a, **k)
+        return real_open(path, flags, *a, **k)
 
     monkeypatch.setattr(runlock.os, "open", read_only)
     monkeypatch.chdir(tmp_path)
@@ -176,3 +176,36 @@ def test_a_read_only_run_folder_during_resume_suggests_making_it_writable(tmp_pa
     r = run_cli(*argv, "--resume", cwd=tmp_path)  # once writable, the same command resumes
     assert r.returncode == 0, r.stderr
     assert os.path.exists(run_dir / "result.json")
+
+
+def test_a_full_disk_at_the_first_checkpoint_suggests_what_starts_the_run(tmp_path, tiny_recipe,
+                                                                           monkeypatch):
+    """The disk fills up at the first save of last.pt (metrics.jsonl and best.pt are written):
+    there is nothing to continue from, so every message (the failure's, then those of the same
+    command and of --resume) suggests the one command that starts the run, and it does."""
+    from lstmablate import io as atomic
+
+    if not Path("/proc/self/fd").exists():
+        pytest.skip("needs /proc to name the file being written")
+    real_fsync = atomic.os.fsync
+
+    def fsync(fd):
+        if ".tmp-last.pt" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_fsync(fd)
+
+    argv = ["train", "--task", "dyck", "--recipe", str(tiny_recipe), "--out", "runs",
+            "--set", "train.max_steps=2", "--threads", "1"]
+    monkeypatch.setattr(atomic.os, "fsync", fsync)
+    failed = message_of(run_cli(*argv, cwd=tmp_path))
+    monkeypatch.undo()
+    run_dir = tmp_path / "runs" / "tiny" / "lstm" / "seed-1"
+    assert "No space left on device" in failed and not (run_dir / "last.pt").exists()
+    assert (run_dir / "best.pt").exists() and (run_dir / "metrics.jsonl").stat().st_size > 0
+    kept = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    again = [message_of(run_cli(*argv, *extra, cwd=tmp_path)) for extra in ([], ["--resume"])]
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == kept
+    for text in (failed, *again):
+        assert "--resume" not in text, text  # there is nothing to continue from
+        assert follow(text, argv, tmp_path) == 1
+    assert (run_dir / "result.json").exists()

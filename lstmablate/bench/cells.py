@@ -13,10 +13,14 @@ import torch
 from torch import Tensor, nn
 
 from lstmablate.cells import available_cells, build_encoder, reference_mode
+from lstmablate.config import MAX_BATCH, MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH
 from lstmablate.errors import ConfigError
+from lstmablate.limits import check_int
+from lstmablate.run.runner import resource_guard
 
 from .measure import (_Candidate, _memory_mb, _path, torch_threads, _time_rounds,
                       matrix_entries)
+from .options import check_bench_threads, check_cells, check_device, check_fits, check_repeats
 
 
 # ---------------------------------------------------------------------------------
@@ -38,6 +42,19 @@ class Shape:
     @property
     def input_size(self) -> int:
         return self.input or self.hidden
+
+    def min_bytes(self) -> int:
+        """The fewest bytes timing this shape takes: the ``nn.LSTM`` baseline alone (every row
+        times it) -- its weights and their gradients, the input and the output gradient, and
+        what one forward keeps for the backward pass (each layer and direction: the four gates
+        and the cell per token, and the layer's output), in float32.  Each cell adds its own."""
+        d = 2 if self.bidirectional else 1
+        h, tokens = self.hidden, self.batch * self.steps
+        weights = sum(d * (4 * h * ((self.input_size if i == 0 else d * h) + h) + 8 * h)
+                      for i in range(self.layers))
+        inputs = 2 * tokens * self.input_size + tokens * d * h
+        kept = self.layers * tokens * d * (5 * h + h)
+        return 4 * (2 * weights + inputs + kept)
 
 
 SHAPES: dict[str, Shape] = {
@@ -78,18 +95,37 @@ GPU_TARGETS: dict[str, tuple[str, dict[str, float]]] = {
 }
 
 
+#: the fifth part of ``BxTxHxLxbi`` (a bidirectional shape)
+BIDIRECTIONAL = ("bi", "bidirectional", "1", "true")
+
+
 def parse_shape(spec: str) -> Shape:
-    """A named shape, or ``BxTxHxL[xbi]`` (commas work too), e.g. ``20x35x650x2`` / ``32x50x400x3xbi``."""
+    """A named shape, or ``BxTxHxL[xbi]`` (commas work too), e.g. ``20x35x650x2`` or
+    ``32x50x400x3xbi``.
+
+    Each number is bounded as the tasks' configs bound it (:mod:`lstmablate.config`): the batch
+    by ``MAX_BATCH``, the hidden size by ``MAX_WIDTH``, the layers by ``MAX_LAYERS``, and the
+    tokens of a batch (batch x steps) by ``MAX_BATCH_TOKENS``; anything else is a ConfigError
+    naming ``--shape``, before anything is allocated."""
     if spec in SHAPES:
         return SHAPES[spec]
     parts = spec.replace(",", "x").split("x")
-    try:
-        b, t, h, layers = (int(p) for p in parts[:4])
-    except ValueError:
-        raise ConfigError(f"unknown shape {spec!r}: use one of {', '.join(SHAPES)} or "
-                          "'BxTxHxL[xbi]' (batch x steps x hidden x layers)") from None
-    bi = len(parts) > 4 and parts[4].strip().lower() in ("bi", "bidirectional", "1", "true")
-    return Shape(spec, batch=b, steps=t, hidden=h, layers=layers, bidirectional=bi)
+    numbers = parts[:4]
+    shown = spec if len(spec) <= 60 else f"{spec[:60]}..."
+    if (len(parts) not in (4, 5) or not all(p.isascii() and p.isdigit() for p in numbers)
+            or (len(parts) == 5 and parts[4].strip().lower() not in BIDIRECTIONAL)):
+        raise ConfigError(f"--shape {shown!r}: use one of {', '.join(SHAPES)} or 'BxTxHxL[xbi]' "
+                          "(batch x steps x hidden x layers, each a positive integer, then "
+                          "'xbi' for a bidirectional encoder), e.g. 20x35x650x2 or 32x50x400x3xbi.")
+    # a number of thousands of digits is no size (and int() refuses it): shown cut, refused
+    b, t, h, layers = (int(p) if len(p) <= 18 else f"{p[:12]}..." for p in numbers)
+    what = f"--shape {shown}:"
+    check_int(b, f"{what} the batch", 1, MAX_BATCH)
+    check_int(t, f"{what} the steps", 1, MAX_BATCH_TOKENS)
+    check_int(h, f"{what} the hidden size", 1, MAX_WIDTH)
+    check_int(layers, f"{what} the layers", 1, MAX_LAYERS)
+    check_int(b * t, f"{what} the tokens of a batch (batch x steps)", 1, MAX_BATCH_TOKENS)
+    return Shape(spec, batch=b, steps=t, hidden=h, layers=layers, bidirectional=len(parts) == 5)
 
 
 class _TorchEncoder(nn.Module):
@@ -148,19 +184,33 @@ def bench_cells(cells: list[str] | None = None, shapes: list[str] | None = None,
     no target applies), gflops, flops_per_token, memory_mb, memory_kind,
     reference_ms, speedup_vs_reference, repeats.
     """
-    dev = torch.device(device)
-    cells = list(cells) if cells else available_cells()
+    dev = check_device(device)
+    check_bench_threads(threads)
+    check_repeats(repeats, "--repeats")
+    cells = check_cells(cells) or available_cells()
+    shape_list = cell_shapes(shapes, dev, quick)
     if quick:
         repeats, warmup = min(repeats, 3), min(warmup, 1)
-        shape_list = [parse_shape(s) for s in (shapes or DEFAULT_SHAPES[:2])]
-    else:
-        shape_list = [parse_shape(s) for s in (shapes or DEFAULT_SHAPES)]
     rows: list[dict] = []
     with torch_threads(threads):
         for shape in shape_list:
-            rows.extend(_bench_shape(cells, shape, dev, threads, repeats, warmup, reference, seed,
-                                     progress))
+            with resource_guard(f"timing the cells at shape {shape.name} on {dev}"):
+                rows.extend(_bench_shape(cells, shape, dev, threads, repeats, warmup, reference,
+                                         seed, progress))
     return rows
+
+
+def cell_shapes(shapes: list[str] | None, device: torch.device, quick: bool = False) -> list[Shape]:
+    """The shapes :func:`bench_cells` times (``shapes``, else the default ones: the first two
+    with ``quick``), each checked by :func:`parse_shape` and against the memory ``device``
+    has free, before anything is allocated."""
+    specs = shapes or (DEFAULT_SHAPES[:2] if quick else DEFAULT_SHAPES)
+    shape_list = [parse_shape(s) for s in specs]
+    for shape in shape_list:
+        check_fits(shape.min_bytes(), f"--shape {shape.name}", device,
+                   "nn.LSTM's weights, their gradients and what one forward keeps for backward",
+                   "a smaller batch, fewer steps, a smaller hidden size or fewer layers")
+    return shape_list
 
 
 def _bench_shape(cells, shape: Shape, dev, threads, repeats, warmup, reference, seed, progress):

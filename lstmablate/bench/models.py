@@ -12,8 +12,10 @@ from torch import Tensor, nn
 
 from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.errors import ConfigError
+from lstmablate.run.runner import resource_guard
 
 from .measure import _Candidate, _path, torch_threads, _time_rounds
+from .options import check_bench_threads, check_cells, check_device, check_repeats
 
 
 # ---------------------------------------------------------------------------------
@@ -60,6 +62,15 @@ MODEL_SIZES: dict[str, tuple[int, int]] = {"small": (200, 20), "medium": (650, 3
                                            "large": (1500, 35)}
 
 
+def check_model_sizes(sizes: list[str]) -> list[str]:
+    """``--model-size`` values: each a name of :data:`MODEL_SIZES`, else a ConfigError."""
+    for size in sizes:
+        if size not in MODEL_SIZES:
+            shown = repr(size) if len(size) <= 40 else f"{size[:40]!r}..."
+            raise ConfigError(f"--model-size {shown}: expected one of {', '.join(MODEL_SIZES)}")
+    return list(sizes)
+
+
 def bench_models(cells: list[str] | None = None, threads: int = 2, device: str = "cpu",
                  repeats: int = 20, quick: bool = False, warmup: int = 3, vocab: int = 10_000,
                  hidden: int | None = None, layers: int = 2, batch: int = 20,
@@ -77,20 +88,21 @@ def bench_models(cells: list[str] | None = None, threads: int = 2, device: str =
     threads, vocab, hidden, layers, batch, steps, ms, ms_min, tokens_per_s, ratio_lstm,
     repeats.
     """
-    if size not in MODEL_SIZES:
-        raise ConfigError(f"unknown PTB model size {size!r}; expected one of {sorted(MODEL_SIZES)}")
+    check_model_sizes([size])
+    check_bench_threads(threads)
+    check_repeats(repeats, "--model-repeats")
     hidden = MODEL_SIZES[size][0] if hidden is None else hidden
     steps = MODEL_SIZES[size][1] if steps is None else steps
-    dev = torch.device(device)
-    cells = list(cells) if cells else [c for c in available_cells()
-                                       if get_cell(c).family in ("lstm", "gru")]
+    dev = check_device(device)
+    cells = check_cells(cells) or [c for c in available_cells()
+                                   if get_cell(c).family in ("lstm", "gru")]
     if quick:
         repeats, warmup = min(repeats, 5), min(warmup, 1)
     gen = torch.Generator().manual_seed(seed)
     n_batches = 8
     data = torch.randint(0, vocab, (n_batches, batch, steps + 1), generator=gen).to(dev)
     cands, meta = [], {}
-    with torch_threads(threads):
+    with torch_threads(threads), resource_guard(f"timing the ptb-{size} model on {dev}"):
         torch.manual_seed(seed)
         for cell in ["nn.LSTM", *cells]:
             try:

@@ -14,10 +14,28 @@ from typing import Any
 
 from lstmablate import io
 
-from .cells import bench_cells
+from .cells import bench_cells, cell_shapes
 from .measure import environment, machine_gflops
-from .models import bench_models
+from .models import bench_models, check_model_sizes
+from .options import check_bench_threads, check_cells, check_device, check_repeats
 from .render import to_json, to_markdown
+
+
+def check_options(cells: list[str] | None, shapes: list[str] | None, *, threads: int, device: str,
+                  repeats: int, quick: bool, model_sizes: list[str],
+                  model_repeats: int = 20) -> str:
+    """Every option of :func:`measure` checked at once, before anything is measured (the
+    benchmarks check their own again: they are library functions too), so that a bad
+    ``--model-size`` is not found after the cell rows took minutes.  Returns the device's
+    name (``auto`` resolved)."""
+    dev = check_device(device)
+    check_bench_threads(threads)
+    check_repeats(repeats, "--repeats")
+    check_repeats(model_repeats, "--model-repeats")
+    check_cells(cells)
+    cell_shapes(shapes, dev, quick)
+    check_model_sizes(model_sizes)
+    return str(dev)
 
 
 def measure(cells: list[str] | None, shapes: list[str] | None, *, threads: int, device: str,
@@ -25,7 +43,10 @@ def measure(cells: list[str] | None, shapes: list[str] | None, *, threads: int, 
             machine_rate: bool = True,
             progress: Callable[[str], None] | None = None) -> tuple[list[dict], dict[str, Any]]:
     """The rows of every benchmark asked for, and the record's other fields (the matmul rate
-    before and after only with ``machine_rate``: it takes seconds)."""
+    before and after only with ``machine_rate``: it takes seconds).  The options are checked
+    first (:func:`check_options`)."""
+    device = check_options(cells, shapes, threads=threads, device=device, repeats=repeats,
+                           quick=quick, model_sizes=model_sizes, model_repeats=model_repeats)
     env = environment(threads, device)
     env["load_average_before"] = env.pop("load_average", None)
     t0 = time.time()

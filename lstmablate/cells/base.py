@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from lstmablate.errors import UserError
+from lstmablate.limits import MAX_INIT_SCALE
 
 State = tuple[Tensor, ...]
 
@@ -89,6 +90,12 @@ class Cell(nn.Module):
     #: introspection (parameter counts, flags); cells that accept only some
     #: sizes (e.g. ``dyck-rnn``) override it.
     example_sizes: ClassVar[tuple[int, int]] = (2, 2)
+
+    #: the allowed range of a numeric constructor option (checked with the option names and
+    #: types before any data is read: :meth:`CellSpec.check_options`); a scale or a bias far
+    #: outside it saturates every gate, and beyond ~3e38 it is not even a float32
+    option_ranges: ClassVar[dict[str, tuple[float, float]]] = {
+        "init_scale": (0.0, MAX_INIT_SCALE), "forget_bias": (-100.0, 100.0)}
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()

@@ -18,6 +18,8 @@ building an encoder of a registered name is ``build.py``.
 from __future__ import annotations
 
 import inspect
+import math
+import typing
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from lstmablate.errors import ConfigError, UnknownNameError
+from lstmablate.limits import described, fits
 
 from .base import Cell
 
@@ -45,22 +48,44 @@ class CellSpec:
     aliases: tuple[str, ...] = ()
 
     def build(self, input_size: int, hidden_size: int, **options: Any) -> Cell:
-        clash = set(options) & set(self.preset)
-        if clash:
-            raise ConfigError(
-                f"cell {self.name!r} fixes option(s) {', '.join(sorted(clash))} "
-                f"(its flag set is {self.preset}); choose another cell name instead."
-            )
-        allowed = self.option_names()
-        unknown = [k for k in options if k not in allowed]
-        if unknown:
-            raise UnknownNameError(
-                f"option of cell {self.name!r}", unknown[0], sorted(allowed - set(self.preset)))
+        self.check_options(options)
         return self.cls(input_size, hidden_size, **self.preset, **options)
 
     def option_names(self) -> set[str]:
         params = inspect.signature(self.cls.__init__).parameters
         return {p for p in params if p not in ("self", "input_size", "hidden_size")}
+
+    def check_options(self, options: dict[str, Any], where: str = "") -> None:
+        """ConfigError unless ``options`` (e.g. a run's ``model.cell_options``: ``where``, which
+        prefixes the names in messages) are options this cell takes: declared by its class, not
+        fixed by its flag set, each value of the type its class declares and within
+        :attr:`Cell.option_ranges`.  Checked when a run's config is resolved, before any data
+        is read, and again by :meth:`build`."""
+        def named(key: str) -> str:
+            return f"{where}.{key}" if where else key
+
+        clash = set(options) & set(self.preset)
+        if clash:
+            raise ConfigError(
+                f"cell {self.name!r} fixes option(s) {', '.join(named(k) for k in sorted(clash))} "
+                f"(its flag set is {self.preset}); choose another cell name instead."
+            )
+        allowed = self.option_names()
+        unknown = [k for k in options if k not in allowed]
+        if unknown:
+            raise UnknownNameError(f"option of cell {self.name!r}", named(str(unknown[0])),
+                                   [named(k) for k in sorted(allowed - set(self.preset))])
+        try:
+            hints = typing.get_type_hints(self.cls.__init__)
+        except (NameError, TypeError):  # a plugin's annotations that do not resolve: unchecked
+            hints = {}
+        for key, value in options.items():
+            tp = hints.get(key, Any)
+            low, high = self.cls.option_ranges.get(key, (-math.inf, math.inf))
+            if not fits(value, tp) or (fits(value, float) and not low <= value <= high):
+                bounds = f" in [{low:g}, {high:g}]" if math.isfinite(high) else ""
+                raise ConfigError(f"{named(key)}: cell {self.name!r} takes {described(tp)}"
+                                  f"{bounds}, got {value!r}{_as_text(value)}.")
 
     def build_example(self) -> Cell:
         """A cell at the class's ``example_sizes`` (for introspection only)."""
@@ -73,6 +98,17 @@ class CellSpec:
     @property
     def fast_path(self) -> bool:
         return bool(getattr(self.cls, "fast_path_available", lambda cell: False)(self.build_example()))
+
+
+def _as_text(value: Any) -> str:
+    """For a number YAML read as text (YAML 1.1 reads ``1e-5``, without a dot, as a string)."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        float(value)
+    except ValueError:
+        return ""
+    return f" (YAML reads {value} as text; write it with a dot, e.g. 1.0e-5)"
 
 
 _REGISTRY: dict[str, CellSpec] = {}

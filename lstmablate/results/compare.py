@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from lstmablate.errors import DataError, UserError
-from lstmablate.io import read_json
+from lstmablate.errors import ConfigError, DataError, UserError
+from lstmablate.io import path_exists, read_json
+from lstmablate.limits import MAX_RESAMPLES, check_float, check_resamples, check_seed
 from lstmablate.run.runs import RunFiles, RunResult
 from lstmablate.run.scores import Scores, read_scores
 from lstmablate.task import ItemMetric, Metric, Task
@@ -68,8 +69,10 @@ class Run:
         return self._task
 
     def split_name(self, split: str) -> str:
-        t = self.task
-        return {"dev": t.dev_split, "test": t.test_split}.get(split, split)
+        """The task's name of ``split`` (dev or test); a UserError naming --split otherwise."""
+        from lstmablate.run.runner import _split_name
+
+        return _split_name(self.task, split)
 
     def reported(self, split: str) -> dict[str, float]:
         """The metrics result.json reports for ``split`` (its final dev evaluation if any)."""
@@ -104,12 +107,7 @@ def load_run(path: Path) -> Run:
     if not files.result.exists():
         raise UserError(f"{path} has no {RunFiles.RESULT}: the run is not finished, so it has no "
                         "test numbers to compare.")
-    doc = read_json(files.result)
-    try:
-        result = RunResult.from_json(doc)
-    except (KeyError, TypeError, AttributeError):
-        raise DataError(f"{files.result} does not hold what lstmablate writes there; the run "
-                        "folder is damaged.") from None
+    result = RunResult.from_json(read_json(files.result), files.result)
     return Run(files.root, result.seed, result.cell, result.experiment, result)
 
 
@@ -118,7 +116,7 @@ def find_runs(spec: str | Path) -> list[Run]:
     (a cell's ``runs/<experiment>/<cell>/``: every seed), or a glob pattern of run folders."""
     text = str(spec)
     paths = [Path(p) for p in sorted(glob.glob(text))] if glob.has_magic(text) else [Path(text)]
-    if not paths or not all(p.exists() for p in paths):
+    if not paths or not all(path_exists(p, "run folder") for p in paths):
         raise UserError(f"{text}: no such run folder (give a run folder, a folder of run folders "
                         "such as runs/EXPERIMENT/CELL, or a quoted glob pattern).")
     folders = [f for p in paths for f in RunFiles.under(p)]
@@ -169,12 +167,30 @@ def check_same_items(a: Scores, b: Scores, task: Task) -> None:
 
 
 def stats_of(scores: Scores, metric: ItemMetric) -> np.ndarray:
+    """The per-item statistics of ``metric`` in ``scores``, every one a finite number: a
+    resample's metric summed over an item without one would be NaN, and a verdict computed
+    from NaN says nothing (an item scored null, NaN or infinity is a DataError naming it)."""
+    command = scores_command(scores.path.parents[1], scores.split)
+    if not scores.records:
+        raise DataError(f"{scores.path} holds no items (its header announces 0), so there is "
+                        f"nothing to resample; write it again with `{command}`.")
     try:
-        return metric.stats(scores.records)
-    except (KeyError, TypeError, ValueError, IndexError) as e:
+        stats = np.asarray(metric.stats(scores.records), dtype=np.float64)
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
         raise DataError(f"{scores.path}: the records lack the statistics of {metric.name} "
-                        f"({type(e).__name__}: {e}); write the file again with `"
-                        f"{scores_command(scores.path.parents[1], scores.split)}`.") from None
+                        f"({type(e).__name__}: {e}); write the file again with `{command}`."
+                        ) from None
+    bad = np.flatnonzero(~np.isfinite(stats).all(axis=tuple(range(1, stats.ndim))))
+    if bad.size:
+        first = int(bad[0])
+        raise DataError(f"{scores.path}, line {first + 2}: item "
+                        f"{json.dumps(scores.records[first].get('id'), default=str)[:40]} has a "
+                        f"statistic of {metric.name} that is not a finite number (null, NaN or "
+                        f"infinity; {bad.size} of the {len(scores.records)} items have one), so "
+                        "no resample of the items has a number to compare. Write the file again "
+                        f"with `{command}`; if the run's model itself scores such items so, its "
+                        f"{metric.name} cannot be compared item by item.")
+    return stats
 
 
 def paired(a: Run, b: Run, split: str, metric: ItemMetric, n_samples: int = DEFAULT_SAMPLES,
@@ -187,7 +203,15 @@ def paired(a: Run, b: Run, split: str, metric: ItemMetric, n_samples: int = DEFA
         raise UserError(f"{sa.path} and {sb.path} hold statistics of different shapes "
                         f"{xa.shape} and {xb.shape}: the runs were evaluated on different test "
                         "sets.")
-    return paired_bootstrap(xa, xb, metric.value, n_samples=n_samples, seed=seed)
+    result = paired_bootstrap(xa, xb, metric.value, n_samples=n_samples, seed=seed)
+    # finite statistics can still give no number (a ratio over items without tokens): a p-value
+    # counted over NaN resamples would call any difference significant
+    if not all(math.isfinite(v) for v in (result.a, result.b, result.low, result.high)):
+        raise UserError(f"{sa.path} and {sb.path}: {metric.name} is not a number on all of the "
+                        f"items or on some resamples of them (A {result.a:g}, B {result.b:g}, "
+                        f"interval [{result.low:g}, {result.high:g}]), so the paired bootstrap "
+                        "gives no verdict.")
+    return result
 
 
 def pairs_of(a: list[Run], b: list[Run]) -> list[tuple[Run, Run]]:
@@ -254,24 +278,40 @@ class Comparison:
         return [r.verdict(self.metric.higher_is_better, self.level) for _, _, r in self.pairs]
 
 
-def check_settings(level: float, n_samples: int) -> None:
-    """UserError for a level outside (0, 1) or fewer than one resample."""
-    if not 0 < level < 1:
-        raise UserError(f"--level must be between 0 and 1 (e.g. 0.05), got {level}.")
-    if n_samples < 1:
-        raise UserError(f"--resamples must be at least 1 (sacreBLEU's default: 1000), got "
-                        f"{n_samples}.")
+#: the largest significance level: above it, "different" would be the likelier answer for two
+#: runs of one cell
+MAX_LEVEL = 0.5
+
+
+def check_settings(level: Any, n_samples: Any, seed: Any = DEFAULT_SEED) -> None:
+    """A UserError naming the option for a level outside (0, MAX_LEVEL], a number of resamples
+    outside 1..limits.MAX_RESAMPLES, a seed that is not one (limits.check_seed), or a level the
+    paired bootstrap can never reach: its smallest p-value is 1 / (resamples + 1)."""
+    check_resamples(n_samples)
+    check_seed(seed, "--seed")
+    check_float(level, "--level", 0, MAX_LEVEL, "It is the significance level of the tests "
+                "(0.05 is usual).", low_open=True)
+    if level <= 1 / (n_samples + 1):
+        raise ConfigError(f"--level {level:g} can never be reached with --resamples {n_samples:,}: "
+                          f"the smallest p-value the paired bootstrap gives is 1/(resamples + 1) "
+                          f"= {1 / (n_samples + 1):.3g}. Give a larger --level, or more "
+                          f"--resamples (at most {MAX_RESAMPLES:,}, which reach levels above "
+                          f"{1 / (MAX_RESAMPLES + 1):.3g}).")
 
 
 def compare(side_a: list[Run], side_b: list[Run], split: str = "test",
             metric_name: str | None = None, n_samples: int = DEFAULT_SAMPLES,
             seed: int = DEFAULT_SEED, level: float = DEFAULT_LEVEL) -> Comparison:
     """Paired bootstrap for every pair of runs, ASO over seeds, and each side's spread."""
-    check_settings(level, n_samples)
-    tasks = {r.result.task for r in side_a + side_b}
+    check_settings(level, n_samples, seed)
+    tasks: dict[str, list[Run]] = {}
+    for r in side_a + side_b:
+        tasks.setdefault(r.result.task, []).append(r)
     if len(tasks) > 1:
-        raise UserError(f"the runs are of different tasks ({', '.join(sorted(tasks))}); compare "
-                        "runs of one task.")
+        which = ", ".join(f"{task!r} ({RunFiles(runs[0].path).result}"
+                          + (f" and {len(runs) - 1} more" if len(runs) > 1 else "") + ")"
+                          for task, runs in sorted(tasks.items()))
+        raise UserError(f"the runs are of different tasks: {which}; compare runs of one task.")
     task = side_a[0].task
     declared, metric = item_metric(task, metric_name)
     pairs = pairs_of(side_a, side_b)
@@ -376,10 +416,16 @@ def to_json(c: Comparison) -> dict[str, Any]:
 # -- a table's ablations against its reference cell (report --significance) -------------------
 @dataclass(frozen=True)
 class SignificanceOptions:
+    """The settings of ``report --significance``, checked when made (:func:`check_settings`);
+    the reference cell is checked against the report's cells (report.build_report)."""
+
     reference: str = "lstm"  # the cell every other row is compared with
     level: float = DEFAULT_LEVEL
     n_samples: int = DEFAULT_SAMPLES
     seed: int = DEFAULT_SEED
+
+    def __post_init__(self) -> None:
+        check_settings(self.level, self.n_samples, self.seed)
 
 
 @dataclass
@@ -414,28 +460,30 @@ def cell_test(cell_runs: list[Run], reference: list[Run], split: str, metric: Me
     says better or worse only when every pair of runs says so."""
     if not cell_runs or not reference:
         return CellTest("", why="no finished run")
-    task = reference[0].task
-    recomputed = task.item_metrics().get(metric.name)
     test = CellTest("", higher_is_better=metric.higher_is_better, level=options.level,
                     runs=[r.path for r in cell_runs], reference_runs=[r.path for r in reference])
+    try:  # a run whose task cannot be made here (its plugin, say): the cell is not tested
+        recomputed = reference[0].task.item_metrics().get(metric.name)
+        va, vb = ([float(r.reported(split)[metric.name]) for r in runs
+                   if math.isfinite(r.reported(split).get(metric.name, math.nan))]
+                  for runs in (cell_runs, reference))
+    except UserError as e:
+        test.why = str(e)
+        return test
     if recomputed is None:
         test.why = f"{metric.name} is not recomputed from per-item scores"
     else:
         for x, y in pairs_of(cell_runs, reference):
-            lacking = [r.path for r in (x, y) if not r.scores_path(split).exists()]
-            if lacking:
-                test.missing += lacking
-                continue
-            try:
+            try:  # a damaged scores file: this pair is not tested, and the note says why
+                lacking = [r.path for r in (x, y) if not r.scores_path(split).exists()]
+                if lacking:
+                    test.missing += lacking
+                    continue
                 test.pairs.append((x, y, paired(x, y, split, recomputed, options.n_samples,
                                                 options.seed)))
             except UserError as e:
                 test.why = str(e)
     test.missing = list(dict.fromkeys(test.missing))
-    va = [float(r.reported(split)[metric.name]) for r in cell_runs
-          if math.isfinite(r.reported(split).get(metric.name, math.nan))]
-    vb = [float(r.reported(split)[metric.name]) for r in reference
-          if math.isfinite(r.reported(split).get(metric.name, math.nan))]
     if len(va) >= MIN_SEEDS and len(vb) >= MIN_SEEDS:
         test.seeds = compare_seeds(va, vb, metric.higher_is_better, confidence=1 - options.level,
                                    threshold=ASO_THRESHOLD)

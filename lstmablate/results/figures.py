@@ -136,8 +136,9 @@ def draw_weight_norms(norms: WeightNorms, tokens: list[str], title: str | None =
     fontsize = 10 if T <= 30 else max(4, int(300 / T))
     ax.set_xticks(range(T))
     ax.set_yticks(range(T))
-    ax.set_xticklabels(tokens, rotation=90, fontsize=fontsize)
-    ax.set_yticklabels(tokens, fontsize=fontsize)
+    # the tokens are the user's text, drawn as written: a "$" in one starts no mathtext
+    ax.set_xticklabels(tokens, rotation=90, fontsize=fontsize, parse_math=False)
+    ax.set_yticklabels(tokens, fontsize=fontsize, parse_math=False)
     ax.xaxis.tick_top()
     ax.xaxis.set_label_position("top")
     ax.set_xlabel(r"current word $t$ (column $t$: the weighted sum for word $t$)")

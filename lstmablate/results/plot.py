@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from lstmablate.errors import DataError, UnknownNameError, UserError, refuse_overwrite
-from lstmablate.run.runs import RunFiles, check_not_run_file
-from lstmablate.io import atomic_write, atomic_write_text, check_can_write
+from lstmablate.errors import DataError, UnknownNameError, UserError
+from lstmablate.run.runs import RunFiles
+from lstmablate.io import atomic_write, atomic_write_text, parse_json, path_exists, read_lines
+from lstmablate.limits import is_number
+from lstmablate.runfolder import check_output
 
 X_AXES = ("step", "epoch")
 NOT_PLOTTED = ("step", "epoch", "split")  # columns of metrics.jsonl that are not curves
@@ -68,59 +67,79 @@ class CurveGroup:
     mean: Curve | None = None
 
 
+#: the largest step or epoch a metrics line may give (an integer a float holds exactly)
+MAX_STEP = 2**53
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl; a malformed line is a DataError naming file and line."""
+    """The records of a metrics.jsonl, each line checked as the trainer writes it: a JSON
+    object with an integer ``step`` (and ``epoch``), a ``split`` name, and numbers (or null)
+    for everything else.  Anything else is a DataError naming the file and line: a curve is
+    never drawn from a damaged record."""
     records = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path} is not UTF-8 text (byte offset {e.start}); it is damaged.") from None
-    for i, line in enumerate(lines, 1):
+    for i, line in enumerate(read_lines(path), 1):
         if not line.strip():
             continue
+        where = f"{path}, line {i}"
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}, line {i}: malformed JSON ({e.msg}); each line of "
-                            "metrics.jsonl is one evaluation as a JSON object.") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
-            raise DataError(f"{path}, line {i}: expected a JSON object with an integer `step`, "
-                            f"got {line[:80]!r}.")
+            rec = parse_json(line, where, DataError)
+        except UserError as e:
+            raise DataError(f"{e} Each line of metrics.jsonl is one evaluation as a JSON object."
+                            ) from None
+        problem = _record_problem(rec)
+        if problem:
+            raise DataError(f"{where}: {problem}; each line of metrics.jsonl is one evaluation "
+                            "as the trainer writes it. The file is damaged: restore it from a copy "
+                            "of the run folder, or delete the line (the curves then lack that "
+                            "evaluation).")
         records.append(rec)
     return records
+
+
+def _record_problem(rec: Any) -> str:
+    """What is wrong with one parsed line of metrics.jsonl ("" if nothing)."""
+    if not isinstance(rec, dict):
+        return f"expected a JSON object, got a JSON {type(rec).__name__}"
+    for key in ("step", "epoch"):
+        value = rec.get(key)
+        if (key == "step" or value is not None) and not (
+                isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEP):
+            return f"`{key}` must be an integer between 0 and {MAX_STEP:,}, got {value!r:.40}"
+    if not isinstance(rec.get("split", ""), str):
+        return f"`split` must be the name of a split, got {rec['split']!r:.40}"
+    for key, value in rec.items():
+        if key not in NOT_PLOTTED and value is not None and not is_number(value):
+            return f"`{key}` must be a number (or null), got {value!r:.40}"
+    return ""
 
 
 def find_runs(paths: list[Path], skipped: list[str] | None = None) -> list[RunLog]:
     """The runs named by ``paths``: run directories, or folders holding runs at any depth.
 
-    A damaged run folder (config.yaml or metrics.jsonl unreadable, e.g. a line cut by a kill) is
-    named in ``skipped`` and left out, as ``report`` does, when ``paths`` hold other runs; a
-    single damaged run given by itself is an error."""
+    A damaged run folder (config.yaml damaged as ``report`` sees it, or a line of metrics.jsonl
+    that is not an evaluation, e.g. one cut by a kill) is named in ``skipped`` and left out, as
+    ``report`` does, when ``paths`` hold other runs; a single damaged run given by itself is an
+    error."""
+    from .report import read_run_config
+
     found: dict[Path, RunLog] = {}
     damaged: list[str] = []
     for p in map(Path, paths):
-        if not p.exists():
+        if not path_exists(p, "run folder"):
             raise UserError(f"{p} does not exist; give run directories (runs/<experiment>/<cell>/"
                             "seed-<n>) or a folder that holds them.")
         for files in RunFiles.under(p):
-            run_dir, cfg_path = files.root, files.config
+            run_dir = files.root
             if run_dir in found or not files.metrics.exists():
                 continue
             try:
-                try:
-                    cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
-                except (yaml.YAMLError, UnicodeDecodeError):
-                    raise DataError(f"{cfg_path} is not valid YAML; the run folder is "
-                                    "damaged.") from None
-                if not isinstance(cfg, dict) or not all(k in cfg for k in ("experiment", "task",
-                                                                           "cell")):
+                cfg = read_run_config(files)
+                if cfg is None:
                     continue
-                seed = cfg.get("seed")
-                found[run_dir] = RunLog(run_dir, str(cfg["experiment"]), str(cfg["task"]),
-                                        str(cfg["cell"]), seed if isinstance(seed, int) else None,
-                                        read_metrics(files.metrics),
+                found[run_dir] = RunLog(run_dir, cfg["experiment"], cfg["task"], cfg["cell"],
+                                        cfg["seed"], read_metrics(files.metrics),
                                         cfg.get("recipe"), cfg.get("recipe_file"))
-            except DataError as e:
+            except UserError as e:
                 damaged.append(str(e))
     if damaged and (not found or skipped is None):
         raise DataError(damaged[0] if len(damaged) == 1 else
@@ -318,11 +337,7 @@ def plot_runs(paths: list[Path], out: Path, metrics: list[str] | None = None, x:
     if x not in X_AXES:
         raise UnknownNameError("x axis", x, X_AXES)
     png, pdf, csv_path = out.with_suffix(".png"), out.with_suffix(".pdf"), out.with_suffix(".csv")
-    for path in (png, pdf, csv_path):  # before anything is read or written
-        check_not_run_file(path)
-        check_can_write(path)
-    if not force:
-        refuse_overwrite([png, pdf, csv_path])
+    check_output([png, pdf, csv_path], force=force)  # before anything is read or written
     skipped: list[str] = []
     runs = find_runs(paths, skipped)
     metrics = list(dict.fromkeys(metrics or default_metrics(runs)))

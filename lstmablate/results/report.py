@@ -14,10 +14,11 @@ report.  Run folders saved by older versions kept that metadata in config.yaml;
 it is used only when their recipe can no longer be found.  A recipe that cannot
 be found is a note in the report, never a failure.
 
-A damaged run folder (config.yaml that is not YAML, a result.json that is binary,
-malformed, not a JSON object, ``{}``, or without test metrics) is named in the
-report and skipped; it never aborts the report.  A cell the recipe expects that has
-no finished run is shown as *missing*, never dropped; unfinished runs are
+A damaged run folder (a config.yaml or result.json that cannot be read, or holds
+something other than what lstmablate writes there: :func:`read_run_config`,
+:meth:`~lstmablate.run.runs.RunResult.from_json`) is named in the report and skipped;
+it never aborts the report, with ``--significance`` or without.  A cell the recipe
+expects that has no finished run is shown as *missing*, never dropped; unfinished runs are
 counted; shortened runs (``train.max_steps`` set) are marked, and so are runs that depart
 from the original system in a way their task names (``Task.run_deviations``: e.g. trained
 without the original's pretrained vectors).
@@ -25,20 +26,19 @@ without the original's pretrained vectors).
 
 from __future__ import annotations
 
-import json
+import copy
 import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from lstmablate.config import LEGACY_RUN_KEYS, check_saved_identity, config_from_dict
 
-from lstmablate.config import LEGACY_RUN_KEYS
-
-from lstmablate.recipes import grid_points, load_recipe, recipe_seeds
+from lstmablate.io import load_yaml, path_exists, read_json
+from lstmablate.recipes import check_shapes, grid_points, load_recipe, recipe_seeds
 from lstmablate.run.runs import RunFiles, RunResult
-from lstmablate.errors import UnknownNameError, UserError
+from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserError
 from lstmablate.task import Metric, get_task
 from .compare import CellTest, SignificanceOptions, cell_test
 from .compare import Run as CompareRun
@@ -81,63 +81,54 @@ class RunRecord:
 
 
 def read_result(path: Path) -> tuple[RunResult | None, str]:
-    """``(result, "")`` for a usable result.json, ``(None, why)`` for a damaged one.
+    """``(result, "")`` for a usable result.json, ``(None, why)`` for a damaged one (what
+    :meth:`RunResult.from_json` refuses, or a file :func:`~lstmablate.io.read_json` cannot
+    read: binary, malformed, too large, nested too deeply)."""
+    try:
+        return RunResult.from_json(read_json(path), path), ""
+    except UserError as e:
+        return None, str(e)
 
-    Usable: a UTF-8 JSON object with a ``test`` entry that is null (a run trained
-    with ``train.eval_test: false``) or maps metric names to numbers."""
+
+def read_run_config(files: RunFiles) -> dict[str, Any] | None:
+    """A run folder's config.yaml as ``report`` and ``plot`` read it, checked: plain YAML
+    bounded in size and nesting, what names the run well typed
+    (:func:`~lstmablate.config.check_saved_identity`) and, where the run's task is installed,
+    every section as ``eval`` reads it (:func:`~lstmablate.config.config_from_dict`).  A
+    UserError naming the file for a damaged one; None for a config.yaml that names no run in
+    a folder holding nothing a run writes (some other tool's file)."""
+    cfg = load_yaml(files.config, DataError)
+    names_a_run = isinstance(cfg, dict) and all(k in cfg for k in ("experiment", "task", "cell"))
+    if not names_a_run and not files.looks_like_run():
+        return None
+    check_saved_identity(cfg, str(files.config))
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        return None, f"{path} is not UTF-8 text (byte offset {e.start}); it is binary or damaged"
-    except OSError as e:
-        return None, f"cannot read {path}: {e.strerror or e}"
-    try:
-        result = json.loads(text)
-    except json.JSONDecodeError as e:
-        return None, f"{path}, line {e.lineno}: malformed JSON ({e.msg})"
-    if not isinstance(result, dict):
-        return None, (f"{path} holds a JSON {type(result).__name__}, not the object "
-                      "lstmablate writes")
-    if not result:
-        return None, f"{path} is an empty object {{}}: it holds no metrics"
-    if "test" not in result:
-        return None, f"{path} has no `test` entry (every result.json lstmablate writes has one)"
-    test = result["test"]
-    if test is not None and not (isinstance(test, dict) and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in test.values())):
-        return None, f"{path}: `test` must map metric names to numbers, got {test!r:.80}"
-    try:
-        return RunResult.from_json(result), ""
-    except (KeyError, TypeError) as e:
-        return None, f"{path} does not hold what lstmablate writes there ({e})"
+        task_cls = get_task(cfg["task"])
+    except UnknownNameError:  # not installed: its sections cannot be checked here
+        return cfg
+    config_from_dict(task_cls, copy.deepcopy(cfg), str(files.config))
+    return cfg
 
 
 def find_runs(runs_dir: Path) -> tuple[list[RunRecord], list[str]]:
-    """Every run folder under ``runs_dir`` (any depth), and what was skipped and why."""
+    """Every run folder under ``runs_dir`` (any depth), and what was skipped and why: a run
+    folder whose config.yaml is damaged is skipped, one whose result.json is damaged is a
+    run with a ``problem``; neither hides the others."""
     runs_dir = Path(runs_dir)
-    if not runs_dir.exists():
+    if not path_exists(runs_dir, "runs directory"):
         raise UserError(f"runs directory {runs_dir} does not exist; train something first "
                         "(`lstmablate train ...`) or pass the right directory.")
     runs, skipped = [], []
     for files in RunFiles.under(runs_dir):
-        folder, cfg_path = files.root, files.config
         try:
-            cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError):
-            skipped.append(f"{cfg_path} is not valid YAML text; the run folder is damaged")
+            cfg = read_run_config(files)
+        except UserError as e:
+            skipped.append(str(e))
             continue
-        except OSError as e:
-            skipped.append(f"cannot read {cfg_path}: {e.strerror or e}")
+        if cfg is None:
             continue
-        missing = [k for k in ("experiment", "task", "cell") if not isinstance(cfg, dict) or k not in cfg]
-        if missing:
-            if files.looks_like_run():  # else: some other tool's config.yaml
-                skipped.append(f"{cfg_path} lacks {', '.join(missing)}: not a lstmablate run config")
-            continue
-        seed = cfg.get("seed")
-        rec = RunRecord(folder, str(cfg["experiment"]), str(cfg["task"]), str(cfg["cell"]),
-                        seed if isinstance(seed, int) else None, cfg.get("recipe"),
-                        cfg.get("recipe_file"), config=cfg)
+        rec = RunRecord(files.root, cfg["experiment"], cfg["task"], cfg["cell"], cfg["seed"],
+                        cfg.get("recipe"), cfg.get("recipe_file"), config=cfg)
         if files.is_finished():
             rec.result, rec.problem = read_result(files.result)
         runs.append(rec)
@@ -156,15 +147,25 @@ class Expectations:
     test_checkpoint: str = ""  # the recipe's train.test_checkpoint ("" = the trainer's default)
 
     @classmethod
-    def of(cls, recipe: dict[str, Any]) -> Expectations:
-        """From a recipe mapping (or an old config.yaml, which held the same keys)."""
-        cells = [str(c) for c in recipe.get("cells") or []]
+    def of(cls, recipe: dict[str, Any], where: object = None) -> Expectations:
+        """From a recipe mapping (or an old config.yaml, which held the same keys; ``where``
+        names it).  A ConfigError naming the file for ``cells`` that is not a list of names or
+        a ``reference`` that is not a mapping of cell -> metric -> the paper's number (or its
+        text, such as "< 50"): a recipe on disk may predate the checks ``train`` makes."""
+        where = where or recipe.get("_path") or "the recipe"
+        check_shapes({k: recipe[k] for k in ("cells", "reference") if recipe.get(k)}, where)
+        cells = recipe.get("cells") or []
         reference = recipe.get("reference") or {}
         train = recipe.get("train") if isinstance(recipe.get("train"), dict) else {}
         return cls(cells, {c: recipe_seeds(recipe, c) for c in cells},
-                   {str(c): dict(v) for c, v in reference.items() if isinstance(v, dict)},
+                   {str(c): dict(v) for c, v in reference.items()},
                    str(recipe.get("reference_source") or ""),
                    str(train.get("test_checkpoint") or ""))
+
+
+def _clause(error: Exception) -> str:
+    """An error's message as a clause of a note (which goes on after it): no final period."""
+    return str(error).rstrip(".")
 
 
 class RecipeLookup:
@@ -185,7 +186,7 @@ class RecipeLookup:
                 try:
                     self._cache[key] = load_recipe(str(source))[1], ""
                 except UserError as e:
-                    self._cache[key] = None, f"{where} can no longer be read: {e}"
+                    self._cache[key] = None, f"{where} can no longer be read: {_clause(e)}"
         return self._cache[key]
 
     def expectations(self, run: RunRecord) -> tuple[Expectations, str]:
@@ -201,10 +202,10 @@ class RecipeLookup:
             try:
                 return Expectations.of(recipe), ""
             except UserError as e:  # e.g. cell_seeds that is not a mapping
-                why = f"recipe {run.recipe!r} can no longer be read: {e}"
+                why = f"recipe {run.recipe!r} can no longer be read: {_clause(e)}"
         if any(k in run.config for k in LEGACY_RUN_KEYS):
             try:
-                return Expectations.of(run.config), (
+                return Expectations.of(run.config, RunFiles(run.path).config), (
                     f"{why}; the expected cells, seeds and paper's numbers are those saved with "
                     f"the run in {RunFiles(run.path).config}")
             except UserError:
@@ -449,12 +450,19 @@ def add_significance(table: Table, columns: list[tuple[Experiment, Column]],
                                          col.metric, options)
 
 
+def table_cells(groups: list[tuple[str, Experiment]], cells: list[str] | None) -> list[str]:
+    """The rows of a table: ``cells`` where a table spec lists them, else every cell of its
+    experiments (each one's recipe's first)."""
+    if cells is not None:
+        return cells
+    return list(dict.fromkeys(c for _, exp in groups for c in exp.cells()))
+
+
 def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[Metric],
                 cells: list[str] | None = None,
                 significance: SignificanceOptions | None = None) -> Table:
     """Rows = cells; for each group (experiment) and metric: ours, and the paper's if known."""
-    if cells is None:
-        cells = list(dict.fromkeys(c for _, exp in groups for c in exp.cells()))
+    cells = table_cells(groups, cells)
     several = len(groups) > 1
     columns: list[tuple[Experiment, Column]] = []
     for label, exp in groups:
@@ -528,22 +536,27 @@ def _task_metrics(task: str) -> list[Metric] | None:
         return None
 
 
+#: what build_table is given for one table: (title, [(label, experiment)], metrics, cells)
+TablePlan = tuple[str, list[tuple[str, Experiment]], list[Metric], "list[str] | None"]
+
+
 def build_report(runs_dir: Path, table: str | None = None,
                  significance: SignificanceOptions | None = None) -> Report:
     """The report of ``runs_dir``: every experiment, or only ``table`` (an experiment name,
     a recipe or a table spec; a recipe without runs gives a table of missing cells); with
-    ``significance``, every cell tested against the reference cell (Row.tests)."""
+    ``significance``, every cell tested against the reference cell (Row.tests), which must be
+    a cell of the report (an UnknownNameError naming its cells otherwise)."""
     runs_dir = Path(runs_dir)
-    if runs_dir.exists() or table is None:
+    if path_exists(runs_dir, "runs directory") or table is None:
         runs, skipped = find_runs(runs_dir)
     else:
         runs, skipped = [], []
     recipes = RecipeLookup()
     found = group_runs(runs, recipes)
+    plans: list[TablePlan] = []
     if table is None:
         if not found and not skipped:
             raise UserError(f"no runs found under {runs_dir}.")
-        tables = []
         for name, exp in sorted(found.items()):
             metrics = _task_metrics(exp.task)
             if metrics is None:
@@ -551,16 +564,35 @@ def build_report(runs_dir: Path, table: str | None = None,
                                f"has no table (its {len(exp.runs)} run(s) are rows of --format "
                                "csv/json)")
                 continue
-            tables.append(build_table(exp.name, [("", exp)], metrics,
-                                      significance=significance))
-        return Report(tables, runs, skipped)
-    if table in found:
+            plans.append((exp.name, [("", exp)], metrics, None))
+        listed = runs
+    elif table in found:
         exp = found[table]
         metrics = _task_metrics(exp.task)
         if metrics is None:
             raise UserError(f"experiment {table!r} is of task {exp.task!r}, which is not installed.")
-        return Report([build_table(exp.name, [("", exp)], metrics, significance=significance)],
-                      exp.runs, skipped)
+        plans.append((exp.name, [("", exp)], metrics, None))
+        listed = exp.runs
+    else:
+        try:
+            plans.append(_recipe_plan(table, found))
+        except OSError as e:  # a name no file system holds, looked up as a recipe file
+            raise UserError(f"--table {table[:60]!r}: no experiment, recipe or table spec of "
+                            f"that name ({e.strerror or e}).") from None
+        names = {exp.name for _, exp in plans[0][1]}
+        listed = [r for r in runs if r.experiment in names]
+    if significance is not None and plans:
+        cells = [c for _, groups, _, only in plans for c in table_cells(groups, only)]
+        if significance.reference not in cells:
+            raise UnknownNameError("--against cell", significance.reference, set(cells),
+                                   hint="--against names the row every other cell of the "
+                                   "table is compared with.")
+    return Report([build_table(*plan, significance=significance) for plan in plans], listed,
+                  skipped)
+
+
+def _recipe_plan(table: str, found: dict[str, Experiment]) -> TablePlan:
+    """The table a recipe or table spec asks for, with the runs ``found`` of its experiments."""
     title, groups, spec = experiments_from_recipe(table)
     for _, exp in groups:
         have = found.get(exp.name)
@@ -579,7 +611,4 @@ def build_report(runs_dir: Path, table: str | None = None,
         metrics = [all_metrics[n] for n in metric_names]
     else:
         metrics = list(all_metrics.values())
-    names = {exp.name for _, exp in groups}
-    return Report([build_table(title, groups, metrics, cells=spec.get("cells"),
-                               significance=significance)],
-                  [r for r in runs if r.experiment in names], skipped)
+    return title, groups, metrics, spec.get("cells")

@@ -18,13 +18,16 @@ import warnings
 from pathlib import Path
 
 from lstmablate.errors import RunDirError
+from lstmablate.runfolder import RunNames, check_run_entries
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-LOCK_NAME = ".lock"
+LOCK_NAME = RunNames.LOCK
+#: the lock file is opened without following a link, and without waiting on a FIFO
+_OPEN_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
 def _describe(info: str) -> str:
@@ -45,12 +48,18 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
-        """Create the run directory if needed and lock it; RunDirError names the holder."""
+        """Create the run directory if needed and lock it; RunDirError names the holder.  The
+        run folder's entries are checked first (no symbolic link, nothing of another kind:
+        :func:`~lstmablate.runfolder.check_run_entries`): whoever holds the lock writes them."""
         existed = self.root.is_dir()
+        if existed:
+            check_run_entries(self.root)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o644)
         except OSError as e:
+            if existed:
+                check_run_entries(self.root)  # a link put there since the check (ELOOP): named
             why = f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}"
             if existed:  # an existing run (a resume): another --out would not continue it
                 raise RunDirError(
@@ -103,7 +112,7 @@ def lock_holder(root: Path) -> str | None:
     if fcntl is None or not path.exists():
         return None
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
     except OSError:
         return None
     try:

@@ -24,27 +24,36 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from rich.console import Console
 from lstmablate.console import escape
 
 from lstmablate.cells import build_encoder, get_cell
-from lstmablate.config import RunConfig, config_from_dict, with_eval_overrides
+from lstmablate.config import RunConfig, check_saved_identity, config_from_dict, with_eval_overrides
 from lstmablate.recipes import resolve_config
 from lstmablate.data import resolve_data_dir
-from lstmablate.errors import CheckpointError, ConfigError, DataError, RunDirError, UserError
+from lstmablate.errors import (CheckpointError, ConfigError, DataError, RunDirError,
+                               UnknownNameError, UserError)
 from .runlock import RunLock, lock_holder
 from .scores import write_scores
-from .runs import (RunFiles, RunResult, RunStart, check_not_run_file, check_out_dir,
-                   clear_run_dir, inspect_run_dir, read_artefacts, remove_interrupted_writes,
-                   write_artefacts, write_config, write_env, write_result)
+from .runs import (RunFiles, RunResult, RunStart, check_out_dir, clear_run_dir, inspect_run_dir,
+                   read_artefacts, remove_interrupted_writes, write_artefacts, write_config, write_env, write_result)
 from lstmablate.task import Task, get_task
 from lstmablate.train import Trainer
 from lstmablate.train import distributed
-from lstmablate.io import check_can_write, environment, read_json
-from lstmablate.limits import check_threads, max_threads  # noqa: F401 - (re-exported: sweep, cli)
-from lstmablate.train.checkpoint import load_checkpoint
-from lstmablate.train.trainer import data_generator
+from lstmablate.io import environment, load_yaml, read_json
+from lstmablate.runfolder import check_output
+from lstmablate.limits import (check_float, check_threads,  # noqa: F401 - (re-exported: sweep, cli)
+                               max_threads)
+from lstmablate.train.checkpoint import check_model_state, load_checkpoint
+from lstmablate.train.trainer import check_resume_checkpoint, data_generator
+
+
+#: the longest ``--log-interval``, in seconds: a day (a progress line a day reports nothing)
+MAX_LOG_INTERVAL = 86_400.0
+
+#: what to do about a damaged checkpoint of a run being resumed: only what continues the run
+#: (``eval`` of the other checkpoint is advice for ``eval``, not for ``train --resume``)
+RESUME_HINT = "`--force` starts this run again from scratch (replacing the damaged file)."
 
 
 def seed_everything(seed: int) -> None:
@@ -77,11 +86,15 @@ def check_device_name(name: str, option: str = "--device") -> str:
     """``name`` if it names a device a run may use (cpu, cuda, cuda:N, auto), whether or not
     this machine has one (a sweep submitted to Slurm names the GPUs of the cluster's nodes)."""
     if not isinstance(name, str) or not re.fullmatch(r"auto|cpu|cuda(?::[0-9]{1,4})?", name):
-        raise UserError(f"{option} {name!r:.60}: unknown device; use cpu, cuda, cuda:N or auto.")
+        shown = repr(name) if len(str(name)) <= 40 else f"{str(name)[:40]!r}..."
+        raise UserError(f"{option} must be cpu, cuda, cuda:N or auto, got {shown}.")
     return name
 
 
 def pick_device(name: str) -> torch.device:
+    """The torch device ``--device`` names (cpu, cuda, cuda:N or auto), checked before anything
+    runs: a misspelt name, CUDA on a build or machine without it, or a GPU index this machine
+    does not have is a UserError naming ``--device`` (``train``, ``eval`` and ``bench``)."""
     check_device_name(name)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
@@ -89,6 +102,10 @@ def pick_device(name: str) -> torch.device:
         raise UserError("--device cuda was asked for, but this PyTorch build sees no CUDA GPU "
                         f"(torch {torch.__version__}). Use --device cpu, or install a CUDA build "
                         "of PyTorch (see the README, 'GPU').")
+    count = torch.cuda.device_count() if name.startswith("cuda:") else 0
+    if name.startswith("cuda:") and int(name[5:]) >= count:
+        raise UserError(f"--device {name}: this machine has {count} CUDA GPU(s), "
+                        f"cuda:0 to cuda:{count - 1}.")
     return torch.device(name)
 
 
@@ -138,18 +155,12 @@ def use_artefacts(task: Task, artefacts: dict[str, Any], files: RunFiles) -> Non
             "the run again with the same `lstmablate train` command plus --force.") from None
 
 
-def load_model_state(model: torch.nn.Module, state: Any, path: Path) -> None:
+def load_model_state(model: torch.nn.Module, state: Any, path: Path, hint: str = "") -> None:
     """Load a checkpoint's model state; a state that does not fit the model built from the
-    run's config and artefacts is a CheckpointError naming the file."""
-    try:
-        model.load_state_dict(state)
-    except (RuntimeError, TypeError, AttributeError) as e:
-        first = str(e).strip().splitlines()
-        detail = " ".join(line.strip() for line in first[:3])[:400]
-        raise CheckpointError(
-            f"checkpoint {path} does not fit the model built from the run's config.yaml and "
-            f"artefacts ({detail}); the checkpoint or the artefacts are damaged, or come from "
-            "another run.") from None
+    run's config and artefacts (names, shapes, finite weights: :func:`check_model_state`) is
+    a CheckpointError naming the file, checked before the model is touched."""
+    check_model_state(state, model, path, hint)
+    model.load_state_dict(state)
 
 
 def check_train_batches(task: Task, cfg: RunConfig) -> None:
@@ -218,6 +229,9 @@ def train_run(
     task_cls = get_task(task)
     get_cell(cell)  # unknown cell: fail before anything else
     check_threads(threads)
+    check_float(log_interval, "--log-interval", 0, MAX_LOG_INTERVAL, low_open=True,
+                hint="(seconds between the progress lines of a log file or a pipe; the default "
+                     "is 30)")
     check_out_dir(out)
     cfg = resolve_config(task_cls, cell, recipe=recipe, overrides=overrides, seed=seed,
                          experiment=experiment)
@@ -251,16 +265,18 @@ def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, re
         RunStart(resume=resume and files.last.exists(), replace=False)
     checkpoint = None  # last.pt, read once (other ranks read it in the trainer)
     if start.resume and dist.is_main:  # a checkpoint of another run is refused here
-        checkpoint = load_checkpoint(files.last, expect=cfg.checkpoint_key(), hint=(
-            "`--force` starts this run again from scratch (replacing the damaged file)."))
+        checkpoint = load_checkpoint(files.last, expect=cfg.checkpoint_key(), hint=RESUME_HINT)
     artefacts, built = run_artefacts(task_obj, files, new_run=not start.resume)
     seed_everything(cfg.seed)
     use_artefacts(task_obj, artefacts, files)
     task_obj.setup(run_splits(task_obj, cfg))
     check_train_batches(task_obj, cfg)
     model = build_model(task_obj, cfg)
-    if checkpoint is not None:  # it fits the model built from the saved config and artefacts
-        load_model_state(model, checkpoint.get("model"), files.last)
+    if checkpoint is not None:  # every part of it fits this run's model and optimiser
+        check_resume_checkpoint(checkpoint, files.last, cfg.train, model, hint=RESUME_HINT)
+        if files.best.exists():  # the final evaluation may load it: checked now, not hours later
+            best = load_checkpoint(files.best, expect=cfg.checkpoint_key(), hint=RESUME_HINT)
+            check_model_state(best.get("model"), model, files.best, RESUME_HINT)
     lock = RunLock(files.root).acquire() if dist.is_main else None  # one writer per run
     try:
         if lock is not None:
@@ -329,6 +345,7 @@ def write_run_scores(files: RunFiles, cfg: RunConfig, split: str, checkpoint: st
                      metrics: dict[str, float], records: list[dict[str, Any]]) -> Path:
     """``scores/<split>.jsonl`` of the run: ``records`` of the final evaluation of ``split``
     with ``checkpoint``'s weights, which reported ``metrics``."""
+    files.own_folder(RunFiles.SCORES)  # a real folder of the run, never a link out of it
     path = files.scores(split)
     write_scores(path, {"task": cfg.task, "experiment": cfg.experiment, "cell": cfg.cell,
                         "seed": cfg.seed, "split": split, "checkpoint": checkpoint,
@@ -340,14 +357,22 @@ def load_run_config(run_path: Path) -> RunConfig:
     files = RunFiles(Path(run_path))
     if not files.config.exists():
         raise ConfigError(f"{run_path} is not a run directory (no config.yaml).")
-    try:  # plain YAML: a tag that would construct a Python object is an error
-        raw = yaml.safe_load(files.config.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
-        raise ConfigError(f"{files.config} is not valid YAML; the run folder is damaged.") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{files.config} is not a mapping; is it a lstmablate run config?")
-    task_cls = get_task(str(raw.get("task", "")))
+    # plain YAML (a tag that would construct a Python object is an error), bounded in size
+    # and nesting; what names the run is checked before its task is looked up
+    raw = check_saved_identity(load_yaml(files.config), str(files.config))
+    try:
+        task_cls = get_task(raw["task"])
+    except UnknownNameError as e:  # a task not installed here (or a damaged name)
+        raise ConfigError(f"{files.config}: {e}") from None
     return config_from_dict(task_cls, raw, str(files.config))
+
+
+def checkpoint_file(files: RunFiles, checkpoint: str) -> Path:
+    """The file ``--checkpoint`` names in the run folder: best or last, else a UserError."""
+    path = files.checkpoint(checkpoint)
+    if path is None:
+        raise UserError(f"--checkpoint must be best or last, got {checkpoint!r}")
+    return path
 
 
 def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str | None = None,
@@ -357,10 +382,8 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
     and load a checkpoint into the model (default: the one its test numbers use)."""
     cfg = with_eval_overrides(load_run_config(run_path), eval_overrides or [])
     files = RunFiles(Path(run_path))
-    checkpoint = checkpoint or cfg.train.test_checkpoint
-    ckpt_path = files.checkpoint(checkpoint)
-    if ckpt_path is None:
-        raise UserError(f"--checkpoint must be best or last, got {checkpoint!r}")
+    ckpt_path = checkpoint_file(files, checkpoint if checkpoint is not None
+                                else cfg.train.test_checkpoint)
     holder = lock_holder(files.root)
     if holder and not ckpt_path.exists():  # checkpoints are written atomically: never half
         raise CheckpointError(f"{ckpt_path} does not exist yet: the run is being trained by "
@@ -373,7 +396,7 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
     use_artefacts(task, run_artefacts(task, files)[0], files)
     task.setup(splits)
     model = build_model(task, cfg)
-    load_model_state(model, ckpt.get("model"), ckpt_path)
+    load_model_state(model, ckpt.get("model"), ckpt_path, hint=files.checkpoint_hint(ckpt_path))
     model.to(pick_device(device)).eval()
     return cfg, task, model
 
@@ -406,9 +429,8 @@ def evaluate_run_task(run_path: Path, split: str = "test", checkpoint: str | Non
                       threads: int | None = None) -> tuple[Task, dict[str, float]]:
     """:func:`evaluate_run`, also returning the run's task (it knows how its metrics read)."""
     check_threads(threads)
-    if write_predictions is not None:
-        check_not_run_file(write_predictions, "--write-predictions")
-        check_can_write(write_predictions)
+    if write_predictions is not None:  # (a predictions file is replaced: it is made again)
+        check_output([write_predictions], option="--write-predictions", force=True)
     with resource_guard(f"evaluating {run_path}"):
         set_threads(threads)
         cfg, task, model = load_run_model(run_path, checkpoint, data_dir, device, splits=(split,),
@@ -475,4 +497,5 @@ def score_run(run_path: Path, split: str = "test", data_dir: str | None = None,
 
 
 def read_result(run_path: Path) -> RunResult:
-    return RunResult.from_json(read_json(RunFiles(Path(run_path)).result))
+    path = RunFiles(Path(run_path)).result
+    return RunResult.from_json(read_json(path), path)

@@ -10,40 +10,38 @@ vocabulary, so evaluation never re-reads training data, and ``_manifest.json``
 with the size and sha256 of each, checked whenever they are read) and
 ``scores/<split>.jsonl`` (the final evaluation item by item, for significance
 tests; the format is :mod:`lstmablate.run.scores`'s).  Everything
-is written atomically.  The folder protects itself: outputs of ``eval``,
-``plot`` and ``visualize`` are never written over a run's own files
-(:func:`check_not_run_file`), and the temporary files of writes a kill interrupted
-are deleted when the run starts again (:func:`remove_interrupted_writes`).
+is written atomically.  The folder protects itself: it is a boundary
+(:mod:`lstmablate.runfolder`: an entry that is a symbolic link, or not of its kind, is
+refused before anything is written, never followed; no command writes its outputs into a
+run folder), ``--force`` removes only the files of the names a run writes, and the
+temporary files of writes a kill interrupted are deleted when the run starts again
+(:func:`remove_interrupted_writes`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
-import shutil
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
 from lstmablate.config import RunConfig
 from lstmablate.errors import ConfigError, DataError, RunDirError, UserError
-from .runlock import LOCK_NAME
 from lstmablate import io
 from lstmablate.io import atomic_write, atomic_write_json, atomic_write_yaml, read_json
+from lstmablate.limits import MAX_SEED, is_number, is_seed
+from lstmablate.runfolder import RunNames, check_run_entries, entry_problem
 from lstmablate.train.checkpoint import START_AGAIN
+from lstmablate.train.tensorboard import EVENTS_GLOB
 
 
 def check_out_dir(out: str | Path, option: str = "--out") -> None:
     """UserError for a runs root that cannot hold runs: a file, a NUL byte, a name too long for
     the file system (checked before anything is read or written)."""
-    text = str(out)
-    if "\0" in text:
-        raise RunDirError(f"{option} {text!r} contains a NUL byte; give a directory path.")
-    too_long = [part for part in Path(text).parts if len(part.encode("utf-8", "replace")) > 255]
-    if too_long or len(text.encode("utf-8", "replace")) > 4000:
-        raise RunDirError(f"{option} {text[:60]!r}...: the path is longer than file systems allow "
-                          "(255 bytes per folder name); give a shorter directory path.")
+    io.check_dir_path(out, option, RunDirError)
     p = Path(out)
     if p.exists() and not p.is_dir():
         raise RunDirError(f"{option} {out}: that is a file, not a directory. Choose another "
@@ -52,26 +50,12 @@ def check_out_dir(out: str | Path, option: str = "--out") -> None:
 
 
 @dataclass(frozen=True)
-class RunFiles:
-    """A run folder, ``<runs>/<experiment>/<cell>/seed-<n>/``: the one place its file names
-    are spelled.  The trainer is handed these paths; reports, plots and sweeps ask it."""
+class RunFiles(RunNames):
+    """A run folder, ``<runs>/<experiment>/<cell>/seed-<n>/``: its paths, from the names
+    spelled once in :class:`~lstmablate.runfolder.RunNames` (``RunFiles.CONFIG`` ...).  The
+    trainer is handed these paths; reports, plots and sweeps ask it."""
 
     root: Path
-
-    CONFIG: ClassVar[str] = "config.yaml"
-    ENV: ClassVar[str] = "env.json"
-    METRICS: ClassVar[str] = "metrics.jsonl"
-    RESULT: ClassVar[str] = "result.json"
-    LAST: ClassVar[str] = "last.pt"
-    BEST: ClassVar[str] = "best.pt"
-    ARTEFACTS: ClassVar[str] = "artefacts"
-    TENSORBOARD: ClassVar[str] = "tensorboard"
-    SCORES: ClassVar[str] = "scores"
-    #: sizes and sha256 of the artefacts, written after them (not a valid artefact key)
-    MANIFEST: ClassVar[str] = "_manifest.json"
-    #: the files a run folder owns (besides its ``artefacts/`` and ``tensorboard/`` folders)
-    FILE_NAMES: ClassVar[tuple[str, ...]] = (CONFIG, ENV, METRICS, RESULT, LAST, BEST, LOCK_NAME)
-    FOLDERS: ClassVar[tuple[str, ...]] = (ARTEFACTS, TENSORBOARD, SCORES)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
@@ -129,6 +113,17 @@ class RunFiles:
     def scores(self, split: str) -> Path:
         """The per-item scores of ``split``'s final evaluation."""
         return self.root / self.SCORES / f"{split}.jsonl"
+
+    def own_folder(self, name: str) -> Path:
+        """The run's folder ``name`` (artefacts, scores), created if missing, for a write into
+        it; RunDirError if it is a symbolic link or not a folder (checked again just before
+        the write: the files go into the run, never through a link out of it)."""
+        folder = self.root / name
+        problem = entry_problem(folder, folder=True)
+        if problem:
+            raise RunDirError(f"{problem}. Nothing was written.")
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
 
     def is_finished(self) -> bool:
         return self.result.exists()
@@ -238,9 +233,29 @@ class RunResult:
         return {**self.extra, **d}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> RunResult:
-        """A result.json read back; older files (with a duplicate ``dev``, without newer keys)
-        too.  Raises KeyError/TypeError for a mapping that is not a result."""
+    def from_json(cls, d: Any, where: object = RunFiles.RESULT) -> RunResult:
+        """A result.json read back (``d``: the parsed document; ``where``: the file, for
+        messages), every key lstmablate writes checked for its type (a seed, metrics that map
+        names to numbers, ``best``, counts, times): anything else is one DataError naming the
+        file and the key, so no reader downstream meets a string where a number goes.  Files of
+        older versions (a duplicate ``dev``, fewer keys) read too; keys of newer ones are kept
+        in ``extra``."""
+        def damaged(what: str) -> DataError:
+            return DataError(f"{where}: {what}. The file is damaged or was not written by "
+                             "lstmablate; the run's `lstmablate train` command plus --resume "
+                             "evaluates the finished run again and writes it anew.")
+
+        if not isinstance(d, dict):
+            raise damaged(f"it holds a JSON {_json_type(d)}, not the object lstmablate writes")
+        if not d:
+            raise damaged("it is an empty object {}: it holds no metrics")
+        if "test" not in d:
+            raise damaged("it has no `test` entry (every result.json lstmablate writes has one)")
+        for key, value in d.items():
+            check = _RESULT_TYPES.get(key)
+            if check is not None and not check[0](value):
+                shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+                raise damaged(f"`{key}` must be {check[1]}, got {shown}")
         names = {f.name for f in fields(cls)} - {"extra"}
         known = {k: v for k, v in d.items() if k in names}
         extra = {k: v for k, v in d.items() if k not in names and k != "dev"}
@@ -254,25 +269,41 @@ class RunResult:
         return cls(**known, extra=extra)
 
 
-def _is_run_dir(path: Path) -> bool:
-    return RunFiles(path).config.is_file()
+def _json_type(value: Any) -> str:
+    """What JSON calls the type of a parsed value."""
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
 
 
-def check_not_run_file(path: str | Path, option: str = "--out") -> None:
-    """UserError if writing ``path`` would write over a file a run folder owns (its config,
-    checkpoints, metrics, result, lock, artefacts or TensorBoard events): an output of
-    ``eval``, ``plot`` or ``visualize`` never damages a run."""
-    p = Path(path).resolve()
-    owner = None
-    if p.name in RunFiles.FILE_NAMES and _is_run_dir(p.parent):
-        owner = p.parent
-    for d in p.parents:
-        if d.name in RunFiles.FOLDERS and _is_run_dir(d.parent):
-            owner = d.parent
-    if owner is not None:
-        raise UserError(f"{option} {path}: that is a file of the run folder {owner}, which this "
-                        "command never writes over. Give another file name (e.g. one beside "
-                        "the run folder). Nothing was written.")
+def _count(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= 2**53
+
+
+def _metrics(value: Any) -> bool:
+    return value is None or (isinstance(value, dict) and all(
+        isinstance(k, str) and is_number(v) for k, v in value.items()))
+
+
+#: what each key of result.json must hold (a reader's check, with the words a message uses)
+_RESULT_TYPES: dict[str, tuple[Any, str]] = {
+    **{k: (lambda v: isinstance(v, str), "a string")
+       for k in ("task", "cell", "experiment", "primary")},
+    "recipe": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "seed": (is_seed, f"a run seed (an integer between 0 and {MAX_SEED:,})"),
+    **{k: (lambda v: isinstance(v, bool), "true or false") for k in ("higher_is_better",
+                                                                      "shortened")},
+    **{k: (_metrics, "null or an object mapping metric names to numbers")
+       for k in ("test", "dev_final", "dev")},
+    "best": (lambda v: isinstance(v, dict) and _metrics(v.get("dev")) and all(
+        v.get(k) is None or _count(v[k]) for k in ("step", "epoch")),
+        'an object {"step": N, "epoch": N, "dev": metrics}'),
+    "test_checkpoint": (lambda v: v in ("best", "last"), "best or last"),
+    **{k: (_count, "a count (an integer of at least 0)")
+       for k in ("steps", "epochs", "params", "skipped_nonfinite")},
+    "world_size": (lambda v: _count(v, 1), "an integer of at least 1"),
+    **{k: (lambda v: is_number(v) and math.isfinite(v) and v >= 0, "a number of seconds")
+       for k in ("train_time_s", "wall_time_s")},
+}
 
 
 def remove_interrupted_writes(files: RunFiles) -> list[Path]:
@@ -280,7 +311,7 @@ def remove_interrupted_writes(files: RunFiles) -> list[Path]:
     interrupted them (call it holding the run's lock); returns what was deleted."""
     removed = io.remove_interrupted_writes(files.root, RunFiles.FILE_NAMES)
     for folder in (files.artefacts, files.root / RunFiles.SCORES):
-        if folder.is_dir():  # the run's alone
+        if folder.is_dir() and not folder.is_symlink():  # the run's alone
             removed += io.remove_interrupted_writes(folder)
     return removed
 
@@ -305,13 +336,16 @@ def inspect_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: boo
     A directory holding a *different* run (another identity) is refused unless
     ``force``; one holding this same run is refused unless ``resume`` or ``force`` —
     nothing is ever silently overwritten.  A directory whose run never trained (a start
-    that failed after writing its config) is simply started again.
+    that failed after writing its config) is simply started again.  An entry of the
+    directory that is a symbolic link (or not of its kind) is refused
+    (:func:`~lstmablate.runfolder.check_run_entries`).
     """
     if files.root.exists() and not files.root.is_dir():
         raise RunDirError(f"{files.root} is a file, not a run directory. Choose another --out "
                           "(the runs tree is <out>/<experiment>/<cell>/seed-<n>/).")
+    check_run_entries(files.root)
     if not files.config.exists():
-        if resume and files.root.exists() and any(p.name != LOCK_NAME for p in files.root.iterdir()):
+        if resume and files.root.exists() and any(p.name != RunFiles.LOCK for p in files.root.iterdir()):
             raise RunDirError(f"{files.root} has files but no config.yaml; it is not a lstmablate "
                               "run. Use another --out directory.")
         return RunStart(resume=False, replace=False)
@@ -325,6 +359,11 @@ def inspect_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: boo
         raise RunDirError(
             f"{files.root} already holds a different run (config differs in: {', '.join(diff)}). "
             "Nothing was changed. Use another --out directory, or --force to replace it.")
+    if not files.is_finished() and not files.last.exists():  # nothing to continue from
+        raise RunDirError(
+            f"{files.root} holds this run, unfinished, but no {RunFiles.LAST} to "
+            f"{'resume' if resume else 'continue it'} from (it was deleted, or the run stopped "
+            "before its first one was saved, e.g. on a full disk). " + START_AGAIN)
     if not resume:
         state = "finished" if files.is_finished() else "unfinished"
         raise RunDirError(
@@ -332,32 +371,33 @@ def inspect_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: boo
             "(a finished run is only re-evaluated), or --force to start again from scratch.")
     if not files.last.exists():
         raise RunDirError(
-            f"{files.root} holds this run but has no last.pt to resume from (it was deleted). "
-            "Use --force to start the run again from scratch.")
+            f"{files.root} holds this run but has no {RunFiles.LAST} to resume from (it was "
+            "deleted). Use --force to start the run again from scratch.")
     return RunStart(resume=True, replace=False)
 
 
 def clear_run_dir(files: RunFiles) -> None:
-    """Remove what a run wrote (for --force); the lock file stays."""
+    """Remove what a run wrote (for --force): the files of the names a run writes and nothing
+    else (a file of the user's own in the folder stays), never through a symbolic link; the
+    lock file stays."""
+    check_run_entries(files.root)  # (the caller checked them; a link is never followed)
     for p in (files.result, files.metrics, files.last, files.best, files.config, files.env):
         p.unlink(missing_ok=True)
-    if files.artefacts.is_dir():
-        for p in files.artefacts.glob("*.json"):
-            p.unlink()  # (the manifest included)
-    shutil.rmtree(files.tensorboard, ignore_errors=True)  # events of the replaced run
-    for p in (files.root / RunFiles.SCORES).glob("*.jsonl"):
-        p.unlink()  # scores of the replaced run's models
+    for folder, pattern in ((files.artefacts, "*.json"),  # (the manifest included)
+                            (files.tensorboard, EVENTS_GLOB),  # events of the replaced run
+                            (files.root / RunFiles.SCORES, "*.jsonl")):  # its models' scores
+        for p in folder.glob(pattern) if folder.is_dir() else ():
+            if not p.is_dir() or p.is_symlink():  # (a link is removed, what it points to not)
+                p.unlink()
 
 
 def saved_config_differences(files: RunFiles, cfg: RunConfig) -> list[str] | None:
     """How the run saved in ``files`` differs from ``cfg`` in what makes a run's identity
     (task, cell, seed, data, model, train): ``section.key (saved -> new)`` items, empty if it is
     the same run; None if its config.yaml cannot be read."""
-    import yaml
-
     try:
-        old = yaml.safe_load(files.config.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
+        old = io.load_yaml(files.config, DataError)
+    except UserError:  # unreadable, too big, nested too deeply, not YAML
         return None
     new = cfg.identity()
     old = _identity_of_saved(old, cfg)
@@ -420,13 +460,13 @@ def write_artefacts(files: RunFiles, artefacts: dict[str, Any]) -> None:
     """``artefacts/<key>.json`` for every key (JSON values), written atomically, then the
     manifest of their sizes and sha256 (atomically, last: a manifest names only complete
     files)."""
-    files.artefacts.mkdir(parents=True, exist_ok=True)
+    folder = files.own_folder(RunFiles.ARTEFACTS)
     manifest = {}
     for key, value in artefacts.items():
         if not _ARTEFACT_KEY.match(str(key)):
             raise ValueError(f"artefact key {key!r} is not a plain file name")
         data = (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8")
-        atomic_write(files.artefacts / f"{key}.json", lambda f, data=data: f.write(data))
+        atomic_write(folder / f"{key}.json", lambda f, data=data: f.write(data))
         manifest[f"{key}.json"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     atomic_write_json(files.manifest, {"format": 1, "files": manifest})
 

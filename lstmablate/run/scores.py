@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lstmablate.errors import DataError
-from lstmablate.io import atomic_write
+from lstmablate.errors import DataError, UserError
+from lstmablate.io import atomic_write, parse_json, read_lines
+from lstmablate.limits import is_number, is_seed
 
 FORMAT = 1
 HEADER_KEYS = ("task", "experiment", "cell", "seed", "split", "checkpoint", "items", "metrics")
@@ -100,25 +101,35 @@ def _bad(path: Path, line: int, what: str) -> DataError:
                      "with that command).")
 
 
+#: what each header key must hold (a reader's check, with the words a message uses)
+_HEADER_TYPES: dict[str, tuple[Any, str]] = {
+    **{k: (lambda v: isinstance(v, str), "a string")
+       for k in ("task", "experiment", "cell", "split", "checkpoint")},
+    "seed": (is_seed, "a run seed"),
+    "items": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+              "the number of records"),
+    "metrics": (lambda v: isinstance(v, dict) and all(x is None or is_number(x)
+                                                      for x in v.values()),
+                "an object mapping metric names to numbers"),
+}
+
+
 def read_scores(path: str | Path) -> Scores:
-    """A scores file, checked: the header, then exactly ``items`` records with unique ids."""
+    """A scores file, checked: the header (each key of the type lstmablate writes), then
+    exactly ``items`` records with unique ids.  The file is read as :func:`~lstmablate.io.
+    read_lines` reads JSON lines (a regular file, bounded in size and line length), each line
+    nested at most MAX_DEPTH deep."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path} is not UTF-8 text (byte offset {e.start}); the scores file is "
-                        "damaged.") from None
-    except OSError as e:
-        raise DataError(f"cannot read {path}: {e.strerror or e}.") from None
-    lines = text.splitlines()
+    lines = read_lines(path)
     if not lines:
         raise _bad(path, 1, "the file is empty")
     objects = []
     for lineno, line in enumerate(lines, 1):
         try:
-            obj = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            raise _bad(path, lineno, "not a JSON object") from None
+            obj = parse_json(line, f"{path}, line {lineno}")
+        except UserError:
+            raise _bad(path, lineno, "not a JSON object (malformed, or nested too deeply to "
+                       "read)") from None
         if not isinstance(obj, dict):
             raise _bad(path, lineno, f"a JSON {type(obj).__name__}, not an object")
         objects.append(obj)
@@ -127,6 +138,9 @@ def read_scores(path: str | Path) -> Scores:
     if header.get("scores") != FORMAT or missing:
         raise _bad(path, 1, f"expected the header {{\"scores\": {FORMAT}, ...}}"
                    + (f" with {', '.join(missing)}" if missing else ""))
+    for key, (ok, what) in _HEADER_TYPES.items():
+        if not ok(header[key]):
+            raise _bad(path, 1, f"the header's {key} must be {what}, got {header[key]!r:.60}")
     if header["items"] != len(records):
         raise _bad(path, len(lines), f"the header announces {header['items']} items, the file "
                    f"holds {len(records)} (it was cut short?)")

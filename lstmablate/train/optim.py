@@ -24,7 +24,9 @@ below when one of ``train.eps_in_sqrt``, ``train.lazy_embeddings`` or
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 
@@ -179,56 +181,65 @@ def clip_scope_parameters(model: torch.nn.Module, scope: str) -> list[torch.nn.P
     return chosen
 
 
+@dataclass
+class ScheduleState:
+    """What a schedule learns from the evaluations; saved in every checkpoint."""
+
+    plateau_factor: float = 1.0  # accumulated plateau decays
+    bad_evals: int = 0
+    last_value: float | None = None  # decay_on_worse: the previous dev value
+    worse_epoch: int | None = None  # decay_on_worse: 1-based epoch that got worse
+    #: fields added after checkpoints without them were written (they take the defaults)
+    ADDED: ClassVar[tuple[str, ...]] = ("last_value", "worse_epoch")
+    #: fields NaN is a valid value of (an evaluation whose metric came out NaN)
+    NAN_ALLOWED: ClassVar[tuple[str, ...]] = ("last_value",)
+
+
 class Schedule:
     """Learning-rate schedule with a state that checkpoints can save."""
 
     def __init__(self, cfg: TrainConfig, optimizer: torch.optim.Optimizer):
         self.cfg, self.optimizer = cfg, optimizer
-        self.plateau_factor = 1.0  # accumulated plateau decays
-        self.bad_evals = 0
-        self.last_value: float | None = None  # decay_on_worse: the previous dev value
-        self.worse_epoch: int | None = None  # decay_on_worse: 1-based epoch that got worse
+        self.state = ScheduleState()
 
     def lr_at(self, epoch: int, step: int) -> float:
         """Learning rate for 0-based ``epoch`` and global optimiser ``step``."""
-        c = self.cfg
+        c, state = self.cfg, self.state
         lr = c.lr
         if c.schedule == "epoch_decay":
-            start = c.decay_start if self.worse_epoch is None else min(c.decay_start, self.worse_epoch)
+            start = c.decay_start if state.worse_epoch is None else min(c.decay_start,
+                                                                        state.worse_epoch)
             lr = c.lr * c.decay ** max(epoch + 1 - start, 0)
         elif c.schedule == "exponential":
             lr = c.lr * c.decay ** (step / c.decay_steps)
         elif c.schedule == "plateau":
-            lr = c.lr * self.plateau_factor
+            lr = c.lr * state.plateau_factor
         return max(lr, c.min_lr)
 
     def observe(self, improved: bool, value: float | None = None, epoch: int | None = None,
                 higher_is_better: bool = False) -> None:
         """Called after each evaluation of the primary dev metric (``value``, in 1-based
         ``epoch``)."""
-        c = self.cfg
+        c, state = self.cfg, self.state
         if c.schedule == "epoch_decay" and c.decay_on_worse and value is not None:
-            last = self.last_value
+            last = state.last_value
             worse = last is not None and (value < last if higher_is_better else value > last)
-            if worse and self.worse_epoch is None:
-                self.worse_epoch = epoch  # OpenNMT-py: decay from the next epoch on, for good
-            self.last_value = value
+            if worse and state.worse_epoch is None:
+                state.worse_epoch = epoch  # OpenNMT-py: decay from the next epoch on, for good
+            state.last_value = value
         if c.schedule != "plateau":
             return
         if improved:
-            self.bad_evals = 0
+            state.bad_evals = 0
             return
-        self.bad_evals += 1
-        if self.bad_evals > c.plateau_patience:
-            self.plateau_factor *= c.decay
-            self.bad_evals = 0
+        state.bad_evals += 1
+        if state.bad_evals > c.plateau_patience:
+            state.plateau_factor *= c.decay
+            state.bad_evals = 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"plateau_factor": self.plateau_factor, "bad_evals": self.bad_evals,
-                "last_value": self.last_value, "worse_epoch": self.worse_epoch}
+        return dataclasses.asdict(self.state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.plateau_factor = state["plateau_factor"]
-        self.bad_evals = state["bad_evals"]
-        self.last_value = state.get("last_value")
-        self.worse_epoch = state.get("worse_epoch")
+        """Restore a saved state (checked first: :func:`lstmablate.train.checkpoint.check_record`)."""
+        self.state = ScheduleState(**state)

@@ -36,6 +36,9 @@ INSTALL_HINT = ("TensorBoard logging needs the `tensorboard` package: pip instal
                 "'lstmablate[tensorboard]' (or pip install tensorboard). Without --tensorboard "
                 "nothing needs it; metrics.jsonl has the same numbers.")
 
+#: the files SummaryWriter writes in the log folder (all a run's ``tensorboard/`` holds)
+EVENTS_GLOB = "events.out.tfevents.*"
+
 #: columns of a metrics.jsonl record that are not metrics of the split
 _BOOKKEEPING = ("step", "epoch", "split", "lr", "train_loss")
 

@@ -22,7 +22,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 from rich.console import Console
@@ -35,15 +35,22 @@ from lstmablate.config import TrainConfig
 from lstmablate.errors import UserError
 from lstmablate.task import Metric
 
-from lstmablate.io import atomic_write
-from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from lstmablate.io import RUN_AGAIN, atomic_write, write_failed
+from .checkpoint import (check_carry, check_model_state, check_optimizer_state, check_record,
+                         check_rng_state, load_checkpoint, part, rng_state, save_checkpoint,
+                         set_rng_state)
 from .distributed import DistInfo, all_reduce_sum, barrier
-from .optim import Schedule, build_optimizer, clip_scope_parameters
+from .optim import Schedule, ScheduleState, build_optimizer, clip_scope_parameters
 from .progress import ProgressLine, Running
 
 
 class TrainingDiverged(UserError):
     """A non-finite loss or gradient with ``nonfinite: stop``."""
+
+
+class NothingTrained(UserError):
+    """A run that ended without one optimiser step on a finite loss (every batch skipped or
+    zeroed as non-finite): it has no result to report."""
 
 
 @dataclass
@@ -83,6 +90,10 @@ class Position:
     # takes effect at the next epoch, in a resumed run as in an uninterrupted one
     lr: float | None = None
     best_dev: dict[str, float] | None = None  # the dev metrics of best.pt
+    #: fields added after checkpoints without them were written (they take the defaults)
+    ADDED: ClassVar[tuple[str, ...]] = ("lr", "best_dev")
+    #: fields NaN is a valid value in (a secondary dev metric may come out NaN)
+    NAN_ALLOWED: ClassVar[tuple[str, ...]] = ("best_dev",)
 
 
 class RunPaths(Protocol):
@@ -102,6 +113,22 @@ class RunPaths(Protocol):
 
     @property
     def tensorboard(self) -> Path: ...
+
+
+def check_resume_checkpoint(ckpt: dict[str, Any], path: Path, cfg: TrainConfig,
+                            model: nn.Module, hint: str = "") -> None:
+    """Every part of a ``last.pt`` that :meth:`Trainer._resume` reads, checked against this
+    run's model and optimiser before any of it is used: a damaged part is a CheckpointError
+    naming the file and the part (``hint``: what the user can do about it)."""
+    check_model_state(part(ckpt, "model", path, "the model's state dict", hint), model, path, hint)
+    check_optimizer_state(part(ckpt, "optimizer", path, "the optimiser's state dict", hint),
+                          build_optimizer(cfg, model), path, hint)
+    check_record(part(ckpt, "schedule", path, "the schedule's state", hint), ScheduleState,
+                 "schedule", path, hint)
+    check_record(part(ckpt, "position", path, "the trainer's position (epoch, step, ...)", hint),
+                 Position, "position", path, hint)
+    check_rng_state(part(ckpt, "rng", path, "the RNG states", hint), path, hint)
+    check_carry(ckpt.get("carry"), path, hint)
 
 
 def data_generator(seed: int, epoch: int) -> torch.Generator:
@@ -168,6 +195,15 @@ class Trainer:
         return self.files.metrics
 
     # -- checkpoints ------------------------------------------------------------------
+    def _again(self) -> str:
+        """What to do after a write of the run failed (a full disk): continue from last.pt,
+        or, before the first last.pt was saved, start again (there is nothing to continue
+        from, and ``--resume`` says so)."""
+        if self.last_path.exists():
+            return RUN_AGAIN
+        return ("start the run again (it had not saved a last.pt to continue from yet): the "
+                "same `lstmablate train` command with --force")
+
     def _save_last(self) -> None:
         self._sync()  # never save a state that a non-finite step produced
         if self._t_start is not None:
@@ -182,7 +218,7 @@ class Trainer:
             "position": vars(self.pos).copy(),
             "rng": rng_state(),
             "carry": self.carry,
-        })
+        }, again=self._again())
 
     def _save_best(self, metrics: dict[str, float]) -> None:
         if not self.dist.is_main:
@@ -193,11 +229,14 @@ class Trainer:
             "step": self.pos.step,
             "epoch": self.pos.epoch,
             "dev": metrics,
-        })
+        }, again=self._again())
 
     def _resume(self, ckpt: dict[str, Any] | None = None) -> None:
+        """Continue from ``ckpt`` (checked by the caller with :func:`check_resume_checkpoint`),
+        or from ``last.pt``, read and checked here."""
         if ckpt is None:
             ckpt = load_checkpoint(self.last_path, expect=self.identity)
+            check_resume_checkpoint(ckpt, self.last_path, self.cfg, self.model)
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.schedule.load_state_dict(ckpt["schedule"])
@@ -213,16 +252,23 @@ class Trainer:
             return
         lines = self.metrics_path.read_bytes().splitlines(keepends=True)
         if len(lines) != n_lines:  # atomically: a kill here leaves the old file, not half of it
-            atomic_write(self.metrics_path, lambda f: f.write(b"".join(lines[:n_lines])))
+            atomic_write(self.metrics_path, lambda f: f.write(b"".join(lines[:n_lines])),
+                         again=self._again())
 
     def _append_metrics(self, record: dict[str, Any]) -> None:
+        """One line more in metrics.jsonl, never through a symbolic link (the run folder's
+        entries are the run's own: :mod:`lstmablate.runfolder`)."""
         self.pos.metrics_lines += 1
         if not self.dist.is_main:
             return
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            with os.fdopen(os.open(self.metrics_path, flags, 0o666), "a", encoding="utf-8") as f:
+                f.write(json.dumps(record, sort_keys=True) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:  # a full disk: a line cut short is dropped on --resume
+            raise write_failed(self.metrics_path, e, self._again()) from None
 
     # -- signals ------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
@@ -348,6 +394,7 @@ class Trainer:
             return TrainResult(best=self._best_info(), test=None, steps=self.pos.step,
                                epochs_completed=self.pos.epoch, train_time_s=self.pos.train_time_s,
                                interrupted=True, skipped_nonfinite=self.pos.skipped_nonfinite)
+        self._check_trained()
         if self.pos.last_eval_step != self.pos.step:  # the final state was never evaluated
             lr = self.pos.lr if self.pos.lr is not None else self.schedule.lr_at(
                 min(self.pos.epoch, cfg.max_epochs - 1), self.pos.step)
@@ -359,6 +406,7 @@ class Trainer:
         barrier(self.dist)  # rank 0 has written best.pt
         if cfg.test_checkpoint == "best" and (cfg.eval_test or self.task.final_differs):
             best = load_checkpoint(self.best_path, expect=self.identity)
+            check_model_state(best.get("model"), self.model, self.best_path)
             self.model.load_state_dict(best["model"])  # else: the model as training left it
         if self.task.final_differs:  # e.g. beam search where selection used perplexity
             dev_final = self._final_evaluation(self.task.dev_split, items)
@@ -372,6 +420,32 @@ class Trainer:
                            epochs_completed=self._epoch_label() if self.pos.step else 0,
                            train_time_s=self.pos.train_time_s,
                            skipped_nonfinite=self.pos.skipped_nonfinite, items=items)
+
+    def _check_trained(self) -> None:
+        """NothingTrained unless at least one optimiser step was taken on a finite loss: a run
+        whose every batch was skipped (``nonfinite: skip``) or had its non-finite gradient
+        zeroed (``nonfinite: zero``) is its initialisation, and its numbers are no result.
+        The run folder keeps what it wrote (metrics.jsonl, last.pt); no result.json is written."""
+        self._sync()
+        pos = self.pos
+        if pos.step and pos.last_finite_loss is not None:
+            return
+        if pos.step:
+            how = (f"every one of its {pos.step} optimiser steps had a non-finite loss "
+                   f"(train.nonfinite={self.cfg.nonfinite} set the gradients' non-finite entries "
+                   "to 0)")
+        elif pos.skipped_nonfinite:
+            how = (f"all {pos.skipped_nonfinite} of its training batches were skipped as "
+                   "non-finite (train.nonfinite=skip), so no optimiser step was taken")
+        else:
+            how = "no optimiser step was taken"
+        raise NothingTrained(
+            f"the run in {self.run_dir} did not train: {how}. The model is still its "
+            "initialisation, so no result.json was written (its dev and test numbers would mean "
+            "nothing). A loss that is non-finite from the first batch on comes from the inputs "
+            "or the model's numbers (NaN or infinite values in the data or in pretrained "
+            "vectors, a huge model.init_scale) rather than from training; fix the cause, then "
+            "start the run again with the same command plus --force.")
 
     def _best_info(self) -> dict[str, Any]:
         """The selected checkpoint: its step, (1-based) epoch and dev metrics."""

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lstmablate.errors import DataError, where
-from lstmablate.io import atomic_write
+from lstmablate.io import atomic_write, open_regular
 
 PAD = "<pad>"
 START = "START"
@@ -268,14 +268,17 @@ class DyckSplits:
 
     def write(self, directory: str | os.PathLike[str], suffix: str = ".txt") -> dict[str, Path]:
         """Write ``train``/``dev``/``test`` + ``suffix`` into ``directory``; returns the paths."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        paths = split_paths(directory, suffix)
+        Path(directory).mkdir(parents=True, exist_ok=True)
         vocab = self.vocab
-        paths = {}
-        for name in SPLITS:
-            paths[name] = directory / f"{name}{suffix}"
-            write_split(paths[name], self.split(name), vocab)
+        for name, path in paths.items():
+            write_split(path, self.split(name), vocab)
         return paths
+
+
+def split_paths(directory: str | os.PathLike[str], suffix: str = ".txt") -> dict[str, Path]:
+    """The files :meth:`DyckSplits.write` writes into ``directory``, by split."""
+    return {name: Path(directory) / f"{name}{suffix}" for name in SPLITS}
 
 
 def make_splits(
@@ -449,21 +452,22 @@ def _checked_lines(path: str | os.PathLike[str], vocab: DyckVocab, m: int
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(1-based line number, text without the newline) for each line of a text or .gz file."""
-    opener = gzip.open if path.suffix == ".gz" else open
     lineno = 0
+    if not os.path.lexists(path):
+        raise DataError(f"{where(path)}: Dyck data file not found.")
     try:
-        with opener(path, "rb") as f:
-            for lineno, raw in enumerate(f, start=1):
+        # a FIFO or a device is refused (open_regular), never waited on
+        with os.fdopen(open_regular(path), "rb") as raw, \
+                (gzip.GzipFile(fileobj=raw, mode="rb") if path.suffix == ".gz" else raw) as f:
+            for lineno, raw_line in enumerate(f, start=1):
                 try:
-                    text = raw.decode("utf-8")
+                    text = raw_line.decode("utf-8")
                 except UnicodeDecodeError:
                     raise DataError(
                         f"{where(path, lineno)}: not UTF-8 text. Expected a Dyck data file with "
                         f"one space-separated bracket string per line, ending with {END}."
                     ) from None
                 yield lineno, text.rstrip("\r\n")
-    except FileNotFoundError:
-        raise DataError(f"{where(path)}: Dyck data file not found.") from None
     except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
         hint = ""
         if path.suffix == ".gz":

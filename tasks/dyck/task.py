@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan, contiguous_groups
-from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
+from lstmablate.config import MAX_BATCH, MAX_INIT_SCALE, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import find_file
 from lstmablate.errors import ConfigError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
@@ -130,7 +130,8 @@ class DyckModel:
             check_range("model", self, name, low=0, why="0 = the default size")
         check_range("model", self, "num_layers", low=1)
         check_range("model", self, "dropout", low=0, high=1, high_open=True)
-        check_range("model", self, "init_scale", low=0, why="0 = each cell's own initialisation")
+        check_range("model", self, "init_scale", low=0, high=MAX_INIT_SCALE,
+                    why="0 = each cell's own initialisation")
         check_choice("model.embedding", self.embedding, EMBEDDINGS)
 
 

@@ -46,7 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan
-from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
+from lstmablate.config import MAX_BATCH, MAX_INIT_SCALE, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import read_lines
 from lstmablate.errors import ConfigError, DataError, UserError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task
@@ -115,7 +115,7 @@ class NMTModelConfig:
             raise ConfigError(f"model.encoder_type brnn splits model.hidden_size between the two "
                               f"directions; {self.hidden_size} is odd")
         check_range("model", self, "dropout", low=0, high=1, high_open=True)
-        check_range("model", self, "init_scale", low=0, low_open=True)
+        check_range("model", self, "init_scale", low=0, low_open=True, high=MAX_INIT_SCALE)
 
 
 @dataclass

@@ -23,10 +23,9 @@ from pathlib import Path
 
 import torch
 
-from lstmablate.data import DataFile, Dataset, find_file, read_text
-from lstmablate.errors import DataError, where
+from lstmablate.data import DataFile, Dataset, find_file
 
-from ..vectors import pretrained_path
+from ..vectors import pretrained_path, read_vector_lines
 
 SPLITS = ("train", "dev", "test")
 _EWT_RAW = "https://raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/r2.16/"
@@ -79,34 +78,14 @@ def file_sha256(path: Path) -> str:
 
 
 def read_pretrained(path: Path) -> tuple[dict[str, int], torch.Tensor]:
-    """(word -> row, table) of a GloVe-format file; rows 0-2 are zeros (PAD, ROOT, UNK),
-    line k of the file is row k + 2 (a word listed twice keeps its last row, as in
-    Parser-v1)."""
-    text = read_text(path)
+    """(word -> row, table) of a GloVe-format file (:func:`lstmablate_tasks.vectors.
+    read_vector_lines`: every number checked); rows 0-2 are zeros (PAD, ROOT, UNK), line k of
+    the file is row k + 2 (a word listed twice keeps its last row, as in Parser-v1)."""
     index: dict[str, int] = {}
     rows: list[list[float]] = []
-    dim = None
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        parts = line.strip().split()
-        if not parts:
-            continue
-        if dim is None:
-            dim = len(parts) - 1
-            if dim < 1:
-                raise DataError(f"{where(path, lineno)}: expected a word followed by its vector "
-                                "(GloVe format: word v1 v2 ... separated by spaces).")
-        if len(parts) - 1 != dim:
-            raise DataError(f"{where(path, lineno)}: {len(parts) - 1} numbers after the word, "
-                            f"expected {dim} like the first line (GloVe format: one word and "
-                            "its vector per line, separated by spaces).")
-        try:
-            rows.append([float(v) for v in parts[1:]])
-        except ValueError:
-            raise DataError(f"{where(path, lineno)}: the vector of {parts[0]!r} holds a value "
-                            "that is not a number.") from None
-        index[parts[0]] = len(rows) + 2
-    if not rows:
-        raise DataError(f"{path}: no vectors found; expected a GloVe-format text file.")
-    table = torch.zeros(len(rows) + 3, dim)
+    for entry in read_vector_lines(path):
+        rows.append(entry.values())
+        index[entry.word] = len(rows) + 2
+    table = torch.zeros(len(rows) + 3, len(rows[0]))
     table[3:] = torch.tensor(rows)
     return index, table

@@ -67,7 +67,8 @@ import torch
 from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan, contiguous_groups, pooled_batches
-from lstmablate.config import MAX_BATCH, MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH
+from lstmablate.config import (MAX_BATCH, MAX_BATCH_TOKENS, MAX_INIT_SCALE, MAX_LAYERS,
+                               MAX_WIDTH, check_range)
 from lstmablate.errors import ConfigError, DataError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task
 from ..lm_scores import lm_item_metrics, sentence_records
@@ -175,8 +176,7 @@ class PTBModel:
         check_choice("model.init", self.init, INITS)
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout (1 - keep_prob) must be in [0, 1), got {self.dropout}")
-        if self.init_scale <= 0:
-            raise ConfigError(f"model.init_scale must be > 0, got {self.init_scale}")
+        check_range("model", self, "init_scale", low=0, low_open=True, high=MAX_INIT_SCALE)
 
 
 class PTBTask(Task):

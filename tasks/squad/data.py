@@ -7,9 +7,10 @@ File format (the official ``{train,dev}-v1.1.json``)::
         {"context": ..., "qas": [
           {"id": ..., "question": ..., "answers": [{"text": ..., "answer_start": int}, ...]}]}]}]}
 
-Every problem (bad JSON, a missing field, an answer whose ``answer_start`` does not point at
-its ``text`` in the context) is a :class:`~lstmablate.errors.DataError` naming the file and
-the article / paragraph / question id.
+Every problem (bad JSON, a missing field, an article without paragraphs, an empty context
+or question, one longer than :data:`MAX_TEXT_CHARS`, an answer whose ``answer_start`` does
+not point at its ``text`` in the context) is a :class:`~lstmablate.errors.DataError` naming
+the file and the article / paragraph / question id.
 
 Splits.  ``official``: train = ``train-v1.1.json``, dev = ``dev-v1.1.json`` (the protocol of
 DrQA and BiDAF: select and report on dev, the test set is hidden).  ``dev-by-article``: a
@@ -47,6 +48,11 @@ SQUAD_DATASET = Dataset(
 )
 TRAIN_FILE, DEV_FILE = (f.relpath for f in SQUAD_DATASET.files)
 SPLITTINGS = ("official", "dev-by-article")
+
+#: the longest context or question read, in characters: spaCy's tokenizer refuses a longer
+#: text (``nlp.max_length``, error E088), and SQuAD v1.1's are far shorter (dev: 4,063
+#: characters at most for a context, 197 for a question)
+MAX_TEXT_CHARS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,20 @@ def _field(obj: object, key: str, kind: type | tuple[type, ...], path: Path, wha
     return value
 
 
+def _text(value: str, what: str, path: Path) -> str:
+    """A context or a question: not blank (a question of no words cannot be asked, a context
+    of none holds no answer), at most MAX_TEXT_CHARS long."""
+    if not value.strip():
+        raise DataError(f"{path}: {what} is {'empty' if not value else 'only white space'}; "
+                        "expected text. The file is damaged or not SQuAD v1.1.")
+    if len(value) > MAX_TEXT_CHARS:
+        raise DataError(f"{path}: {what} is {len(value):,} characters long, more than the "
+                        f"{MAX_TEXT_CHARS:,} a SQuAD text may have (spaCy's tokenizer takes no more; "
+                        "SQuAD's paragraphs have a few thousand). The file is damaged or not "
+                        "SQuAD v1.1.")
+    return value
+
+
 def parse_squad(text: str, path: Path, *, require_answers: bool = True) -> list[Article]:
     """The articles of a SQuAD v1.1 JSON document (``path`` only names it in errors)."""
     try:
@@ -117,9 +137,14 @@ def parse_squad(text: str, path: Path, *, require_answers: bool = True) -> list[
     for a, art in enumerate(data):
         title = _field(art, "title", str, path, f"article {a}")
         paragraphs = []
-        for p, par in enumerate(_field(art, "paragraphs", list, path, f"article {a} ({title!r})")):
+        pars = _field(art, "paragraphs", list, path, f"article {a} ({title!r})")
+        if not pars:
+            raise DataError(f"{path}: article {a} ({title!r}) has no paragraphs; a SQuAD article "
+                            "holds at least one (data[].paragraphs[] with a context and its "
+                            "qas). The file is damaged or not SQuAD v1.1.")
+        for p, par in enumerate(pars):
             at = f"article {a} ({title!r}), paragraph {p}"
-            context = _field(par, "context", str, path, at)
+            context = _text(_field(par, "context", str, path, at), f"the context of {at}", path)
             questions = []
             for k, qa in enumerate(_field(par, "qas", list, path, at)):
                 qid = _field(qa, "id", str, path, f"{at}, question {k}")
@@ -128,7 +153,7 @@ def parse_squad(text: str, path: Path, *, require_answers: bool = True) -> list[
                     raise DataError(f"{path}: question id {qid!r} occurs twice ({seen[qid]} and "
                                     f"{at}); ids must be unique.")
                 seen[qid] = at
-                question = _field(qa, "question", str, path, qat)
+                question = _text(_field(qa, "question", str, path, qat), qat, path)
                 answers = []
                 for j, ans in enumerate(_field(qa, "answers", list, path, qat)):
                     atext = _field(ans, "text", str, path, f"answer {j} of {qat}")

@@ -455,7 +455,8 @@ class BiDAFTask(SquadTask):
         weight = torch.empty(len(self.vocab), m.word_dim)
         nn.init.xavier_uniform_(weight)
         if m.pretrained and self.reads_training_data:  # evaluation reads the embeddings from the checkpoint
-            vectors, found = read_vectors(self._vectors_path(), m.word_dim, self.vocab)
+            vectors, found = read_vectors(self._vectors_path(), m.word_dim, self.vocab,
+                                          "model.word_dim")
             have = vectors.abs().sum(1) > 0
             if have.any():  # AllenNLP: words without a vector ~ N(mean, std) of the vectors
                 mean, std = vectors[have].mean(), vectors[have].std()

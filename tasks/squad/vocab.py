@@ -16,15 +16,16 @@ vectors of file words that become equal so (``normalize="NFD"``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
-import gzip
 import unicodedata
 
 import torch
 
-from lstmablate.errors import DataError, where
+from lstmablate.errors import DataError
+
+from ..vectors import read_vector_lines
 
 PAD, UNK = "<PAD>", "<UNK>"
 
@@ -82,74 +83,33 @@ class Vocab:
         return self.normal(word) in self.index
 
 
-def _split_vector_line(line: str, dim: int) -> list[str]:
-    """``[word, v1, ..., vD]``: the vector is the last ``dim`` fields, the word everything
-    before them (GloVe 840B has a few words that contain spaces)."""
-    parts = line.rstrip("\n").rstrip(" ").split(" ")
-    return [" ".join(parts[:-dim])] + parts[-dim:] if len(parts) > dim else parts
-
-
-def vector_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a vector file, plain or .gz, streamed (GloVe 840B is 5.6 GB, so
-    it is not decoded up front like the data files)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"pretrained vector file {path} not found (model.pretrained; a relative "
-                        "path is read from the data directory). Give the path of a GloVe text "
-                        "file, or leave model.pretrained empty for trainable embeddings.")
-    opener = gzip.open if path.suffix == ".gz" else open
-    lineno = 0
-    try:
-        with opener(path, "rt", encoding="utf-8", errors="strict") as f:
-            for lineno, line in enumerate(f, 1):
-                yield lineno, line
-    except UnicodeDecodeError:
-        raise DataError(f"{where(path, lineno + 1)}: not valid UTF-8; expected a GloVe text "
-                        "file.") from None
-    except (OSError, EOFError) as e:
-        raise DataError(f"{path}: cannot be read ({e}); the file is damaged.") from None
-
-
-def vector_entries(path: Path, dim: int) -> Iterator[tuple[int, list[str]]]:
-    """(line number, [word, v1, ..., vD]) of every line; a line without a word and ``dim``
-    fields is a DataError naming the file and line."""
-    for lineno, line in vector_lines(path):
-        parts = _split_vector_line(line, dim)
-        if len(parts) != dim + 1 or not parts[0]:
-            raise DataError(f"{where(path, lineno)}: expected a word and {dim} numbers "
-                            f"(model.embedding_dim), got {len(line.split())} fields. Is this a "
-                            f"GloVe {dim}d text file?")
-        yield lineno, parts
-
-
-def vector_file_words(path: Path, dim: int, normalize: str = "") -> set[str]:
-    """The words of a GloVe-format text file (``word v1 ... vD`` per line), in Unicode normal
-    form ``normalize`` ("" = as written)."""
+def vector_file_words(path: Path, dim: int, normalize: str = "",
+                      dim_option: str = "model.embedding_dim") -> set[str]:
+    """The words of a GloVe-format text file (``word v1 ... vD`` per line, checked by
+    :func:`lstmablate_tasks.vectors.read_vector_lines`), in Unicode normal form ``normalize``
+    ("" = as written)."""
     normal = normalizer(normalize)
-    return {normal(parts[0]) for _, parts in vector_entries(path, dim)}
+    return {normal(entry.word) for entry in read_vector_lines(path, dim, dim_option=dim_option)}
 
 
-def read_vectors(path: Path, dim: int, vocab: Vocab) -> tuple[torch.Tensor, int]:
+def read_vectors(path: Path, dim: int, vocab: Vocab, dim_option: str = "model.embedding_dim"
+                 ) -> tuple[torch.Tensor, int]:
     """(vocab-size x dim) matrix with the file's vector for every vocabulary word it has
     (zeros elsewhere), and how many were found.
 
     Without normalisation the first occurrence of a word wins (GloVe 840B repeats a few);
     with ``vocab.normalize`` the file's words are normalised too and the vectors of those
     that become the same word are averaged (hitvoice and facebookresearch DrQA).  A line
-    whose vector does not have ``dim`` numbers is a DataError naming the file and line."""
+    without ``dim`` numbers, or a kept number that is not finite, is a DataError naming the
+    file and line (:func:`lstmablate_tasks.vectors.read_vector_lines`)."""
     emb = torch.zeros(len(vocab), dim, dtype=torch.float64)
     counts = torch.zeros(len(vocab), dtype=torch.float64)
     average = bool(vocab.normalize)
-    for lineno, parts in vector_entries(path, dim):
-        word = vocab.normal(parts[0])
-        i = vocab.index.get(word)
+    for entry in read_vector_lines(path, dim, dim_option=dim_option):
+        i = vocab.index.get(vocab.normal(entry.word))
         if i is None or (counts[i] > 0 and not average):
             continue
-        try:
-            emb[i] += torch.tensor([float(v) for v in parts[1:]], dtype=torch.float64)
-        except ValueError:
-            raise DataError(f"{where(path, lineno)}: the {dim} fields after the word "
-                            f"{word!r} are not all numbers.") from None
+        emb[i] += torch.tensor(entry.values(), dtype=torch.float64)
         counts[i] += 1
     found = counts > 0
     emb[found] /= counts[found].unsqueeze(1)

@@ -39,8 +39,9 @@ from pathlib import Path
 import torch
 
 from lstmablate.data import DataFile, Dataset, check_file, find_file
-from lstmablate.errors import DataError, where
+from lstmablate.errors import DataError
 
+from ..vectors import read_vector_lines
 from .trees import Tree, read_trees
 
 SPLITS = ("train", "dev", "test")
@@ -126,6 +127,18 @@ def phrase_examples(trees: Sequence[Tree], classes: int) -> list[Example]:
     return out
 
 
+def no_examples_error(path: Path, split: str, n_trees: int, phrases: bool) -> DataError:
+    """The error for a split left without an example by SST-2's dropping of neutral labels
+    (a split of none would train on nothing, or report an accuracy over no sentence)."""
+    what = "phrase of its" if phrases else "sentence of its"
+    return DataError(
+        f"{path}: every {what} {n_trees} trees is neutral (label 2), and SST-2 (data.classes=2) "
+        f"drops neutral {'phrases' if phrases else 'sentences'}, so the {split} split would hold "
+        f"no example. The file is not the treebank's {split}.txt (about a fifth of its "
+        "sentences are neutral): replace it with a good copy, or use --set data.classes=5, "
+        "which keeps every sentence.")
+
+
 # -- vocabulary -------------------------------------------------------------------------------
 @dataclass
 class Vocab:
@@ -194,9 +207,8 @@ class Pretrained:
 
 def read_pretrained(path: Path, vocab: Vocab, dim: int) -> Pretrained:
     """The vectors of ``vocab``'s words from a GloVe-format file of ``dim``-dimensional vectors
-    (streamed: the 5.6 GB glove.840B.300d.txt is never held in memory)."""
-    import gzip
-
+    (streamed: the 5.6 GB glove.840B.300d.txt is never held in memory;
+    :func:`lstmablate_tasks.vectors.read_vector_lines` checks the file and every number kept)."""
     wanted: dict[str, list[int]] = {}
     for i, w in enumerate(vocab.itos[len(SPECIALS):], start=len(SPECIALS)):
         for key in dict.fromkeys((glove_key(w), glove_key(w).lower())):
@@ -204,41 +216,17 @@ def read_pretrained(path: Path, vocab: Vocab, dim: int) -> Pretrained:
     rows: dict[int, torch.Tensor] = {}
     exact: set[int] = set()  # rows filled by a case-exact match (a lower-case match never wins)
     h = hashlib.sha256()
-    first = True
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            h.update(raw)
-            try:
-                line = raw.decode("utf-8").rstrip("\n").rstrip("\r")
-            except UnicodeDecodeError:
-                raise DataError(f"{where(path, lineno)}: not UTF-8 text; expected a GloVe-format "
-                                "file (a word and its vector per line).") from None
-            if not line.strip():
-                continue
-            parts = line.rstrip(" ").split(" ")
-            # the first line fixes the format (its word has no space); later words may
-            if len(parts) < dim + 1 or (first and len(parts) != dim + 1):
-                raise DataError(
-                    f"{where(path, lineno)}: {len(parts) - 1} numbers after the word, expected "
-                    f"{dim} (model.embedding_size; GloVe format: a word and its vector per "
-                    "line, separated by spaces).")
-            first = False
-            word = " ".join(parts[:-dim])
-            ids = wanted.get(word)
-            if not ids:
-                continue
-            try:
-                vec = torch.tensor([float(v) for v in parts[-dim:]])
-            except ValueError:
-                raise DataError(f"{where(path, lineno)}: the vector of {word!r} holds a value that "
-                                "is not a number.") from None
-            for i in ids:
-                is_exact = glove_key(vocab.itos[i]) == word
-                if i not in rows or (is_exact and i not in exact):
-                    rows[i] = vec
-                    if is_exact:
-                        exact.add(i)
+    for entry in read_vector_lines(path, dim, dim_option="model.embedding_size", digest=h):
+        ids = wanted.get(entry.word)
+        if not ids:
+            continue
+        vec = torch.tensor(entry.values())
+        for i in ids:
+            is_exact = glove_key(vocab.itos[i]) == entry.word
+            if i not in rows or (is_exact and i not in exact):
+                rows[i] = vec
+                if is_exact:
+                    exact.add(i)
     return Pretrained(rows, dim, h.hexdigest(), path)
 
 

@@ -184,10 +184,12 @@ class SSTTask(Task):
         d = self.data_cfg
         for split in splits:
             trees = self._read(split)
-            if split == "train" and d.train_phrases:
-                self.examples[split] = sst.phrase_examples(trees, d.classes)
-            else:
-                self.examples[split] = sst.sentence_examples(trees, d.classes)
+            phrases = split == "train" and d.train_phrases
+            examples = (sst.phrase_examples if phrases else sst.sentence_examples)(trees, d.classes)
+            if not examples:  # SST-2 of a file whose every sentence (or phrase) is neutral
+                raise sst.no_examples_error(sst.split_path(self.data_dir, split, verify=False),
+                                            split, len(trees), phrases)
+            self.examples[split] = examples
         self._ids = {s: [self.vocab.encode(e.words) for e in ex] for s, ex in self.examples.items()}
 
     # -- batches ---------------------------------------------------------------------

@@ -219,8 +219,9 @@ def test_aso_finds_a_large_shift_between_five_seeds():
 # -- a table's comparisons: the family-wise error ----------------------------------------------
 def test_holm_keeps_a_tables_family_wise_error_at_the_level():
     """Four ablations, none different from the reference (accuracy, 300 items each): without
-    a correction some comparison is marked in about 1 - 0.95^4 = 19 % of tables; with Holm's,
-    in at most about 5 %."""
+    a correction some comparison is marked in about one table in eight (each alone in about
+    5 %; 1 - 0.95^4 = 19 % would be the rate of four independent tests at exactly 5 %); with
+    Holm's, in at most about 5 %."""
     from lstmablate.results.compare import adjust, item_evidence
 
     rng = np.random.default_rng(5)
@@ -235,4 +236,4 @@ def test_holm_keeps_a_tables_family_wise_error_at_the_level():
         for method in marked:
             marked[method] += any(p < LEVEL for p in adjust(ps, method))
     assert marked["holm"] / sims <= band(0.05, sims)[1], marked
-    assert marked["none"] / sims >= 0.12, marked
+    assert marked["none"] / sims >= 0.09, marked

@@ -131,12 +131,20 @@ PLAIN_HELP = "Tab-separated values, one row per line (the default when output is
 
 
 def _test_option(name: str, prefix: str = "") -> Any:
-    """``--level``, ``--resamples`` or ``--seed`` of the significance tests, as ``compare`` and
-    ``report`` take them (their bounds: lstmablate.results.compare.check_settings)."""
+    """``--test``, ``--level``, ``--resamples``, ``--seed`` or ``--correction`` of the
+    significance tests, as ``compare`` and ``report`` take them (their bounds and choices:
+    lstmablate.results.compare.check_settings)."""
     default, metavar, what = {
+        "--test": ("permutation", "permutation|sacrebleu", "the test over items: the paired "
+                   "permutation test with the bootstrap interval, or sacreBLEU's paired "
+                   "bootstrap (to quote sacreBLEU's p-values; it over-claims, docs/reporting.md)"),
         "--level": (0.05, "ALPHA", "significance level, in (0, 0.5]"),
-        "--resamples": (1000, "N", "bootstrap resamples, 1 to 100,000"),
-        "--seed": (12345, "N", "seed of the resampling (sacreBLEU's default 12345)"),
+        "--resamples": (None, "N", "shuffles or resamples, 200 to 100,000 (default: 10,000 "
+                        "shuffles; sacreBLEU's 1,000 resamples with --test sacrebleu)"),
+        "--seed": (12345, "N", "seed of the shuffles and resamples (sacreBLEU's default 12345)"),
+        "--correction": ("holm", "holm|bh|none", "how the table's comparisons are corrected "
+                         "together: Holm-Bonferroni (family-wise error), Benjamini-Hochberg "
+                         "(false discovery rate) or none"),
     }[name]
     return typer.Option(default, name, metavar=metavar,
                         help=f"{prefix}{what}." if prefix else f"{what[0].upper()}{what[1:]}.")
@@ -277,13 +285,15 @@ def compare(
     split: str = typer.Option("test", "--split", metavar="SPLIT", help="dev or test."),
     metric: Optional[str] = typer.Option(None, "--metric", metavar="NAME", help="Default: the "
                                          "task's primary metric, else the first it scores per item."),
-    resamples: int = _test_option("--resamples"),
+    test: str = _test_option("--test"),
+    resamples: Optional[int] = _test_option("--resamples"),
     seed: int = _test_option("--seed"),
     level: float = _test_option("--level"),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> None:
-    """Is A different from B beyond noise? Paired bootstrap over test items for each pair of
-    runs (their scores files), Almost Stochastic Order over seeds, each side's spread.
+    """Is A different from B beyond noise? A paired permutation test over test items for each
+    pair of runs (their scores files) with its bootstrap interval, Almost Stochastic Order over
+    seeds (5 or more on each side), each side's spread. A side is the seeds of one cell.
 
     Examples:
 
@@ -294,7 +304,7 @@ def compare(
     from .results.compare import compare as run_compare, find_runs, render, to_json
 
     c = run_compare(find_runs(runs_a), find_runs(runs_b), split=split, metric_name=metric,
-                    n_samples=resamples, seed=seed, level=level)
+                    n_samples=resamples, seed=seed, level=level, test=test)
     if as_json:
         out.print_json(json.dumps(to_json(c), default=str))
         return
@@ -315,9 +325,11 @@ def report(
                                       "worse / not distinguishable from the --against cell "
                                       "(docs/reporting.md)."),
     against: str = typer.Option("lstm", "--against", metavar="CELL", help="With --significance."),
+    test: str = _test_option("--test", "With --significance: "),
     level: float = _test_option("--level", "With --significance: "),
-    resamples: int = _test_option("--resamples", "With --significance: "),
+    resamples: Optional[int] = _test_option("--resamples", "With --significance: "),
     seed: int = _test_option("--seed", "With --significance: "),
+    correction: str = _test_option("--correction", "With --significance: "),
 ) -> None:
     """Ours (mean ± std over seeds) beside the paper's numbers, as markdown or LaTeX tables;
     or every run as a CSV/JSON row. Damaged run folders are named and skipped.
@@ -340,7 +352,7 @@ def report(
     if out_file is not None:  # before any run is read
         check_output([out_file], force=force)
     # checked as they are made, with --significance or not (a bad value is never ignored)
-    options = SignificanceOptions(against, level, resamples, seed)
+    options = SignificanceOptions(against, level, resamples, seed, test, correction)
     built = build_report(runs_dir, table=table, significance=options if significance else None)
     text = render(built, fmt)
     for why in built.damaged:

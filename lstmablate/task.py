@@ -281,6 +281,14 @@ class Task:
         task's declared order; the primary one, when it is final, first)."""
         return {}
 
+    def reference_items(self, split: str) -> Sequence[str] | None:
+        """The gold side of each item of ``split`` as text (a reference translation, a gold
+        tree, a label and its sentence, ...), in the order of :meth:`evaluate_items`' records;
+        the scores file records its sha256 so that two runs' scores are known to be of one test
+        set.  Default: None (the task does not say; scores are then matched by
+        :meth:`item_key` alone)."""
+        return None
+
     def item_key(self, record: Mapping[str, Any]) -> Any:
         """What identifies an item and its gold data (a sentence's id and length, ...): two
         runs whose records differ in it were scored on different test sets.  Default: the id."""

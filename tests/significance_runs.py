@@ -2,8 +2,8 @@
 scored right or wrong by a seeded random draw (no training), with their config.yaml,
 result.json and scores/test.jsonl as lstmablate writes them.
 
-    runs/sig/lstm/seed-{1,2,3}          80% right, scores
-    runs/sig/lstm-srnn/seed-{1,2,3}     65% right: clearly worse, scores
+    runs/sig/lstm/seed-{1,...,5}        80% right, scores
+    runs/sig/lstm-srnn/seed-{1,...,5}   65% right: clearly worse, scores
     runs/sig/lstm-gates/seed-1          the lstm seed-1 run's answers on all but 3 items, scores
     runs/sig/lstm-srnn-out/seed-1       80% right, NO scores file (a run from before scores)
 
@@ -28,14 +28,13 @@ base: sst2-bilstm-max-cpu
 experiment: sig
 cells: [lstm, lstm-srnn, lstm-srnn-out, lstm-gates]
 seeds: [1]
-cell_seeds: {lstm: [1, 2, 3], lstm-srnn: [1, 2, 3]}
+cell_seeds: {lstm: [1, 2, 3, 4, 5], lstm-srnn: [1, 2, 3, 4, 5]}
 reference:
   lstm: {accuracy: 80.0}
 reference_source: "made up for the test"
 """
-RUNS = {("lstm", 1): 0.8, ("lstm", 2): 0.8, ("lstm", 3): 0.8, ("lstm-srnn", 1): 0.65,
-        ("lstm-srnn", 2): 0.65, ("lstm-srnn", 3): 0.65, ("lstm-gates", 1): None,
-        ("lstm-srnn-out", 1): 0.8}
+RUNS = {**{("lstm", s): 0.8 for s in range(1, 6)}, **{("lstm-srnn", s): 0.65 for s in range(1, 6)},
+        ("lstm-gates", 1): None, ("lstm-srnn-out", 1): 0.8}
 WITHOUT_SCORES = {("lstm-srnn-out", 1)}
 
 
@@ -53,6 +52,7 @@ def answers(cell: str, seed: int) -> list[int]:
 def make_tree(root: Path) -> Path:
     """Write the recipe (``root/sig.yaml``) and the runs (``root/runs``); returns the runs."""
     from lstmablate.recipes import resolve_config
+    from lstmablate.run.scores import reference_digest
     from lstmablate.task import get_task
 
     root.mkdir(parents=True, exist_ok=True)
@@ -78,7 +78,8 @@ def make_tree(root: Path) -> Path:
         if (cell, seed) in WITHOUT_SCORES:
             continue
         header = {"scores": 1, "task": "sst", "experiment": "sig", "cell": cell, "seed": seed,
-                  "split": "test", "checkpoint": "best", "metrics": test, "items": ITEMS}
+                  "split": "test", "checkpoint": "best", "metrics": test, "items": ITEMS,
+                  "reference": reference_digest([str(g) for g in gold])}
         records = [{"id": i, "gold": g, "pred": g if ok else 1 - g, "correct": ok, "nll": 0.5}
                    for i, (g, ok) in enumerate(zip(gold, right))]
         (run / "scores").mkdir()
@@ -87,14 +88,15 @@ def make_tree(root: Path) -> Path:
     return root / "runs"
 
 
-#: the runs of the small tree (cut_to_small): two seeds of each side, ASO's minimum
+#: the runs of the small tree (cut_to_small): two seeds of each side (paired by seed; too few
+#: for ASO)
 SMALL = (("lstm", 1), ("lstm", 2), ("lstm-srnn", 1), ("lstm-srnn", 2))
 
 
 def cut_to_small(runs: Path) -> None:
     """The runs :func:`make_tree` wrote cut to :data:`SMALL`, each with a ``metrics.jsonl`` of
     two evaluations as the trainer writes them (for ``plot``): the fewest runs with which
-    report, compare, plot and ``report --significance`` (paired bootstrap and ASO) all run."""
+    report, compare, plot and ``report --significance`` (the paired tests) all run."""
     for (cell, seed) in RUNS:
         run = runs / "sig" / cell / f"seed-{seed}"
         if (cell, seed) not in SMALL:

@@ -202,19 +202,20 @@ def test_non_finite_item_scores_are_never_given_a_verdict(here, value):
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     assert f"`lstm-srnn` accuracy: not tested ({RUN}/scores/test.jsonl, line 6" in text
-    # the other seed's pair is still tested, and ASO over the seeds' result.json numbers
-    assert "worse (ASO worse ε 0.00; 1/1 pairs worse)" in lstm_srnn_row(done.stdout)
+    # the other seed's pair is still tested (two seeds a side: too few for ASO)
+    assert "| worse (1/1 pairs worse, adj. p " in lstm_srnn_row(done.stdout)
 
 
 def test_a_metric_that_is_no_number_on_some_resamples_gets_no_verdict(here, monkeypatch):
     """Finite statistics may still give NaN on a resample (a ratio over items without
-    tokens); a p-value counted over such resamples would call any difference significant."""
+    tokens): such resamples are dropped and counted, and when more than 1 % of them are there
+    is no verdict (a p-value counted over them would call any difference significant)."""
     from lstmablate.results import compare
     from lstmablate.results.significance import PairedResult
 
-    monkeypatch.setattr(compare, "paired_bootstrap", lambda *a, **k: PairedResult(
-        80.0, 60.0, math.nan, math.nan, 0.001, 200, 1000, 12345))
-    expect_error(run_cli("compare", RUN, OTHER, cwd=here), "gives no verdict")
+    monkeypatch.setattr(compare, "paired_test", lambda *a, **k: PairedResult(
+        80.0, 60.0, -30.0, -10.0, 0.001, 200, 1000, 12345, dropped=400))
+    expect_error(run_cli("compare", RUN, OTHER, cwd=here), "no verdict can rest on them")
 
 
 def test_a_scores_file_without_items_is_named(here):
@@ -274,13 +275,14 @@ def test_a_recipe_with_reference_hello_is_a_note_and_the_report_goes_on(here):
 
 # -- the options of the significance tests ---------------------------------------------------
 @pytest.mark.parametrize("option, value, message", [
-    ("--resamples", "1000000000", "--resamples must be an integer between 1 and 100,000"),
-    ("--resamples", str(2**70), "--resamples must be an integer between 1 and 100,000"),
-    ("--resamples", "0", "--resamples must be an integer between 1 and 100,000"),
+    ("--resamples", "1000000000", "--resamples must be an integer between 200 and 100,000"),
+    ("--resamples", str(2**70), "--resamples must be an integer between 200 and 100,000"),
+    ("--resamples", "0", "--resamples must be an integer between 200 and 100,000"),
+    ("--resamples", "1", "--resamples must be an integer between 200 and 100,000"),
     ("--seed", "-1", "--seed: a seed must be an integer between 0 and 4,294,967,295"),
     ("--seed", str(2**32), "--seed: a seed must be an integer between 0 and 4,294,967,295"),
-    ("--level", "1e-300", "--level 1e-300 can never be reached with --resamples 1,000: the "
-     "smallest p-value the paired bootstrap gives is 1/(resamples + 1) = 0.000999"),
+    ("--level", "1e-300", "--level 1e-300 can never be reached with --resamples 10,000: the "
+     "smallest p-value the test gives is 1/(resamples + 1) = 0.0001"),
     ("--level", "0.6", "--level must be a number in (0, 0.5]"),
     ("--level", "0", "--level must be a number in (0, 0.5]"),
     ("--level", "nan", "--level must be a number in (0, 0.5]"),
@@ -291,17 +293,17 @@ def test_the_options_of_the_tests_are_bounded(here, option, value, message):
 
 
 def test_a_level_is_reachable_with_enough_resamples(here):
-    done = run_cli("compare", RUN, OTHER, "--level", "0.005", "--resamples", "300", cwd=here)
+    done = run_cli("compare", RUN, OTHER, "--level", "0.004", "--resamples", "300", cwd=here)
     assert done.returncode == 0, done.stderr
-    expect_error(run_cli("compare", RUN, OTHER, "--level", "0.005", "--resamples", "100",
-                         cwd=here), "1/(resamples + 1) = 0.0099")
+    expect_error(run_cli("compare", RUN, OTHER, "--level", "0.004", "--resamples", "200",
+                         cwd=here), "1/(resamples + 1) = 0.00498")
 
 
 def test_report_seed_is_the_seed_of_the_resampling(here):
     done = run_cli("report", "runs", "--significance", "--seed", "7", "--resamples", "200",
                    cwd=here)
     assert done.returncode == 0, done.stderr
-    assert "200 resamples, seed 7" in done.stdout
+    assert "200 shuffles, seed 7" in done.stdout
 
 
 @pytest.mark.parametrize("against, message", [

@@ -235,7 +235,7 @@ def walk_record(walk: Walk, path: Path, keys: dict[str, str], text_with, command
 
 def _compare(walk: Walk, context: str, may: bool, damaged: str) -> None:
     walk.refused_or_accepted(f"{context}: compare",
-                             walk.cli("compare", RUN, OTHER, "--resamples", "100"), may, (damaged,))
+                             walk.cli("compare", RUN, OTHER, "--resamples", "200"), may, (damaged,))
 
 
 @pytest.mark.slow

@@ -1,10 +1,12 @@
 """`lstmablate compare` and `lstmablate report --significance` on a runs tree written by hand
-(tests/significance_runs.py: an LSTM with three seeds, an ablation clearly worse with three,
+(tests/significance_runs.py: an LSTM with five seeds, an ablation clearly worse with five,
 one nearly identical run, one run without a scores file), and the BLEU comparison against
 sacreBLEU's own paired bootstrap.
 
-Without --significance the report is byte for byte what it was before significance existed:
-tests/fixtures/report/before-significance.* were rendered from this tree by that version."""
+Without --significance the report is byte for byte the golden files
+tests/fixtures/report/before-significance.* (rendered from this tree without
+--significance: ``python tests/significance_runs.py DIR``, then ``lstmablate report runs
+--table sig --format FORMAT`` in DIR)."""
 
 from __future__ import annotations
 
@@ -61,8 +63,9 @@ def test_markdown_marks_each_ablation_with_a_footnote(here):
     rows = _md_rows(text)
     acc = 2  # cell, accuracy, vs, paper, loss, vs
     assert rows["lstm"][acc] == "reference"
-    # three seeds each, every seed of the ablation far below every LSTM seed
-    assert rows["lstm-srnn"][acc] == "worse (ASO worse ε 0.00; 3/3 pairs worse)"
+    # five seeds each, every seed of the ablation far below every LSTM seed; four of the five
+    # pairs differ at the level, more than half: the mark agrees with ASO
+    assert rows["lstm-srnn"][acc] == "worse (ASO worse ε 0.00; 4/5 pairs worse, adj. p 0.003)"
     # one run, three answers away from LSTM seed 1: no pair says different
     assert rows["lstm-gates"][acc].startswith("not distinguishable (")
     assert rows["lstm-srnn-out"][acc] == "no scores"
@@ -71,15 +74,20 @@ def test_markdown_marks_each_ablation_with_a_footnote(here):
     plain = _md_rows(render(build_report(Path("runs"), table="sig"), "markdown"))
     for cell, cells in rows.items():
         assert [c for j, c in enumerate(cells) if j not in (2, 5)] == plain[cell]
-    assert "the paired bootstrap (Koehn 2004; 1000 resamples, seed 12345" in text
+    assert "the paired permutation test (10,000 shuffles, seed 12345)" in text
     assert "level 0.05" in text and "Almost Stochastic Order" in text
+    assert "Holm-Bonferroni (family-wise error) of the item-level p-values" in text
     assert ("No per-item scores for 1 run(s)" in text and "runs/sig/lstm-srnn-out/seed-1" in text
             and "lstmablate eval RUN --split test --scores" in text)
 
 
 def test_level_and_resamples_are_named_and_used(here):
-    text = _report("markdown", level=0.01, n_samples=200)
-    assert "at level 0.01" in text and "200 resamples" in text and "confidence 0.99" in text
+    text = _report("markdown", level=0.01, n_samples=500)
+    assert "at level 0.01" in text and "500 shuffles" in text and "confidence 0.99" in text
+    bh = _report("markdown", correction="bh")
+    assert "Benjamini-Hochberg (false discovery rate)" in bh
+    sacre = _report("markdown", test="sacrebleu")
+    assert "sacreBLEU's paired bootstrap (1,000 resamples, seed 12345" in sacre
 
 
 def test_latex_has_the_same_marks_and_names_the_test_in_the_caption(here, tmp_path):
@@ -89,9 +97,10 @@ def test_latex_has_the_same_marks_and_names_the_test_in_the_caption(here, tmp_pa
     rows = [line for line in tex.splitlines() if line.startswith(r"\texttt{")]
     assert ncol == 6 and all(row.count(" & ") == ncol - 1 for row in rows)
     srnn = next(r for r in rows if r.startswith(r"\texttt{lstm-srnn} "))
-    assert r"worse (ASO worse $\varepsilon$ 0.00; 3/3 pairs worse)" in srnn
+    assert r"worse (ASO worse $\varepsilon$ 0.00; 4/5 pairs worse, adj. p 0.003)" in srnn
     caption = next(line for line in tex.splitlines() if line.startswith(r"\caption"))
-    assert "paired bootstrap" in caption and "1000 resamples" in caption and "level 0.05" in caption
+    assert "permutation test" in caption and "10,000 shuffles" in caption
+    assert "level 0.05" in caption
     if shutil.which("pdflatex"):
         from test_report_formats import _compile
 
@@ -103,14 +112,16 @@ def test_csv_and_json_carry_each_runs_pair_and_the_cells_mark(here):
     rows = list(csv.DictReader(io.StringIO(_report("csv"))))
     by = {(r["cell"], int(r["seed"])): r for r in rows}
     assert json.loads(_report("json"))[0].keys() == rows[0].keys()
-    for seed in (1, 2, 3):
+    for seed in (1, 2, 3, 4, 5):
         assert by[("lstm", seed)]["vs_lstm.accuracy.verdict"] == "reference"
         srnn = by[("lstm-srnn", seed)]
         assert srnn["vs_lstm.accuracy.verdict"] == "worse"
-        assert srnn["vs_lstm.accuracy.by"] == "aso+bootstrap"
+        assert srnn["vs_lstm.accuracy.by"] == "aso+items"
         assert srnn["vs_lstm.accuracy.against"] == f"runs/sig/lstm/seed-{seed}"  # its own seed
-        assert float(srnn["vs_lstm.accuracy.p"]) < 0.05
-        assert srnn["vs_lstm.accuracy.pair_verdict"] == "worse"
+        assert float(srnn["vs_lstm.accuracy.p_adjusted"]) >= float(srnn["vs_lstm.accuracy.p_items"])
+        pair_way = srnn["vs_lstm.accuracy.pair_verdict"]
+        assert pair_way in ("worse", "not distinguishable")
+        assert (float(srnn["vs_lstm.accuracy.p"]) < 0.05) == (pair_way == "worse")
         delta = float(srnn["test.accuracy"]) - float(by[("lstm", seed)]["test.accuracy"])
         assert float(srnn["vs_lstm.accuracy.delta"]) == pytest.approx(delta)
         assert float(srnn["vs_lstm.accuracy.low"]) <= delta <= float(srnn["vs_lstm.accuracy.high"])
@@ -145,23 +156,23 @@ def test_a_table_without_the_reference_cell_says_so(here, tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     text = render(build_report(Path("runs"), significance=SignificanceOptions()), "markdown")
     assert "the table has no `lstm` row to compare the others with" in text
-    assert "worse (ASO worse ε 0.00; 3/3 pairs worse)" in text  # the sig table is tested
+    assert "worse (ASO worse ε 0.00; 4/5 pairs worse, adj. p 0.003)" in text  # sig is tested
 
 
 # -- compare --------------------------------------------------------------------------------
 def test_a_clearly_worse_ablation_is_found_and_a_run_against_itself_is_not(here):
     c = compare(find_runs("runs/sig/lstm-srnn"), find_runs("runs/sig/lstm"))
-    assert [(x.seed, y.seed) for x, y, _ in c.pairs] == [(1, 1), (2, 2), (3, 3)]
-    assert all(r.p_value < 0.05 and r.high < 0 for _, _, r in c.pairs)
+    assert [(x.seed, y.seed) for x, y, _ in c.pairs] == [(s, s) for s in range(1, 6)]
+    assert all(r.delta < 0 for _, _, r in c.pairs)
+    assert sum(r.verdict(True) == "worse" for _, _, r in c.pairs) == 4
     assert c.seeds is not None and c.seeds.verdict() == "worse"
-    assert c.spread_a.n == c.spread_b.n == 3
-    same = compare(find_runs("runs/sig/lstm/seed-1"), find_runs("runs/sig/lstm/seed-1"))
-    (_, _, r), = same.pairs
-    assert r.delta == 0 and r.p_value == 1.0 and r.verdict(True) == "not distinguishable"
-    # one run against three: paired with each
+    assert c.verdict() == ("worse", "aso+items")
+    assert c.spread_a.n == c.spread_b.n == 5
+    # one run against five: paired with each; one seed: no ASO, every pair must agree
     one = compare(find_runs("runs/sig/lstm-gates"), find_runs("runs/sig/lstm"))
-    assert [(x.seed, y.seed) for x, y, _ in one.pairs] == [(1, 1), (1, 2), (1, 3)]
-    assert one.seeds is None  # one seed: no ASO
+    assert [(x.seed, y.seed) for x, y, _ in one.pairs] == [(1, s) for s in range(1, 6)]
+    assert one.seeds is None
+    assert one.verdict() == ("not distinguishable", "items")
     assert one.pairs[0][2].delta == pytest.approx(
         100 * (sum(answers("lstm-gates", 1)) - sum(answers("lstm", 1))) / ITEMS)
 
@@ -169,15 +180,20 @@ def test_a_clearly_worse_ablation_is_found_and_a_run_against_itself_is_not(here)
 def test_compare_cli_text_and_json(here):
     done = run_cli("compare", "runs/sig/lstm-srnn", "runs/sig/lstm", cwd=here)
     assert done.returncode == 0, done.stderr
-    assert "Paired bootstrap over the 200 test items (1000 resamples, seed 12345" in done.stdout
+    assert ("Over the 200 test items: the paired permutation test (10,000 shuffles, seed 12345) "
+            "with the paired bootstrap's interval:") in done.stdout
     assert "Almost Stochastic Order" in done.stdout and "A worse" in done.stdout
-    assert "Overall (aso and bootstrap, as report --significance marks it): A worse" in done.stdout
-    assert "A 63.50 ± 3.50 (n=3), B 78.50 ± 2.00 (n=3)" in done.stdout
+    assert ("Overall (ASO over seeds and the paired tests over items agree; the rule of report "
+            "--significance): A worse") in done.stdout
+    assert "A 65.90 ± 4.25 (n=5), B 78.30 ± 3.17 (n=5)" in done.stdout
+    assert "over 5 bootstrap seeds" in done.stdout
     js = run_cli("compare", "runs/sig/lstm-srnn/seed-1", "runs/sig/lstm/seed-1", "--json",
-                 "--resamples", "100", "--seed", "3", cwd=here)
+                 "--resamples", "300", "--seed", "3", cwd=here)
     got = json.loads(js.stdout)
-    assert got["resamples"] == 100 and got["seed"] == 3 and got["paired"][0]["verdict"] == "worse"
+    assert got["resamples"] == 300 and got["seed"] == 3 and got["paired"][0]["verdict"] == "worse"
     assert got["aso"] is None and got["spread_a"]["std"] is None and got["verdict"] == "worse"
+    assert got["aso_not_run"] == "too few seeds to test (n=1; ≥ 5 recommended)"
+    assert got["rests_on"] == "items" and got["test"] == "permutation"
     glob = run_cli("compare", "runs/sig/lstm-srnn/seed-*", "runs/sig/lstm", cwd=here)
     assert glob.returncode == 0 and glob.stdout == done.stdout
 
@@ -191,7 +207,7 @@ def test_compare_refuses_what_it_cannot_pair(here, tmp_path):
     assert "lstmablate eval runs/sig/lstm-srnn-out/seed-1 --split test --scores" in err(
         "runs/sig/lstm-srnn-out/seed-1", "runs/sig/lstm/seed-1")
     assert "no such run folder" in err("runs/sig/nothing", "runs/sig/lstm")
-    assert "--metric 'bleu'" in err("runs/sig/lstm", "runs/sig/lstm", "--metric", "bleu")
+    assert "--metric 'bleu'" in err("runs/sig/lstm", "runs/sig/lstm-srnn", "--metric", "bleu")
     # another test set: fewer items, or the same number with another gold label
     for what, edit in (("hold 199 and 200 items", lambda lines: lines[:-1]),
                        ("differ at item 5", lambda lines: [*lines[:5], lines[5].replace(
@@ -246,9 +262,9 @@ def _nmt_run(root: Path, cell: str, hyps: list[str], refs: list[str], refs_raw: 
 
 
 def test_bleu_comparison_equals_sacrebleus_paired_bootstrap(tmp_path):
-    """`lstmablate compare` of two NMT runs on both BLEUs: sacreBLEU's PairedTest (paired
-    bootstrap, 1000 resamples, its default seed) on the same translations gives the same
-    scores and p-value."""
+    """`lstmablate compare --test sacrebleu` of two NMT runs on both BLEUs: sacreBLEU's
+    PairedTest (paired bootstrap, 1000 resamples, its default seed) on the same translations
+    gives the same scores and p-value."""
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
@@ -265,8 +281,9 @@ def test_bleu_comparison_equals_sacrebleus_paired_bootstrap(tmp_path):
     b = _nmt_run(tmp_path / "runs", "lstm", baseline, refs, refs)
     for metric, sacre in (("bleu", BLEU(tokenize="none", smooth_method="none", force=True)),
                           ("sacrebleu", BLEU())):
-        ours = compare([load_run(a)], [load_run(b)], metric_name=metric)
+        ours = compare([load_run(a)], [load_run(b)], metric_name=metric, test="sacrebleu")
         (_, _, r), = ours.pairs
+        assert r.n_samples == 1000
         _, results = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": sacre},
                                 [refs], test_type="bs", n_samples=1000)()
         theirs = results["BLEU"][1]
@@ -275,21 +292,124 @@ def test_bleu_comparison_equals_sacrebleus_paired_bootstrap(tmp_path):
         assert f"{r.p_value:.4f}" in render_comparison(ours)
     default = compare([load_run(a)], [load_run(b)])
     assert default.metric.name == "bleu"  # the primary metric (ppl) is not a final one
+    # the default test's p-value here is larger than sacreBLEU's: its p-value over-claims
+    (_, _, permuted), = default.pairs
+    sacre = compare([load_run(a)], [load_run(b)], test="sacrebleu").pairs[0][2]
+    assert permuted.test == "permutation" and permuted.p_value > sacre.p_value
 
 
-@pytest.mark.parametrize("aso, pairs, mark", [
-    ("worse", ["worse", "worse", "not distinguishable"], "worse"),
-    ("worse", ["worse", "not distinguishable", "not distinguishable"], "not distinguishable"),
-    ("not distinguishable", ["worse"] * 3, "not distinguishable"),
-    ("better", [], "better"),
-    (None, ["worse", "worse"], "worse"),
-    (None, ["worse", "better"], "not distinguishable"),
-    (None, [], ""),
+@pytest.mark.parametrize("aso, item_way, has_pairs, mark, by", [
+    ("worse", "worse", True, "worse", "aso+items"),
+    ("worse", "", True, "not distinguishable", "aso+items"),
+    ("worse", "better", True, "not distinguishable", "aso+items"),
+    ("not distinguishable", "worse", True, "not distinguishable", "aso+items"),
+    ("better", "", False, "better", "aso"),
+    (None, "worse", True, "worse", "items"),
+    (None, "", True, "not distinguishable", "items"),
+    (None, "", False, "", ""),
 ])
-def test_the_mark_needs_both_tests_when_there_are_both(aso, pairs, mark):
+def test_the_mark_needs_both_tests_when_there_are_both(aso, item_way, has_pairs, mark, by):
     from lstmablate.results.compare import ASO_THRESHOLD, combined_verdict
     from lstmablate.results.significance import SeedResult
 
-    eps = {"better": (0.0, 1.0), "worse": (1.0, 0.0), "not distinguishable": (0.4, 0.6)}
-    seeds = None if aso is None else SeedResult(*eps[aso], 3, 3, ASO_THRESHOLD)
-    assert combined_verdict(seeds, pairs)[0] == mark
+    eps = {"better": ((0.0,), (1.0,)), "worse": ((1.0,), (0.0,)),
+           "not distinguishable": ((0.4,), (0.6,))}
+    seeds = None if aso is None else SeedResult(*eps[aso], 5, 5, ASO_THRESHOLD)
+    assert combined_verdict(seeds, item_way, has_pairs) == (mark, by)
+
+
+# -- what a comparison refuses ----------------------------------------------------------------
+def test_a_side_is_the_seeds_of_one_cell_each_seed_once(here, tmp_path):
+    def err(*args):
+        done = run_cli("compare", *args, cwd=here)
+        assert done.returncode == 2, done.stdout
+        assert "Traceback" not in done.stderr
+        return " ".join(done.stderr.split())
+
+    # two cells pooled as if they were seeds (and the LSTM then compared with itself)
+    assert "side A holds runs of 4 cells (lstm, lstm-gates, lstm-srnn, lstm-srnn-out)" in err(
+        "runs/sig/lstm*/seed-1", "runs/sig/lstm-srnn")
+    assert "is on both sides" in err("runs/sig/lstm/seed-*", "runs/sig/lstm/seed-1")
+    # a copy of one seed counts once, not twice
+    side = tmp_path / "copy" / "lstm"
+    shutil.copytree(here / "runs/sig/lstm", side)
+    shutil.copytree(here / "runs/sig/lstm/seed-1", side / "seed-1-again")
+    assert "side B holds seed 1 twice" in err("runs/sig/lstm-srnn", str(side))
+    # runs of one cell whose configurations differ in more than the seed
+    other = tmp_path / "other" / "lstm" / "seed-9"
+    shutil.copytree(here / "runs/sig/lstm/seed-1", other.parent / "seed-1")
+    shutil.copytree(here / "runs/sig/lstm/seed-2", other)
+    import yaml
+
+    cfg = yaml.safe_load((other / "config.yaml").read_text())
+    cfg["seed"] = 9
+    cfg["train"]["lr"] = 0.5
+    (other / "config.yaml").write_text(yaml.safe_dump(cfg))
+    result = json.loads((other / "result.json").read_text())
+    (other / "result.json").write_text(json.dumps({**result, "seed": 9}))
+    message = err("runs/sig/lstm-srnn", str(other.parent))
+    assert "differ in their configuration, not only in the seed (train.lr" in message
+
+
+def test_two_sides_scored_against_different_gold_data_are_refused(here, tmp_path):
+    """Same items, same lengths and labels, but the scores record another digest of the
+    split's gold data (another data file): refused; a file without a digest is compared by
+    item keys, with a note."""
+    other = tmp_path / "x" / "lstm-srnn" / "seed-1"
+    shutil.copytree(here / "runs/sig/lstm-srnn/seed-1", other)
+    scores = other / "scores" / "test.jsonl"
+    lines = scores.read_text().splitlines()
+    head = json.loads(lines[0])
+    scores.write_text("\n".join([json.dumps({**head, "reference": "sha256:" + "0" * 64}),
+                                 *lines[1:]]) + "\n")
+    done = run_cli("compare", str(other), "runs/sig/lstm/seed-1", cwd=here)
+    assert done.returncode == 2 and "scored against different gold data" in done.stderr
+    del head["reference"]
+    scores.write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
+    done = run_cli("compare", str(other), "runs/sig/lstm/seed-1", cwd=here)
+    assert done.returncode == 0, done.stderr
+    assert "record no hash of their gold data" in " ".join(done.stdout.split())
+
+
+def test_too_few_items_for_a_paired_test_is_refused(here, tmp_path):
+    pair = []
+    for cell in ("lstm-srnn", "lstm"):
+        run = tmp_path / "few" / cell / "seed-1"
+        shutil.copytree(here / f"runs/sig/{cell}/seed-1", run)
+        scores = run / "scores" / "test.jsonl"
+        lines = scores.read_text().splitlines()
+        head = json.loads(lines[0])
+        head.pop("reference")
+        scores.write_text("\n".join([json.dumps({**head, "items": 2}), *lines[1:3]]) + "\n")
+        pair.append(str(run))
+    done = run_cli("compare", *pair, cwd=here)
+    assert done.returncode == 2
+    assert "scored on 2 test item(s); a paired test needs at least 20" in " ".join(
+        done.stderr.split())
+
+
+# -- the correction over a table's comparisons ------------------------------------------------
+def test_holm_and_benjamini_hochberg_adjust_as_their_definitions():
+    """Hand-computed: p = (0.01, 0.04, 0.03, 0.005), m = 4.  Holm (ascending, multiplied by
+    m - rank, running maximum): 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 -> 0.06.
+    BH (descending, m p / rank, running minimum): 0.04*4/4 = 0.04, 0.03*4/3 = 0.04,
+    0.01*4/2 = 0.02, 0.005*4/1 = 0.02."""
+    from lstmablate.results.compare import adjust
+
+    p = [0.01, 0.04, 0.03, 0.005]
+    assert adjust(p, "holm") == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert adjust(p, "bh") == pytest.approx([0.02, 0.04, 0.04, 0.02])
+    assert adjust(p, "none") == p and adjust([0.2], "holm") == [0.2]
+
+
+def test_the_tables_comparisons_are_corrected_together(here):
+    """With Holm, a comparison's adjusted p is at least its own; the lstm-srnn mark keeps its
+    worse; with no correction the item-level p is reported as it is.  (lstm-gates has no
+    item-level direction, hence no p of its mark.)"""
+    holm = {r["cell"]: r for r in csv.DictReader(io.StringIO(_report("csv")))}
+    none = {r["cell"]: r for r in csv.DictReader(io.StringIO(_report("csv", correction="none")))}
+    p, adj = (float(holm["lstm-srnn"][f"vs_lstm.accuracy.{k}"]) for k in ("p_items", "p_adjusted"))
+    assert adj >= p
+    assert float(none["lstm-srnn"]["vs_lstm.accuracy.p_adjusted"]) == pytest.approx(p)
+    assert holm["lstm-srnn"]["vs_lstm.accuracy.verdict"] == "worse"
+    assert holm["lstm-gates"]["vs_lstm.accuracy.p_items"] == ""

@@ -47,7 +47,7 @@ def test_a_small_difference_on_few_items_is_not_distinguishable():
     b = items([1, 0, 1, 0, 0, 1, 0, 1, 1, 0])  # one item differs
     r = paired_bootstrap(a, b, accuracy)
     assert r.delta == pytest.approx(10.0) and r.p_value > 0.05
-    assert r.verdict(True) == "not distinguishable"
+    assert r.verdict(True) == "not testable"  # ten items: fewer than a paired test needs
 
 
 def test_the_bleu_comparison_equals_sacrebleus_paired_bootstrap():

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from lstmablate.errors import UnknownNameError
-from .compare import ASO_THRESHOLD, MIN_SEEDS
+from .compare import (ASO_THRESHOLD, CORRECTION_NAMES, MIN_SEEDS, RESTS_ON,
+                      test_name)
 from .report import Report, Row, RunRecord, Stat, Table, build_report, run_caveats
 from lstmablate.task import get_task
 
@@ -64,55 +65,72 @@ def format_stat(stat: Stat | None, fmt: str) -> str:
 
 # -- significance (report --significance) ------------------------------------------------------
 def verdict_cell(table: Table, row: Row, j: int) -> str:
-    """Column ``j``'s mark for ``row``: ``worse (ASO worse ε 0.00; 3/3 pairs worse)``,
-    ``better (p 0.004)``, ``reference``, ``no scores`` or ``—`` (not tested)."""
+    """Column ``j``'s mark for ``row``: ``worse (ASO ε 0.00; items p 0.004)``, ``better (items:
+    5/5 pairs, p 0.001)``, ``reference``, ``too few seeds``, ``no scores`` or ``—`` (not
+    tested: the footnotes say why)."""
     if row.cell == table.significance.reference:
         return "reference"
     test = row.tests.get(j)
     if test is None or not test.verdict:
-        lacking = test is not None and test.missing and test.why in ("", "no per-item scores")
-        return "no scores" if lacking else "—"
+        if test is not None and test.why.startswith(("too few seeds", "no per-item scores")):
+            return "no scores" if test.missing and not test.pairs else "too few seeds"
+        return "—"
     evidence = []
     if test.seeds is not None:
         way = test.seeds.verdict()
         eps = {"better": test.seeds.eps_a_better, "worse": test.seeds.eps_b_better}.get(
             way, min(test.seeds.eps_a_better, test.seeds.eps_b_better))
         evidence.append(f"ASO {'n.d.' if way == 'not distinguishable' else way} ε {eps:.2f}")
-    if len(test.pairs) == 1 and test.seeds is None:
-        evidence.append(f"p {test.pairs[0][2].p_value:.3f}")
-    elif test.pairs:
+    if test.pairs:
         ways = test.pair_verdicts()
-        evidence += [f"{ways.count(w)}/{len(ways)} pairs {w}" for w in ("better", "worse")
-                     if w in ways] or [f"0/{len(ways)} pairs differ"]
+        counts = [f"{ways.count(w)}/{len(ways)} pairs {w}" for w in ("better", "worse")
+                  if w in ways] or [f"0/{len(ways)} pairs differ"]
+        adjusted = (f", adj. p {test.p_adjusted:.3f}" if test.p_adjusted is not None
+                    and table.significance.correction != "none" else "")
+        evidence.append("; ".join(counts) + adjusted)
     return f"{test.verdict} ({'; '.join(evidence)})"
 
 
 def significance_notes(table: Table) -> list[str]:
-    """The footnotes of --significance: the tests, their settings, what was not tested."""
+    """The footnotes of --significance: the rule, the tests, their settings, the correction,
+    what was not tested."""
     opt = table.significance
     ref = opt.reference
     tests = [(row, j, t) for row in table.rows for j, t in sorted(row.tests.items())]
     if not any(row.cell == ref for row in table.rows):
         return [f"--significance: the table has no `{ref}` row to compare the others with."]
+    marked = sum(1 for _, _, t in tests if t.verdict)
     notes = [f"vs `{ref}`: better / worse / not distinguishable from `{ref}` at level "
-             f"{opt.level:g}, by two tests. Over test items: the paired bootstrap (Koehn 2004; "
-             f"{opt.n_samples} resamples, seed {opt.seed}, sacreBLEU's p-value) of each run "
-             f"against the `{ref}` run of its seed (a cell with one run: against every run of the "
-             f"other). Over seeds, when both cells have at least {MIN_SEEDS} finished seeds: "
-             "Almost Stochastic Order of their test numbers (Dror et al. 2019, computed as "
-             f"deepsig does; better when ε_min < {ASO_THRESHOLD:g} at confidence "
-             f"{1 - opt.level:g}; ε shown for the direction found). With both, the mark is "
-             "better or worse only when ASO says so and so do more than half of the pairs; with "
-             "one, that test's (the pairs' only when all agree). Not corrected for the "
-             f"{sum(1 for _, _, t in tests if t.verdict)} comparisons of the table."]
+             f"{opt.level:g} (docs/reporting.md, 'The verdict rule'). Over test items: "
+             f"{test_name(opt.test, opt.samples, opt.seed)}, each run against the `{ref}` run "
+             "of its seed (a cell with one run: against every run of the other); a pair differs "
+             "when p < level and its interval excludes 0. Over seeds, when both cells have at "
+             f"least {MIN_SEEDS} finished seeds: Almost Stochastic Order of their test numbers "
+             f"(Dror et al. 2019, as deepsig computes it; better when ε_min < "
+             f"{ASO_THRESHOLD:g} at confidence {1 - opt.level:g} for each of 5 bootstrap seeds; "
+             "ε shown for the direction found). With both, the mark is better or worse only "
+             "when ASO says so and more than half of the pairs agree; with seeds only, ASO's; "
+             "with pairs only (too few seeds), only when every pair agrees. "
+             f"{marked} comparison(s) of the table form one family: "
+             f"{CORRECTION_NAMES[opt.correction]} of the item-level p-values"
+             + (", and ASO with deepsig's Bonferroni correction for them." if
+                opt.correction != "none" else ".")]
+    rests = sorted({t.by for _, _, t in tests if t.verdict})
+    if rests:
+        notes.append("Marks rest on: " + "; ".join(f"{RESTS_ON[b]}" for b in rests) + ".")
     missing = list(dict.fromkeys(p for _, _, t in tests for p in t.missing))
     if missing:
-        notes.append(f"No per-item scores for {len(missing)} run(s), so no paired bootstrap with "
+        notes.append(f"No per-item scores for {len(missing)} run(s), so no paired test with "
                      "them (`lstmablate eval RUN --split test --scores` writes them from the run's "
                      "checkpoint): " + ", ".join(str(p) for p in missing) + ".")
+    unhashed = list(dict.fromkeys(p for _, _, t in tests for p in t.unhashed))
+    if unhashed:
+        notes.append(f"{len(unhashed)} scores file(s) record no hash of their gold data (written "
+                     "before lstmablate recorded one): their test sets were matched by item count "
+                     "and lengths only.")
     untested: dict[tuple[str, str], list[str]] = {}  # (cell, why) -> metrics
     for row, j, t in tests:
-        if t.why and t.why not in ("no per-item scores", "no finished run"):  # shown in the table
+        if t.why and t.why != "no finished run":
             untested.setdefault((row.cell, t.why), []).append(table.columns[j].metric.name)
     notes += [f"`{cell}` {', '.join(dict.fromkeys(names))}: not tested ({why})."
               for (cell, why), names in untested.items()]
@@ -329,8 +347,8 @@ def _metric_order(runs: list[RunRecord]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-SIGNIFICANCE_FIELDS = ("verdict", "by", "aso_eps_better", "aso_eps_worse", "against", "delta",
-                      "low", "high", "p", "pair_verdict")
+SIGNIFICANCE_FIELDS = ("verdict", "by", "aso_eps_better", "aso_eps_worse", "p_items",
+                      "p_adjusted", "against", "delta", "low", "high", "p", "pair_verdict")
 
 
 def significance_columns(tables: list[Table]) -> tuple[list[str], dict[Path, dict[str, Any]]]:
@@ -358,14 +376,15 @@ def significance_columns(tables: list[Table]) -> tuple[list[str], dict[Path, dic
                                 f"{prefix}.by": test.by or None,
                                 f"{prefix}.aso_eps_better": seeds.eps_a_better if seeds else None,
                                 f"{prefix}.aso_eps_worse": seeds.eps_b_better if seeds else None,
+                                f"{prefix}.p_items": test.p_items,
+                                f"{prefix}.p_adjusted": test.p_adjusted,
                                 "significance": about})
                     if pair is not None:
                         ref, r = pair
                         got.update({f"{prefix}.against": str(ref.path), f"{prefix}.delta": r.delta,
                                     f"{prefix}.low": r.low, f"{prefix}.high": r.high,
                                     f"{prefix}.p": r.p_value,
-                                    f"{prefix}.pair_verdict": r.verdict(test.higher_is_better,
-                                                                        test.level)})
+                                    f"{prefix}.pair_verdict": r.verdict(test.higher_is_better)})
     if columns:
         columns.append("significance")
     return list(dict.fromkeys(columns)), values

@@ -40,7 +40,7 @@ from lstmablate.recipes import check_shapes, grid_points, load_recipe, recipe_se
 from lstmablate.run.runs import RunFiles, RunResult
 from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserError
 from lstmablate.task import Metric, get_task
-from .compare import CellTest, SignificanceOptions, cell_test
+from .compare import CellTest, SignificanceOptions, cell_test, mark_tests
 from .compare import Run as CompareRun
 
 
@@ -435,7 +435,8 @@ def _train_times(exp: Experiment, cells: list[str]) -> str:
 
 def add_significance(table: Table, columns: list[tuple[Experiment, Column]],
                      options: SignificanceOptions) -> None:
-    """Every row's test against ``options.reference`` in each of our columns (Row.tests)."""
+    """Every row's test against ``options.reference`` in each of our columns (Row.tests),
+    marked together (:func:`~lstmablate.results.compare.mark_tests`)."""
     table.significance = options
     runs: dict[Path, CompareRun] = {}
 
@@ -448,6 +449,8 @@ def add_significance(table: Table, columns: list[tuple[Experiment, Column]],
             if not col.paper and row.cell != options.reference and j not in row.not_run:
                 row.tests[j] = cell_test(of(exp, row.cell), of(exp, options.reference), "test",
                                          col.metric, options)
+    # the table's comparisons are one family: its error is controlled over all of them
+    mark_tests([t for row in table.rows for t in row.tests.values()], options)
 
 
 def table_cells(groups: list[tuple[str, Experiment]], cells: list[str] | None) -> list[str]:

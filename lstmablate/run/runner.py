@@ -17,7 +17,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from lstmablate.data import resolve_data_dir
 from lstmablate.errors import (CheckpointError, ConfigError, DataError, RunDirError,
                                UnknownNameError, UserError)
 from .runlock import RunLock, lock_holder
-from .scores import write_scores
+from .scores import reference_digest, write_scores
 from .runs import (RunFiles, RunResult, RunStart, check_out_dir, clear_run_dir, inspect_run_dir,
                    read_artefacts, remove_interrupted_writes, write_artefacts, write_config, write_env, write_result)
 from lstmablate.task import Task, get_task
@@ -333,7 +333,8 @@ def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFil
     if dist.is_main:  # the scores first: a run with a result.json has its scores files
         for split, records in res.items.items():
             metrics = res.test if split == task_obj.test_split else res.dev_final
-            write_run_scores(files, cfg, split, cfg.train.test_checkpoint, metrics or {}, records)
+            write_run_scores(files, cfg, split, cfg.train.test_checkpoint, metrics or {}, records,
+                             task_obj.reference_items(split))
         write_result(files, result)
     shown = ", ".join(f"{task_obj.metric_name(k)} {task_obj.format_metric(k, v)}"
                       for k, v in (res.test or {}).items())
@@ -342,14 +343,17 @@ def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFil
 
 
 def write_run_scores(files: RunFiles, cfg: RunConfig, split: str, checkpoint: str,
-                     metrics: dict[str, float], records: list[dict[str, Any]]) -> Path:
+                     metrics: dict[str, float], records: list[dict[str, Any]],
+                     reference: Sequence[str] | None = None) -> Path:
     """``scores/<split>.jsonl`` of the run: ``records`` of the final evaluation of ``split``
-    with ``checkpoint``'s weights, which reported ``metrics``."""
+    with ``checkpoint``'s weights, which reported ``metrics``; ``reference``, the split's gold
+    items (``Task.reference_items``), is recorded as its sha256."""
     files.own_folder(RunFiles.SCORES)  # a real folder of the run, never a link out of it
     path = files.scores(split)
     write_scores(path, {"task": cfg.task, "experiment": cfg.experiment, "cell": cfg.cell,
                         "seed": cfg.seed, "split": split, "checkpoint": checkpoint,
-                        "metrics": metrics}, records)
+                        "metrics": metrics,
+                        "reference": reference_digest(reference) if reference else None}, records)
     return path
 
 
@@ -490,7 +494,8 @@ def score_run(run_path: Path, split: str = "test", data_dir: str | None = None,
             raise UserError(f"the {cfg.task} task does not score test items one by one (its "
                             "plugin has no evaluate_items hook), so it has no scores file.")
         metrics = {k: float(v) for k, v in metrics.items()}
-        path = write_run_scores(files, cfg, name, checkpoint, metrics, records)
+        path = write_run_scores(files, cfg, name, checkpoint, metrics, records,
+                                task.reference_items(name))
     recomputed = {k: m.of(records) for k, m in task.item_metrics().items()}
     reported = result.test if name == task.test_split else (result.dev_final or result.dev)
     return ScoredRun(path, task, name, checkpoint, metrics, recomputed, reported)

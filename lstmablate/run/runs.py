@@ -401,7 +401,7 @@ def saved_config_differences(files: RunFiles, cfg: RunConfig) -> list[str] | Non
         return None
     new = cfg.identity()
     old = _identity_of_saved(old, cfg)
-    return [] if old == new else _differences(old if isinstance(old, dict) else {}, new)
+    return [] if old == new else config_differences(old if isinstance(old, dict) else {}, new)
 
 
 def _identity_of_saved(old: Any, cfg: RunConfig) -> Any:
@@ -419,12 +419,12 @@ def _identity_of_saved(old: Any, cfg: RunConfig) -> Any:
         return {k: old.get(k) for k in cfg.identity()}
 
 
-def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+def config_differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
     out = []
     for k in sorted(set(old) | set(new), key=str):
         a, b = old.get(k), new.get(k)
         if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, f"{prefix}{k}.")
+            out += config_differences(a, b, f"{prefix}{k}.")
         elif a != b:
             out.append(f"{prefix}{k} ({a!r} -> {b!r})")
     return out

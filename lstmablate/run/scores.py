@@ -7,7 +7,9 @@ writes one JSON object per line, UTF-8:
 
 * line 1, the header: ``{"scores": 1, "task", "experiment", "cell", "seed", "split",
   "checkpoint" (best | last: the weights scored), "items" (the number of records that
-  follow), "metrics" (the metrics that evaluation reported, as in result.json)}``;
+  follow), "metrics" (the metrics that evaluation reported, as in result.json), and, where
+  the task gives its gold side (``Task.reference_items``), "reference": the sha256 of that
+  text (:func:`reference_digest`; files written before it existed have none)}``;
 * then one line per item of the split, in the split's order: ``{"id": ..., <the
   sufficient statistics of the task's metrics>}`` — a sentence's summed NLL (nats) and
   token count, a parse's scored words and right heads and labels, a translation and its
@@ -21,6 +23,7 @@ naming the file and line.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,6 +37,18 @@ from lstmablate.limits import is_number, is_seed
 
 FORMAT = 1
 HEADER_KEYS = ("task", "experiment", "cell", "seed", "split", "checkpoint", "items", "metrics")
+#: header keys a file may lack (written before they existed)
+OPTIONAL_KEYS = ("reference",)
+
+
+def reference_digest(items: Sequence[str]) -> str:
+    """``sha256:<hex>`` of a split's gold items (each as text, in order): what makes two scores
+    files comparable item by item."""
+    h = hashlib.sha256()
+    for item in items:
+        data = item.encode("utf-8")
+        h.update(len(data).to_bytes(8, "little") + data)
+    return "sha256:" + h.hexdigest()
 
 
 @dataclass
@@ -51,6 +66,11 @@ class Scores:
     @property
     def split(self) -> str:
         return str(self.header["split"])
+
+    @property
+    def reference(self) -> str | None:
+        """The sha256 of the split's gold items, if the file records it."""
+        return self.header.get("reference")
 
     @property
     def metrics(self) -> dict[str, float]:
@@ -73,7 +93,7 @@ def write_scores(path: Path, header: Mapping[str, Any], records: Sequence[Mappin
     """Write ``records`` under ``header`` (its keys :data:`HEADER_KEYS` but ``items``) to
     ``path``, atomically."""
     head = {"scores": FORMAT, **{k: header[k] for k in HEADER_KEYS if k != "items"},
-            "items": len(records)}
+            "items": len(records), **{k: header[k] for k in OPTIONAL_KEYS if header.get(k)}}
     ids = set()
     for r in records:
         if "id" not in r:
@@ -111,6 +131,8 @@ _HEADER_TYPES: dict[str, tuple[Any, str]] = {
     "metrics": (lambda v: isinstance(v, dict) and all(x is None or is_number(x)
                                                       for x in v.values()),
                 "an object mapping metric names to numbers"),
+    "reference": (lambda v: isinstance(v, str) and v.startswith("sha256:"),
+                  "a digest such as \"sha256:...\""),
 }
 
 
@@ -139,7 +161,7 @@ def read_scores(path: str | Path) -> Scores:
         raise _bad(path, 1, f"expected the header {{\"scores\": {FORMAT}, ...}}"
                    + (f" with {', '.join(missing)}" if missing else ""))
     for key, (ok, what) in _HEADER_TYPES.items():
-        if not ok(header[key]):
+        if key in header and not ok(header[key]):
             raise _bad(path, 1, f"the header's {key} must be {what}, got {header[key]!r:.60}")
     if header["items"] != len(records):
         raise _bad(path, len(lines), f"the header announces {header['items']} items, the file "

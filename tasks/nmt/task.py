@@ -410,6 +410,10 @@ class NMTTask(Task):
                 "sacrebleu": ItemMetric("sacrebleu", column("sacrebleu"),
                                         score_of_statistics(tokenised=False))}
 
+    def reference_items(self, split: str) -> list[str]:
+        """The reference translations, as sacreBLEU reads them (detokenised, one per line)."""
+        return list(self._split(split).tgt_raw)
+
     def item_key(self, record: Mapping[str, Any]) -> Any:
         return record["id"], record["bleu"][1], record["sacrebleu"][1]  # the reference lengths
 

@@ -371,6 +371,12 @@ class ParsingTask(Task):
                                       ratio(100.0))
                 for m, what in (("las", "labels"), ("uas", "heads")) for c in CONVENTIONS}
 
+    def reference_items(self, split: str) -> list[str]:
+        """The gold trees: each sentence's words with their UPOS, gold head and relation."""
+        return ["\n".join(f"{w}\t{u}\t{h}\t{r}" for w, u, h, r in
+                          zip(s.words, s.upos, s.heads, s.deprels))
+                for s in self.splits[split].sentences]
+
     def item_key(self, record: Mapping[str, Any]) -> Any:
         return record["id"], record["scored_all"], record["scored"], record["scored_upos"]
 

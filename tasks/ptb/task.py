@@ -363,6 +363,17 @@ class PTBTask(Task):
     def item_metrics(self) -> dict[str, ItemMetric]:
         return lm_item_metrics()
 
+    def reference_items(self, split: str) -> list[str]:
+        """Each line of the split's token stream (its ``<eos>`` included), as the vocabulary
+        spells its tokens."""
+        stream = self.corpus.split(split).tolist()
+        lines, start = [], 0
+        for i, t in enumerate(stream):
+            if t == self.corpus.eos_id:
+                lines.append(" ".join(self.corpus.vocab[x] for x in stream[start:i + 1]))
+                start = i + 1
+        return lines
+
     def item_key(self, record: Mapping[str, Any]) -> Any:
         return record["id"], record["tokens"]
 

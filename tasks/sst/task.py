@@ -294,6 +294,10 @@ class SSTTask(Task):
                                        ratio(100.0)),
                 "loss": ItemMetric("loss", record_fields("nll", "items"), ratio())}
 
+    def reference_items(self, split: str) -> list[str]:
+        """Each sentence's gold label (in the setting's label space) and its words."""
+        return [f"{e.label}\t{' '.join(e.words)}" for e in self.examples[split]]
+
     def item_key(self, record: Mapping[str, Any]) -> Any:
         return record["id"], record["gold"]
 

@@ -5,27 +5,13 @@ from __future__ import annotations
 
 import gzip
 import shutil
-import subprocess
-import sys
 
 import pytest
 
+from cli_in_process import expect_error, run_cli
+
 DYCK_FILES = ["--task", "dyck", "--data-dir", "data", "--set", "data.files=dy", "--set", "data.m=4",
               "--set", "data.train_tokens=0", "--set", "train.max_steps=2", "--threads", "1"]
-
-
-def run_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "lstmablate", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
-
-
-def expect_error(r, *fragments):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr
-    text = " ".join(r.stderr.split())
-    assert "error:" in text, text
-    for f in fragments:
-        assert f in text, (f, text)
 
 
 @pytest.fixture

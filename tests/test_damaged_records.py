@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_in_process import run_cli
+from cli_in_process import expect_error, run_cli
 from significance_runs import small_runs, small_tree, tree  # noqa: F401 - fixtures
 from lstmablate.errors import DataError
 from lstmablate.limits import MAX_LINE_BYTES
@@ -37,16 +37,6 @@ def here(small_runs) -> Path:
 def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file()}
-
-
-def expect_error(done, *fragments: str) -> str:
-    """Exit 2, one paragraph, no traceback, naming every fragment."""
-    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
-    assert "Traceback" not in done.stderr and "\n\n" not in done.stderr.strip(), done.stderr
-    text = " ".join(done.stderr.split())
-    for f in fragments:
-        assert f in text, (f, text)
-    return text
 
 
 def expect_skipped(done, *fragments: str) -> str:

@@ -17,6 +17,7 @@ import subprocess
 import pytest
 from rich.console import Console
 
+from cli_in_process import expect_error, run_cli
 from conftest import TINY_DYCK
 from lstmablate.errors import UnknownNameError
 from lstmablate.results.report import build_report
@@ -246,24 +247,15 @@ def test_unknown_format_is_named():
         render(None, "latx")
 
 
-def cli(capsys, *args) -> tuple[int, str, str]:
-    """``lstmablate ARGS`` in this process: (exit code, stdout, stderr as one line)."""
-    from lstmablate.cli import main
-
-    with pytest.raises(SystemExit) as e:
-        main(list(args))
-    captured = capsys.readouterr()
-    return e.value.code or 0, captured.out, " ".join(captured.err.split())
-
-
-def test_cli_formats_and_out_file(runs, tmp_path, capsys):
-    code, out, _ = cli(capsys, "report", str(runs["out"]), "--format", "latex", "--out",
-                       str(tmp_path / "t.tex"))
-    assert code == 0 and out == (tmp_path / "t.tex").read_text() and r"\begin{tabular}" in out
-    code, out, _ = cli(capsys, "report", str(runs["out"]), "-f", "csv")
-    assert code == 0 and out.startswith("experiment,task,cell,seed,status")
-    code, _, err = cli(capsys, "report", str(runs["out"]), "--format", "xml")
-    assert code == 2 and "unknown report format 'xml'" in err and "Traceback" not in err
+def test_cli_formats_and_out_file(runs, tmp_path):
+    r = run_cli("report", str(runs["out"]), "--format", "latex", "--out", str(tmp_path / "t.tex"),
+                cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == (tmp_path / "t.tex").read_text()
+    assert r"\begin{tabular}" in r.stdout
+    r = run_cli("report", str(runs["out"]), "-f", "csv", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith("experiment,task,cell,seed,status")
+    expect_error(run_cli("report", str(runs["out"]), "--format", "xml", cwd=tmp_path),
+                 "unknown report format 'xml'")
 
 
 def test_a_metric_resting_on_few_judgements_is_footnoted_in_every_format(runs):

@@ -15,6 +15,8 @@ import torch
 
 from lstmablate.train.checkpoint import load_checkpoint
 
+from cli_in_process import start_cli
+
 TRAIN = ["--task", "dyck", "--cell", "lstm", "--threads", "1",
          "--set", "train.max_epochs=3", "--set", "train.eval_every=3",
          "--set", "data.train_sequences=192", "--set", "model.dropout=0.2",
@@ -22,8 +24,8 @@ TRAIN = ["--task", "dyck", "--cell", "lstm", "--threads", "1",
 
 
 def cli(*args, cwd, **kw):
-    return subprocess.Popen([sys.executable, "-m", "lstmablate", *args], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    """``lstmablate ARGS`` in a process of its own (a real SIGINT / SIGKILL), its output piped."""
+    return start_cli(*args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
 def test_sigint_then_resume_equals_uninterrupted(tmp_path, tiny_recipe):

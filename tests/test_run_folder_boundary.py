@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_in_process import run_cli
-from test_runs_survive_failures_and_concurrency import expect_error
+from cli_in_process import expect_error, run_cli
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

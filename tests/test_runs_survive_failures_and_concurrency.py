@@ -10,7 +10,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,19 +21,15 @@ from lstmablate.errors import RunDirError, UserError
 from lstmablate.run.runlock import RunLock, lock_holder
 from lstmablate.run.runner import train_run
 
+from cli_in_process import expect_error, run_cli, start_cli
+
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115
 
 
-def run_cli(*args, cwd, timeout=300):
-    return subprocess.run([sys.executable, "-m", "lstmablate", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 def start_and_interrupt_when(args, cwd, marker: str) -> tuple[int, str]:
     """Run the CLI; once ``marker`` appears on its stderr, Ctrl-C it. (exit code, stderr)"""
-    p = subprocess.Popen([sys.executable, "-m", "lstmablate", *args], cwd=cwd,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = start_cli(*args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = []
     for line in p.stderr:
         seen.append(line)
@@ -44,15 +39,6 @@ def start_and_interrupt_when(args, cwd, marker: str) -> tuple[int, str]:
     rest = p.stderr.read()
     p.wait(timeout=120)
     return p.returncode, "".join(seen) + rest
-
-
-def expect_error(r, *fragments, code=2):
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr
-    text = " ".join(r.stderr.split())
-    for f in fragments:
-        assert f in text, (f, text)
-    return text
 
 
 # ------------------------------------------------------------------ one writer per run
@@ -75,8 +61,7 @@ def test_lock_refuses_a_second_writer_and_names_the_holder(tmp_path):
 def test_a_second_process_cannot_write_a_running_run_and_kill_9_frees_it(tmp_path, tiny_recipe):
     args = ["train", "--task", "dyck", "--recipe", str(tiny_recipe), "--out", "runs",
             "--threads", "1", "--set", "train.max_epochs=100000", "--set", "train.patience=0"]
-    first = subprocess.Popen([sys.executable, "-m", "lstmablate", *args], cwd=tmp_path,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = start_cli(*args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run = tmp_path / "runs" / "tiny" / "lstm" / "seed-1"
     try:
         deadline = time.time() + 120
@@ -372,8 +357,7 @@ def test_corrupt_or_missing_last_pt_advice_is_a_command_that_works(tmp_path, tin
 def test_interrupt_message_command_resumes(tmp_path, tiny_recipe):
     args = ["train", "--task", "dyck", "--recipe", str(tiny_recipe), "--out", "runs",
             "--set", "train.max_epochs=100000", "--set", "train.patience=0", "--threads", "1"]
-    p = subprocess.Popen([sys.executable, "-m", "lstmablate", *args], cwd=tmp_path,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = start_cli(*args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run = tmp_path / "runs" / "tiny" / "lstm" / "seed-1"
     deadline = time.time() + 120
     while time.time() < deadline and not (run / "metrics.jsonl").exists():

@@ -103,17 +103,25 @@ def run_models(device: str) -> list[dict]:
     return rows
 
 
-def paper_cells() -> list[str]:
+#: the recipe the trainer part runs: its task, its cells (the paper's), its data
+TRAINER_RECIPE = "ptb-medium"
+
+
+def _trainer_recipe() -> dict:
     from lstmablate.recipes import load_recipe
 
-    return list(load_recipe("ptb-medium")[1]["cells"])
+    return load_recipe(TRAINER_RECIPE)[1]
+
+
+def paper_cells() -> list[str]:
+    return list(_trainer_recipe()["cells"])
 
 
 def _train_time(cell: str, steps: int, device: str, out: Path, data_dir: str,
                 timeout: float) -> float:
-    cmd = [sys.executable, "-m", "lstmablate", "train", "--task", "ptb", "--recipe",
-           "ptb-medium", "--cell", cell, "--seed", "1", "--device", device, "--out", str(out),
-           "--force", "--experiment", f"gpu-check-{steps}", "--data-dir", data_dir,
+    cmd = [sys.executable, "-m", "lstmablate", "train", "--task", _trainer_recipe()["task"],
+           "--recipe", TRAINER_RECIPE, "--cell", cell, "--seed", "1", "--device", device,
+           "--out", str(out), "--force", "--experiment", f"gpu-check-{steps}", "--data-dir", data_dir,
            "--set", f"train.max_steps={steps}", "--set", "train.eval_test=false"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
@@ -140,7 +148,7 @@ def run_trainer(device: str, budget: float) -> tuple[dict, list[dict]]:
     from lstmablate.task import get_task
 
     try:  # the files the recipe's task reads (the task plugin owns their names)
-        for ds in get_task("ptb").datasets:
+        for ds in get_task(_trainer_recipe()["task"]).datasets:
             for f in ds.files:
                 find_file(data_dir, f.relpath)
     except DataError:

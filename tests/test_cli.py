@@ -6,6 +6,8 @@ import pytest
 
 from cli_in_process import expect_error, run_cli
 
+from lstmablate.run.runs import RunFiles
+
 
 @pytest.mark.parametrize("args, expected", [
     (["train", "--task", "dyck", "--cell", "lstn"], "unknown cell 'lstn'. Did you mean 'lstm'?"),
@@ -30,7 +32,7 @@ def test_train_eval_report_list(tmp_path, tiny_recipe):
     assert r.returncode == 0, r.stderr
     import json
     metrics = json.loads(r.stdout)
-    result = json.loads((run_dir / "result.json").read_text())
+    result = json.loads(RunFiles(run_dir).result.read_text())
     assert metrics["accuracy"] == pytest.approx(result["test"]["accuracy"], abs=1e-12)
     r = run_cli("report", "runs", "--out", "table.md", cwd=tmp_path)
     assert r.returncode == 0 and "| `lstm-srnn`" in r.stdout
@@ -52,7 +54,8 @@ def test_sweep_runs_missing_runs_in_parallel_and_skips_finished(tmp_path, tiny_r
     r = run_cli("sweep", str(tiny_recipe), "--out", "runs", "--jobs", "2", "--set", "train.max_steps=2",
                 cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    results = {p.relative_to(tmp_path).as_posix() for p in (tmp_path / "runs").rglob("result.json")}
+    results = {p.relative_to(tmp_path).as_posix()
+               for p in (tmp_path / "runs").rglob(RunFiles.RESULT)}
     assert results == {f"runs/tiny/{c}/seed-{s}/result.json" for c in ("lstm", "lstm-srnn") for s in (1, 2)}
     again = run_cli("sweep", str(tiny_recipe), "--out", "runs", "--set", "train.max_steps=2", cwd=tmp_path)
     assert "4 finished, 0 to run" in " ".join(again.stderr.split())

@@ -13,6 +13,7 @@ import torch
 
 from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.errors import DataError
+from lstmablate.run.runs import RunFiles
 from lstmablate_tasks.nmt.search import greedy_search
 from lstmablate_tasks.nmt.task import NMTData, NMTEval, NMTModelConfig, NMTTask
 
@@ -226,11 +227,11 @@ def test_a_run_through_the_trainer(nmt_registered, tmp_path):
     out = train_run("nmt", "lstm-srnn", overrides=sets, out=tmp_path, experiment="nmt-tiny",
                     data_dir=str(FIXTURES), threads=1)
     run = tmp_path / "nmt-tiny" / "lstm-srnn" / "seed-1"
-    result = json.loads((run / "result.json").read_text())
+    result = json.loads(RunFiles(run).result.read_text())
     assert set(result["test"]) >= {"bleu", "sacrebleu"}
-    assert json.loads((run / "artefacts" / "tgt_vocab.json").read_text())[:4] == [
+    assert json.loads((RunFiles(run).artefacts / "tgt_vocab.json").read_text())[:4] == [
         "<unk>", "<blank>", "<s>", "</s>"]
-    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in RunFiles(run).metrics.read_text().splitlines()]
     assert [r["split"] for r in lines] == ["val", "val"] and all("ppl" in r for r in lines)
     assert out.result is not None
     # `lstmablate eval --split test` with the run's final checkpoint gives the same numbers

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from lstmablate.run.runs import RunFiles
+
 from cli_in_process import run_cli_process
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,20 +41,20 @@ def test_third_party_cell_and_task_train_through_the_cli(tmp_path):
             "--threads", "1", "--out", "runs", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     run = tmp_path / "runs" / "toy-copy" / "toy-mgu" / "seed-1"
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in RunFiles(run).metrics.read_text().splitlines()]
     assert len(rows) == 12
     assert rows[-1]["loss"] < rows[0]["loss"] - 0.3  # it learns to copy
     assert rows[-1]["accuracy"] > 60  # chance is 25
     r = cli("eval", str(run), "--json", cwd=tmp_path)
     assert r.returncode == 0 and json.loads(r.stdout)["accuracy"] == pytest.approx(
-        json.loads((run / "result.json").read_text())["test"]["accuracy"])
+        json.loads(RunFiles(run).result.read_text())["test"]["accuracy"])
 
 
 def test_third_party_cell_runs_in_a_builtin_task(tmp_path, tiny_recipe):
     r = cli("train", "--task", "dyck", "--cell", "toy-mgu", "--recipe", str(tiny_recipe),
             "--set", "train.max_steps=3", "--threads", "1", "--out", "runs", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "runs" / "tiny" / "toy-mgu" / "seed-1" / "result.json").exists()
+    assert RunFiles(tmp_path / "runs" / "tiny" / "toy-mgu" / "seed-1").result.exists()
 
 
 def test_third_party_cell_steps_like_its_sequence(tmp_path):

@@ -23,6 +23,7 @@ from lstmablate.errors import UnknownNameError
 from lstmablate.results.report import build_report
 from lstmablate.results.formats import render, render_report, tex_escape, to_latex
 from lstmablate.run.runner import train_run
+from lstmablate.run.runs import RunFiles
 
 QUIET = Console(file=io.StringIO())
 GRID = TINY_DYCK.replace("experiment: tiny", "experiment: g") + (
@@ -214,10 +215,10 @@ def test_csv_and_json_one_row_per_run_round_trip(runs, tmp_path):
     shutil.copytree(runs["out"], out)
     unfinished = out / "tiny" / "lstm-srnn" / "seed-2"
     shutil.copytree(out / "tiny" / "lstm-srnn" / "seed-1", unfinished)
-    (unfinished / "result.json").unlink()
-    cfg = unfinished / "config.yaml"
+    RunFiles(unfinished).result.unlink()
+    cfg = RunFiles(unfinished).config
     cfg.write_text(cfg.read_text().replace("\nseed: 1\n", "\nseed: 2\n"))
-    (out / "tiny" / "lstm" / "seed-2" / "result.json").write_text("[1, 2]")  # damaged
+    RunFiles(out / "tiny" / "lstm" / "seed-2").result.write_text("[1, 2]")  # damaged
     rows = json.loads(render_report(out, fmt="json"))
     assert _parse_csv(render_report(out, fmt="csv")) == rows
     by_run = {(r["experiment"], r["cell"], r["seed"]): r for r in rows}
@@ -230,7 +231,7 @@ def test_csv_and_json_one_row_per_run_round_trip(runs, tmp_path):
         if row["status"] != "finished":
             assert row["test.accuracy"] is None
             continue
-        result = json.loads((out / exp / cell / f"seed-{seed}" / "result.json").read_text())
+        result = json.loads(RunFiles(out / exp / cell / f"seed-{seed}").result.read_text())
         for name, v in result["test"].items():
             assert row[f"test.{name}"] == v  # exact: floats round-trip through repr
         for name, v in result["best"]["dev"].items():

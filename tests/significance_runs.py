@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lstmablate.run.runs import RunFiles
+
 ITEMS = 200
 RECIPE = """\
 base: sst2-bilstm-max-cpu
@@ -65,7 +67,7 @@ def make_tree(root: Path) -> Path:
         run.mkdir(parents=True)
         d = cfg.to_dict()
         d["recipe_file"] = "sig.yaml"  # relative: the report reads it from the current folder
-        (run / "config.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
+        RunFiles(run).config.write_text(yaml.safe_dump(d, sort_keys=False))
         right = answers(cell, seed)
         accuracy = 100.0 * sum(right) / ITEMS
         test = {"accuracy": accuracy, "loss": 0.5, "sentences": float(ITEMS)}
@@ -74,7 +76,7 @@ def make_tree(root: Path) -> Path:
                   "best": {"step": 10, "epoch": 1, "dev": {"accuracy": 75.0, "loss": 0.6}},
                   "test": test, "test_checkpoint": "best", "steps": 100, "epochs": 10,
                   "train_time_s": 60.0 + seed, "wall_time_s": 61.0 + seed, "params": 1000}
-        (run / "result.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        RunFiles(run).result.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
         if (cell, seed) in WITHOUT_SCORES:
             continue
         header = {"scores": 1, "task": "sst", "experiment": "sig", "cell": cell, "seed": seed,
@@ -82,8 +84,8 @@ def make_tree(root: Path) -> Path:
                   "reference": reference_digest([str(g) for g in gold])}
         records = [{"id": i, "gold": g, "pred": g if ok else 1 - g, "correct": ok, "nll": 0.5}
                    for i, (g, ok) in enumerate(zip(gold, right))]
-        (run / "scores").mkdir()
-        (run / "scores" / "test.jsonl").write_text(
+        (run / RunFiles.SCORES).mkdir()
+        RunFiles(run).scores("test").write_text(
             "".join(json.dumps(x) + "\n" for x in [header, *records]))
     return root / "runs"
 
@@ -102,7 +104,7 @@ def cut_to_small(runs: Path) -> None:
         if (cell, seed) not in SMALL:
             shutil.rmtree(run)
             continue
-        (run / "metrics.jsonl").write_text("".join(json.dumps(
+        RunFiles(run).metrics.write_text("".join(json.dumps(
             {"step": 10 * e, "epoch": e, "lr": 0.01, "train_loss": 1.0 / e, "split": "dev",
              "accuracy": 60.0 + e, "loss": 0.7 - 0.1 * e}, sort_keys=True) + "\n" for e in (1, 2)))
     for cell in ("lstm-gates", "lstm-srnn-out"):

@@ -5,27 +5,15 @@ from __future__ import annotations
 
 import gzip
 import shutil
-import subprocess
-import sys
 
 import pytest
 
+from cli_in_process import expect_error, run_cli
+
+from lstmablate.run.runs import RunFiles
+
 DYCK_FILES = ["--task", "dyck", "--data-dir", "data", "--set", "data.files=dy", "--set", "data.m=4",
               "--set", "data.train_tokens=0", "--set", "train.max_steps=2", "--threads", "1"]
-
-
-def run_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "lstmablate", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
-
-
-def expect_error(r, *fragments):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr
-    text = " ".join(r.stderr.split())
-    assert "error:" in text, text
-    for f in fragments:
-        assert f in text, (f, text)
 
 
 @pytest.fixture
@@ -80,7 +68,7 @@ def test_malformed_json_result(tmp_path, tiny_recipe):
     r = run_cli("train", "--task", "dyck", "--recipe", str(tiny_recipe), "--set", "train.max_steps=2",
                 "--out", "runs", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    result = tmp_path / "runs" / "tiny" / "lstm" / "seed-1" / "result.json"
+    result = RunFiles(tmp_path / "runs" / "tiny" / "lstm" / "seed-1").result
     result.write_text('{"test": {"accuracy": 1.0,\n  oops}\n')
     r = run_cli("report", "runs", cwd=tmp_path)
     # one damaged result.json is named and skipped; it does not abort the report (issue 18)
@@ -129,10 +117,11 @@ def test_checkpoint_from_another_cell(tmp_path, tiny_recipe):
     assert run_cli(*args, "--cell", "lstm", cwd=tmp_path).returncode == 0
     assert run_cli(*args, "--cell", "gru", cwd=tmp_path).returncode == 0
     runs = tmp_path / "runs" / "tiny"
-    shutil.copy(runs / "lstm" / "seed-1" / "last.pt", runs / "gru" / "seed-1" / "last.pt")
-    expect_error(run_cli(*args, "--cell", "gru", "--resume", cwd=tmp_path), "last.pt", "cell='lstm'")
-    (runs / "lstm" / "seed-1" / "best.pt").write_bytes(b"not a checkpoint")
-    expect_error(run_cli("eval", "runs/tiny/lstm/seed-1", cwd=tmp_path), "best.pt", "corrupt")
+    shutil.copy(RunFiles(runs / "lstm" / "seed-1").last, RunFiles(runs / "gru" / "seed-1").last)
+    expect_error(run_cli(*args, "--cell", "gru", "--resume", cwd=tmp_path), RunFiles.LAST,
+                 "cell='lstm'")
+    RunFiles(runs / "lstm" / "seed-1").best.write_bytes(b"not a checkpoint")
+    expect_error(run_cli("eval", "runs/tiny/lstm/seed-1", cwd=tmp_path), RunFiles.BEST, "corrupt")
 
 
 def test_malformed_conllu_line(tmp_path):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from lstmablate.run.runs import RunFiles
+
 FIXTURE = Path(__file__).parent / "fixtures" / "bwb"
 CLI = [sys.executable, "-m", "lstmablate"]
 
@@ -35,7 +37,7 @@ def test_train_and_eval_through_the_cli(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     run = tmp_path / "runs" / "bwb" / "lstm" / "seed-1"
-    result = json.loads((run / "result.json").read_text())
+    result = json.loads(RunFiles(run).result.read_text())
     assert result["test"]["ppl"] > 1 and result["test"]["tokens"] == 40 + sum(
         len(line.split()) for line in (FIXTURE / "bwb" / "heldout-monolingual.tokenized.shuffled"
                                        / "news.en.heldout-00000-of-00050").read_text().splitlines())
@@ -59,8 +61,8 @@ def test_torchrun_two_processes_match_one(tmp_path):
     if two.returncode != 0 and "gloo" in two.stderr.lower() and "not available" in two.stderr.lower():
         pytest.skip("this PyTorch build has no gloo backend")
     assert two.returncode == 0, two.stderr[-3000:]
-    a = rows(tmp_path / "one" / "bwb" / "lstm" / "seed-1" / "metrics.jsonl")
-    b = rows(tmp_path / "two" / "bwb" / "lstm" / "seed-1" / "metrics.jsonl")
+    a = rows(RunFiles(tmp_path / "one" / "bwb" / "lstm" / "seed-1").metrics)
+    b = rows(RunFiles(tmp_path / "two" / "bwb" / "lstm" / "seed-1").metrics)
     assert len(a) == len(b) >= 2
     for ra, rb in zip(a, b):
         assert ra["step"] == rb["step"]

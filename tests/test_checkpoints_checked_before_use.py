@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from lstmablate.errors import CheckpointError
+from lstmablate.run.runs import RunFiles
 from lstmablate.train.checkpoint import load_checkpoint
 from lstmablate.train.trainer import check_resume_checkpoint
 
@@ -42,7 +43,7 @@ def unfinished(tmp_path_factory):
     (root / "tiny.yaml").write_text(TINY_DYCK)
     r = run_cli(*TRAIN, cwd=root)
     assert r.returncode == 0, r.stderr
-    (root / RUN / "result.json").unlink()
+    RunFiles(root / RUN).result.unlink()
     return root
 
 
@@ -56,7 +57,7 @@ def run(tmp_path, unfinished):
 def snapshot(root):
     """Every file of the run folder, with its bytes."""
     return {p.relative_to(root): p.read_bytes() for p in (root / RUN).rglob("*")
-            if p.is_file() and p.name != ".lock"}
+            if p.is_file() and p.name != RunFiles.LOCK}
 
 
 def first_param(ckpt):
@@ -111,7 +112,7 @@ DAMAGE = {
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_a_damaged_part_of_last_pt_is_named_before_anything_is_used(run, damage):
     change, fragment = DAMAGE[damage]
-    last = run / RUN / "last.pt"
+    last = RunFiles(run / RUN).last
     ckpt = load_checkpoint(last)
     change(ckpt)
     torch.save(ckpt, last)
@@ -120,12 +121,12 @@ def test_a_damaged_part_of_last_pt_is_named_before_anything_is_used(run, damage)
                         fragment)
     assert "--force" in text and "lstmablate eval" not in text  # only what continues the run
     assert snapshot(run) == before  # nothing already written was changed
-    assert not (run / RUN / "result.json").exists()
+    assert not RunFiles(run / RUN).result.exists()
 
 
 def test_an_empty_position_never_restarts_the_run_from_step_0(run):
     """(The issue's repro: an empty position resumed as a fresh run and trained from step 0.)"""
-    last = run / RUN / "last.pt"
+    last = RunFiles(run / RUN).last
     ckpt = load_checkpoint(last)
     ckpt["position"] = {}
     torch.save(ckpt, last)
@@ -135,7 +136,7 @@ def test_an_empty_position_never_restarts_the_run_from_step_0(run):
 
 
 def test_a_damaged_best_pt_is_named_when_the_run_resumes_not_at_its_end(run):
-    best = run / RUN / "best.pt"
+    best = RunFiles(run / RUN).best
     ckpt = load_checkpoint(best)
     ckpt["model"][first_param(ckpt)] = torch.zeros(2)
     torch.save(ckpt, best)
@@ -147,7 +148,7 @@ def test_a_damaged_best_pt_is_named_when_the_run_resumes_not_at_its_end(run):
 def test_a_checkpoint_of_an_older_version_without_the_later_fields_still_resumes(run):
     """The position's ``lr`` and ``best_dev`` and the schedule's ``last_value`` and
     ``worse_epoch`` were added after format 1: a checkpoint without them is not damaged."""
-    last = run / RUN / "last.pt"
+    last = RunFiles(run / RUN).last
     ckpt = load_checkpoint(last)
     for key in ("lr", "best_dev"):
         ckpt["position"].pop(key)
@@ -156,7 +157,7 @@ def test_a_checkpoint_of_an_older_version_without_the_later_fields_still_resumes
     torch.save(ckpt, last)
     r = run_cli(*TRAIN, "--resume", cwd=run)
     assert r.returncode == 0, r.stderr
-    assert (run / RUN / "result.json").exists()
+    assert RunFiles(run / RUN).result.exists()
 
 
 def test_the_check_covers_every_part_the_trainer_reads(run):
@@ -164,17 +165,17 @@ def test_the_check_covers_every_part_the_trainer_reads(run):
     from lstmablate.run.runner import load_run_model
 
     cfg, _, model = load_run_model(run / RUN, "last")
-    ckpt = load_checkpoint(run / RUN / "last.pt")
-    check_resume_checkpoint(ckpt, run / RUN / "last.pt", cfg.train, model)
+    ckpt = load_checkpoint(RunFiles(run / RUN).last)
+    check_resume_checkpoint(ckpt, RunFiles(run / RUN).last, cfg.train, model)
     ckpt["optimizer"]["param_groups"][0]["params"] = [0]
     with pytest.raises(CheckpointError, match=r"last.pt is damaged: its `optimizer.param_groups\[0\]"
                                               r".params` is \[0\]"):
-        check_resume_checkpoint(ckpt, run / RUN / "last.pt", cfg.train, model)
-    ckpt = load_checkpoint(run / RUN / "last.pt")
+        check_resume_checkpoint(ckpt, RunFiles(run / RUN).last, cfg.train, model)
+    ckpt = load_checkpoint(RunFiles(run / RUN).last)
     ckpt["schedule"]["plateau_factor"] = math.inf
     with pytest.raises(CheckpointError, match=r"`schedule.plateau_factor` is inf \(a float\); "
                                               "expected a finite number"):
-        check_resume_checkpoint(ckpt, run / RUN / "last.pt", cfg.train, model)
+        check_resume_checkpoint(ckpt, RunFiles(run / RUN).last, cfg.train, model)
 
 
 # ------------------------------------------------------------------ a run that never trained
@@ -204,13 +205,13 @@ def test_a_run_whose_every_step_was_non_finite_writes_no_result(tmp_path, monkey
     nan_losses(monkeypatch)
     r = run_cli(*TRAIN, "--set", f"train.nonfinite={nonfinite}", cwd=tmp_path)
     expect_error(r, "did not train", fragment, "no result.json was written", "--force")
-    assert not (tmp_path / RUN / "result.json").exists()
-    assert (tmp_path / RUN / "metrics.jsonl").exists()  # what it wrote is kept
+    assert not RunFiles(tmp_path / RUN).result.exists()
+    assert RunFiles(tmp_path / RUN).metrics.exists()  # what it wrote is kept
     assert "done runs" not in r.stderr
     # resumed, it says the same again (and still writes no result)
     r = run_cli(*TRAIN, "--set", f"train.nonfinite={nonfinite}", "--resume", cwd=tmp_path)
     expect_error(r, "did not train")
-    assert not (tmp_path / RUN / "result.json").exists()
+    assert not RunFiles(tmp_path / RUN).result.exists()
 
 
 def test_a_run_with_some_finite_steps_still_finishes(tmp_path, monkeypatch):
@@ -218,4 +219,4 @@ def test_a_run_with_some_finite_steps_still_finishes(tmp_path, monkeypatch):
     nan_losses(monkeypatch, every=False)
     r = run_cli(*TRAIN, "--set", "train.nonfinite=skip", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / RUN / "result.json").exists()
+    assert RunFiles(tmp_path / RUN).result.exists()

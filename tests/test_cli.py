@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
+from cli_in_process import expect_error, run_cli
 
-def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "lstmablate", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+from lstmablate.run.runs import RunFiles
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -23,10 +19,7 @@ def run_cli(*args, cwd=None):
     (["bench", "--model-size", "huge"], "--model-size 'huge': expected one of small, medium, large"),
 ])
 def test_user_errors_exit_2_without_traceback(args, expected, tmp_path):
-    r = run_cli(*args, cwd=tmp_path)
-    assert r.returncode == 2, r.stderr
-    assert expected in " ".join(r.stderr.split())
-    assert "Traceback" not in r.stderr
+    expect_error(run_cli(*args, cwd=tmp_path), expected)
 
 
 def test_train_eval_report_list(tmp_path, tiny_recipe):
@@ -39,7 +32,7 @@ def test_train_eval_report_list(tmp_path, tiny_recipe):
     assert r.returncode == 0, r.stderr
     import json
     metrics = json.loads(r.stdout)
-    result = json.loads((run_dir / "result.json").read_text())
+    result = json.loads(RunFiles(run_dir).result.read_text())
     assert metrics["accuracy"] == pytest.approx(result["test"]["accuracy"], abs=1e-12)
     r = run_cli("report", "runs", "--out", "table.md", cwd=tmp_path)
     assert r.returncode == 0 and "| `lstm-srnn`" in r.stdout
@@ -61,23 +54,19 @@ def test_sweep_runs_missing_runs_in_parallel_and_skips_finished(tmp_path, tiny_r
     r = run_cli("sweep", str(tiny_recipe), "--out", "runs", "--jobs", "2", "--set", "train.max_steps=2",
                 cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    results = {p.relative_to(tmp_path).as_posix() for p in (tmp_path / "runs").rglob("result.json")}
+    results = {p.relative_to(tmp_path).as_posix()
+               for p in (tmp_path / "runs").rglob(RunFiles.RESULT)}
     assert results == {f"runs/tiny/{c}/seed-{s}/result.json" for c in ("lstm", "lstm-srnn") for s in (1, 2)}
     again = run_cli("sweep", str(tiny_recipe), "--out", "runs", "--set", "train.max_steps=2", cwd=tmp_path)
     assert "4 finished, 0 to run" in " ".join(again.stderr.split())
 
 
-def test_data_path_follows_the_documented_order(tmp_path):
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k != "LSTMABLATE_DATA"}
-    r = subprocess.run([sys.executable, "-m", "lstmablate", "data", "path"], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=120)
+def test_data_path_follows_the_documented_order(tmp_path, monkeypatch):
+    monkeypatch.delenv("LSTMABLATE_DATA", raising=False)
+    r = run_cli("data", "path", cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.startswith(str(tmp_path / "data")), r.stderr
-    env["LSTMABLATE_DATA"] = str(tmp_path / "from-env")
-    r = subprocess.run([sys.executable, "-m", "lstmablate", "data", "path"], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=120)
+    monkeypatch.setenv("LSTMABLATE_DATA", str(tmp_path / "from-env"))
+    r = run_cli("data", "path", cwd=tmp_path)
     assert r.stdout.startswith(str(tmp_path / "from-env")) and "LSTMABLATE_DATA" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "lstmablate", "data", "path", "--data-dir", "x"], cwd=tmp_path,
-                       env=env, capture_output=True, text=True, timeout=120)
+    r = run_cli("data", "path", "--data-dir", "x", cwd=tmp_path)
     assert r.stdout.startswith(str(tmp_path / "x")) and "--data-dir" in r.stdout

@@ -8,6 +8,7 @@ from lstmablate.config import TrainConfig, convert, parse_overrides
 
 from lstmablate.recipes import resolve_config
 from lstmablate.errors import ConfigError, UnknownNameError
+from lstmablate.run.runs import RunFiles
 from lstmablate.task import get_task
 from lstmablate_tasks.dyck.task import DyckTask
 
@@ -115,7 +116,7 @@ def test_a_config_saved_by_an_older_version_migrates():
     del saved["eval"], saved["recipe_file"]
     saved["data"]["eval_chunk"] = 123  # where it used to live
     saved.update(cells=["lstm"], seeds=[1], reference={"lstm": {"ppl": 1.0}}, reference_source="x")
-    cfg = config_from_dict(get_task("ptb"), saved, "config.yaml")
+    cfg = config_from_dict(get_task("ptb"), saved, RunFiles.CONFIG)
     assert cfg.eval.chunk == 123 and cfg.recipe_file is None
 
 
@@ -129,9 +130,9 @@ def test_a_key_added_since_reads_the_old_behaviour_in_old_configs(tmp_path):
     saved = resolve_config(task, "lstm", recipe="parsing-ewt-cpu").to_dict()
     assert saved["model"]["encoder_lengths"] == "all"  # the recipe says so
     del saved["model"]["encoder_lengths"]
-    assert config_from_dict(task, saved, "config.yaml").model.encoder_lengths == "all"
+    assert config_from_dict(task, saved, RunFiles.CONFIG).model.encoder_lengths == "all"
     saved["model"]["encoder_lengths"] = "parser-v1"  # a saved value is kept
-    assert config_from_dict(task, saved, "config.yaml").model.encoder_lengths == "parser-v1"
+    assert config_from_dict(task, saved, RunFiles.CONFIG).model.encoder_lengths == "parser-v1"
     assert resolve_config(task, "lstm", recipe="parsing-ewt").model.encoder_lengths == "parser-v1"
     with pytest.raises(ConfigError, match="encoder_lengths"):
         resolve_config(task, "lstm", recipe="parsing-ewt", overrides=["model.encoder_lengths=some"])

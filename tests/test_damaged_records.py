@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from cli_in_process import run_cli
+from cli_in_process import expect_error, run_cli
 from significance_runs import small_runs, small_tree, tree  # noqa: F401 - fixtures
 from lstmablate.errors import DataError
 from lstmablate.limits import MAX_LINE_BYTES
+from lstmablate.run.runs import RunFiles
 from lstmablate.run.scores import read_scores
 
 RUN = "runs/sig/lstm/seed-1"  # the run the tests damage
@@ -37,16 +38,6 @@ def here(small_runs) -> Path:
 def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file()}
-
-
-def expect_error(done, *fragments: str) -> str:
-    """Exit 2, one paragraph, no traceback, naming every fragment."""
-    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
-    assert "Traceback" not in done.stderr and "\n\n" not in done.stderr.strip(), done.stderr
-    text = " ".join(done.stderr.split())
-    for f in fragments:
-        assert f in text, (f, text)
-    return text
 
 
 def expect_skipped(done, *fragments: str) -> str:
@@ -72,7 +63,7 @@ def edit_json(path: Path, change) -> None:
 
 def set_config(root: Path, key: str, text: str) -> Path:
     """config.yaml of RUN with ``key: <text>`` (text as typed in YAML)."""
-    path = root / RUN / "config.yaml"
+    path = RunFiles(root / RUN).config
     lines = [f"{key}: {text}" if line.startswith(f"{key}:") else line
              for line in path.read_text().splitlines()]
     path.write_text("\n".join(lines) + "\n")
@@ -114,7 +105,7 @@ def test_a_seed_that_is_no_seed_skips_the_run_in_report_and_plot_and_stops_compa
     ("a: " + "[" * 1500 + "]" * 1500, "levels deep"),
 ])
 def test_a_config_that_is_no_mapping_or_nests_deeply_is_named(here, text, why):
-    (here / RUN / "config.yaml").write_text(text + "\n")
+    RunFiles(here / RUN).config.write_text(text + "\n")
     expect_skipped(run_cli("report", "runs", cwd=here), f"{RUN}/config.yaml", why)
     expect_skipped(run_cli("plot", "runs", "--out", "c.png", cwd=here), why)
     expect_error(run_cli("compare", RUN, OTHER, cwd=here), f"{RUN}/config.yaml", why)
@@ -142,7 +133,7 @@ def _seed_word(d):
     ('{"test": {"accuracy": ' + "9" * 5000 + "}}", "holds a value that cannot be read"),
 ])
 def test_a_damaged_result_is_skipped_by_report_and_refused_by_compare_and_eval(here, damage, why):
-    result = here / RUN / "result.json"
+    result = RunFiles(here / RUN).result
     if isinstance(damage, str):
         result.write_text(damage)
     else:
@@ -157,7 +148,7 @@ def test_a_damaged_result_is_skipped_by_report_and_refused_by_compare_and_eval(h
 
 
 def test_the_advice_for_a_damaged_result_names_a_command_that_works(here):
-    edit_json(here / RUN / "result.json", _string_metric)
+    edit_json(RunFiles(here / RUN).result, _string_metric)
     text = expect_error(run_cli("compare", RUN, OTHER, cwd=here))
     assert "command plus --resume evaluates the finished run again and writes it anew" in text
 
@@ -173,7 +164,7 @@ def test_the_advice_for_a_damaged_result_names_a_command_that_works(here):
     ('{"step": 30, "x": "' + "y" * MAX_LINE_BYTES + '"}', "the line is more than the"),
 ])
 def test_a_damaged_metrics_line_is_skipped_by_plot_and_named(here, line, why):
-    with open(here / RUN / "metrics.jsonl", "a") as f:
+    with open(RunFiles(here / RUN).metrics, "a") as f:
         f.write(line + "\n")
     expect_skipped(run_cli("plot", "runs", "--out", "c.png", "--x", "epoch", cwd=here),
                    f"{RUN}/metrics.jsonl, line 3", why)
@@ -183,7 +174,7 @@ def test_a_damaged_metrics_line_is_skipped_by_plot_and_named(here, line, why):
 
 
 def test_non_finite_metrics_in_metrics_jsonl_are_left_out_of_the_curves_not_refused(here):
-    with open(here / RUN / "metrics.jsonl", "a") as f:
+    with open(RunFiles(here / RUN).metrics, "a") as f:
         f.write('{"step": 30, "epoch": 3, "accuracy": NaN, "train_loss": null}\n')
     assert run_cli("plot", "runs", "--out", "c.png", cwd=here).returncode == 0
 
@@ -191,7 +182,7 @@ def test_non_finite_metrics_in_metrics_jsonl_are_left_out_of_the_curves_not_refu
 # -- scores/<split>.jsonl -------------------------------------------------------------------
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "null"])
 def test_non_finite_item_scores_are_never_given_a_verdict(here, value):
-    scores = here / RUN / "scores" / "test.jsonl"
+    scores = RunFiles(here / RUN).scores("test")
     lines = scores.read_text().splitlines()
     lines[5] = lines[5].replace('"correct": 1', f'"correct": {value}').replace(
         '"correct": 0', f'"correct": {value}')
@@ -220,7 +211,7 @@ def test_a_metric_that_is_no_number_on_some_resamples_gets_no_verdict(here, monk
 
 def test_a_scores_file_without_items_is_named(here):
     for run in (RUN, OTHER):
-        scores = here / run / "scores" / "test.jsonl"
+        scores = RunFiles(here / run).scores("test")
         header = json.loads(scores.read_text().splitlines()[0])
         scores.write_text(json.dumps({**header, "items": 0}) + "\n")
     expect_error(run_cli("compare", RUN, OTHER, cwd=here), f"{RUN}/scores/test.jsonl holds no "
@@ -238,7 +229,7 @@ def lstm_srnn_row(markdown: str) -> str:
     ({"task": ["sst"]}, "the header's task must be a string"),
 ])
 def test_a_scores_header_of_the_wrong_types_is_named(here, header, why):
-    scores = here / RUN / "scores" / "test.jsonl"
+    scores = RunFiles(here / RUN).scores("test")
     lines = scores.read_text().splitlines()
     lines[0] = json.dumps({**json.loads(lines[0]), **header})
     scores.write_text("\n".join(lines) + "\n")
@@ -250,7 +241,7 @@ def test_a_scores_header_of_the_wrong_types_is_named(here, header, why):
 def test_a_line_separator_inside_a_scores_string_is_not_a_line_break(here):
     """write_scores writes non-ASCII text as it is (ensure_ascii=False): a U+2028 in a
     translation stays inside its JSON string."""
-    scores = here / RUN / "scores" / "test.jsonl"
+    scores = RunFiles(here / RUN).scores("test")
     lines = scores.read_text().splitlines()
     record = json.loads(lines[1])
     lines[1] = json.dumps({**record, "text": "a\u2028b\x85c"}, ensure_ascii=False)
@@ -324,6 +315,6 @@ def test_compare_refuses_a_split_that_is_neither_dev_nor_test(here):
 def test_a_diverged_run_whose_result_holds_nan_is_read(here):
     """NaN and infinities are numbers a diverged evaluation writes: a result.json holding them
     is read (its mean leaves them out), not called damaged."""
-    edit_json(here / RUN / "result.json", lambda d: d["test"].update(loss=math.nan))
+    edit_json(RunFiles(here / RUN).result, lambda d: d["test"].update(loss=math.nan))
     done = run_cli("report", "runs", "--format", "csv", cwd=here)
     assert done.returncode == 0 and "warning" not in done.stderr, done.stderr

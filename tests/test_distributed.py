@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from lstmablate.run.runs import RunFiles
+
 ARGS = ["train", "--task", "dyck", "--cell", "lstm", "--threads", "1",
         "--set", "data.train_tokens=0", "--set", "data.train_sequences=128", "--set", "data.m=3",
         "--set", "data.dev_sequences=32", "--set", "data.test_sequences=16", "--set", "data.batch_size=15",
@@ -29,13 +31,13 @@ def test_two_process_ddp_matches_one_process(tmp_path):
     if ddp.returncode != 0 and "gloo" in ddp.stderr.lower() and "not available" in ddp.stderr.lower():
         pytest.skip("this PyTorch build has no gloo backend")
     assert ddp.returncode == 0, ddp.stderr[-3000:]
-    a = rows(tmp_path / "one" / "dyck" / "lstm" / "seed-1" / "metrics.jsonl")
-    b = rows(tmp_path / "two" / "dyck" / "lstm" / "seed-1" / "metrics.jsonl")
+    a = rows(RunFiles(tmp_path / "one" / "dyck" / "lstm" / "seed-1").metrics)
+    b = rows(RunFiles(tmp_path / "two" / "dyck" / "lstm" / "seed-1").metrics)
     assert len(a) == len(b) == 3  # written once, by rank 0 only
     for ra, rb in zip(a, b):
         assert ra["step"] == rb["step"]
         # batch 15 splits 8 + 7 with unequal token counts: the per-rank loss weighting must be exact
         assert rb["train_loss"] == pytest.approx(ra["train_loss"], abs=1e-5)
         assert rb["loss"] == pytest.approx(ra["loss"], abs=1e-5)
-    env = json.loads((tmp_path / "two" / "dyck" / "lstm" / "seed-1" / "env.json").read_text())
+    env = json.loads(RunFiles(tmp_path / "two" / "dyck" / "lstm" / "seed-1").env.read_text())
     assert env["world_size"] == 2

@@ -13,6 +13,7 @@ import torch
 
 from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.errors import DataError
+from lstmablate.run.runs import RunFiles
 from lstmablate_tasks.nmt.search import greedy_search
 from lstmablate_tasks.nmt.task import NMTData, NMTEval, NMTModelConfig, NMTTask
 
@@ -226,11 +227,11 @@ def test_a_run_through_the_trainer(nmt_registered, tmp_path):
     out = train_run("nmt", "lstm-srnn", overrides=sets, out=tmp_path, experiment="nmt-tiny",
                     data_dir=str(FIXTURES), threads=1)
     run = tmp_path / "nmt-tiny" / "lstm-srnn" / "seed-1"
-    result = json.loads((run / "result.json").read_text())
+    result = json.loads(RunFiles(run).result.read_text())
     assert set(result["test"]) >= {"bleu", "sacrebleu"}
-    assert json.loads((run / "artefacts" / "tgt_vocab.json").read_text())[:4] == [
+    assert json.loads((RunFiles(run).artefacts / "tgt_vocab.json").read_text())[:4] == [
         "<unk>", "<blank>", "<s>", "</s>"]
-    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in RunFiles(run).metrics.read_text().splitlines()]
     assert [r["split"] for r in lines] == ["val", "val"] and all("ppl" in r for r in lines)
     assert out.result is not None
     # `lstmablate eval --split test` with the run's final checkpoint gives the same numbers
@@ -245,7 +246,7 @@ def test_a_run_through_the_trainer(nmt_registered, tmp_path):
 def test_the_recipes_resolve():
     from lstmablate.recipes import load_recipe, resolve_config
 
-    for name, size in (("nmt-multi30k", 500), ("nmt-multi30k-cpu", 256)):
+    for name, size in (("nmt-multi30k", 500), ("nmt-multi30k-cpu", 256), ("nmt-multi30k-brnn", 500)):
         lstm = resolve_config(NMTTask, "lstm", recipe=name)
         gates = resolve_config(NMTTask, "lstm-gates", recipe=name)
         assert (lstm.model.hidden_size, lstm.model.word_vec_size) == (size, size)
@@ -256,6 +257,43 @@ def test_the_recipes_resolve():
     _, spec = load_recipe("table4")
     assert spec["table"]["experiments"] == ["nmt-multi30k"]
     assert spec["table"]["metrics"] == ["bleu", "sacrebleu"]
+
+
+def test_the_brnn_recipe_builds_openNMT_brnn_encoder():
+    """``nmt-multi30k-brnn`` is ``nmt-multi30k`` with OpenNMT-py's ``-encoder_type brnn``
+    (onmt/Models.py @ 18d3d2e1): -rnn_size 500 split into 250 per direction over 2 layers, the
+    outputs the two directions concatenated, and the decoder started from each layer's forward
+    and backward final states concatenated (``_fix_enc_hidden``), not from zeros."""
+    from lstmablate.recipes import resolve_config
+
+    uni = resolve_config(NMTTask, "lstm", recipe="nmt-multi30k")
+    bi = resolve_config(NMTTask, "lstm", recipe="nmt-multi30k-brnn")
+    assert (uni.model.encoder_type, bi.model.encoder_type) == ("rnn", "brnn")
+    assert {**vars(bi.model), "encoder_type": "rnn"} == vars(uni.model)  # nothing else differs
+    assert (bi.train, bi.data, bi.eval) == (uni.train, uni.data, uni.eval)
+    sizes = {}
+    for cfg in (uni, bi):
+        torch.manual_seed(0)
+        model = _task(cfg.model).build_model(functools.partial(build_encoder, "lstm"))
+        sizes[cfg.model.encoder_type] = sum(p.numel() for p in model.encoder.parameters())
+    assert model.encoder.bidirectional and model.encoder.output_size == 500
+    # per direction and layer 4 x 250 x (500 + 250) weights and one bias of 4 x 250; torch's
+    # nn.LSTM (OpenNMT's) has a second, recurrent bias vector per direction and layer
+    assert sizes == {"rnn": 4_004_000, "brnn": 3_004_000}
+    reference = torch.nn.LSTM(500, 250, num_layers=2, bidirectional=True)
+    assert sizes["brnn"] == sum(p.numel() for p in reference.parameters()) - 2 * 2 * 4 * 250
+    # the decoder's initial state: [forward; backward] final state of each encoder layer
+    src, lengths = torch.tensor([[4, 5, 6], [7, 4, 1]]), torch.tensor([3, 2])
+    model.eval()
+    with torch.no_grad():
+        mem = model.encode(src, lengths)
+        h = model.init_decoder(mem).rnn[0]
+    final_h = mem.enc_state[0]  # (layers * directions, B, 250): layer 0 fwd, layer 0 bwd, ...
+    assert mem.memory.shape == (2, 3, 500) and h.shape == (2, 2, 500)
+    assert torch.equal(h, torch.cat([final_h[0::2], final_h[1::2]], dim=2))
+    # the top layer's forward state is its output at the last word, the backward at the first
+    assert torch.equal(h[-1, 1, :250], mem.memory[1, 1, :250])
+    assert torch.equal(h[-1, 1, 250:], mem.memory[1, 0, 250:])
 
 
 def test_visualization_inputs_are_the_encoder_and_its_embedded_tokens(overfit):

@@ -97,7 +97,7 @@ def test_two_sentences_overfit_to_100_uas(tmp_path):
     task = make_task("parsing/overfit", **NO_DROPOUT)
     model = task.build_model(functools.partial(build_encoder, "lstm"))
     res = train(task, model, tmp_path, lr=0.01, max_steps=80, eval_every=20)
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in RunFiles(tmp_path).metrics.read_text().splitlines()]
     assert rows[-1]["train_loss"] < rows[0]["train_loss"] / 10
     assert res.test["uas_all"] == 100.0 and res.test["las_all"] == 100.0
     assert res.test["uas"] == 100.0
@@ -151,9 +151,9 @@ def test_interrupted_and_resumed_training_is_exact(tmp_path):
     first._train_step = stop_after_five
     assert first.fit().interrupted
     trainer(tmp_path / "cut").fit(resume=True)
-    straight = (tmp_path / "straight" / "metrics.jsonl").read_text()
+    straight = RunFiles(tmp_path / "straight").metrics.read_text()
     assert len(straight.splitlines()) == 5
-    assert (tmp_path / "cut" / "metrics.jsonl").read_text() == straight
+    assert RunFiles(tmp_path / "cut").metrics.read_text() == straight
 
 
 def test_predictions_file_round_trip_equals_evaluate(tmp_path):
@@ -284,9 +284,9 @@ def test_cli_train_eval_and_predictions(tmp_path):
             "--threads", "1", "--out", "runs")
     assert r.returncode == 0, r.stderr
     rd = tmp_path / "runs" / "tiny-parse" / "lstm-srnn" / "seed-1"
-    saved = {p.name for p in (rd / "artefacts").iterdir()}
+    saved = {p.name for p in RunFiles(rd).artefacts.iterdir()}
     assert saved, "the vocabularies are kept with the run"
-    result = json.loads((rd / "result.json").read_text())
+    result = json.loads(RunFiles(rd).result.read_text())
     assert result["steps"] == 6 and set(result["test"]) >= {"uas", "las", "uas_all", "las_upos"}
     r = run("eval", str(rd), "--split", "test", "--checkpoint", "last", "--json",
             "--write-predictions", "pred.conllu")

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from lstmablate.errors import DataError, UnknownNameError, UserError
 from lstmablate.results.plot import Curve, mean_curve, plot_runs, read_metrics
+from lstmablate.run.runs import RunFiles
 
 QUIET = Console(file=io.StringIO())
 
@@ -20,9 +21,9 @@ def fake_run(root, experiment, cell, seed, records, task="dyck"):
     """A run folder as the trainer leaves it, as far as plotting reads it."""
     d = root / experiment / cell / f"seed-{seed}"
     d.mkdir(parents=True)
-    (d / "config.yaml").write_text(yaml.safe_dump(
+    RunFiles(d).config.write_text(yaml.safe_dump(
         {"task": task, "cell": cell, "experiment": experiment, "seed": seed}))
-    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    RunFiles(d).metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
     return d
 
 
@@ -100,10 +101,10 @@ def test_bad_inputs_are_clear(tmp_path):
         plot_runs([empty], tmp_path / "f.png")
     with pytest.raises(UserError, match="does not exist"):
         plot_runs([tmp_path / "nowhere"], tmp_path / "f.png")
-    with (d / "metrics.jsonl").open("a") as f:
+    with RunFiles(d).metrics.open("a") as f:
         f.write('{"step": 30, "loss": \n')
     with pytest.raises(DataError, match=r"metrics.jsonl, line 3: malformed JSON"):
-        read_metrics(d / "metrics.jsonl")
+        read_metrics(RunFiles(d).metrics)
 
 
 def test_real_runs_through_the_cli(tiny_recipe, tmp_path, capsys):
@@ -121,7 +122,7 @@ def test_real_runs_through_the_cli(tiny_recipe, tmp_path, capsys):
     assert e.value.code == 0, captured.err
     for suffix in (".png", ".pdf", ".csv"):
         assert (tmp_path / f"curves{suffix}").stat().st_size > 0
-    records = {s: read_metrics(out / "tiny" / "lstm" / f"seed-{s}" / "metrics.jsonl") for s in (1, 2)}
+    records = {s: read_metrics(RunFiles.of(out, "tiny", "lstm", s).metrics) for s in (1, 2)}
     assert [r["step"] for r in records[1]] == [2, 4, 6]
     rows = list(csv.DictReader((tmp_path / "curves.csv").open()))
     for s in (1, 2):

@@ -22,6 +22,7 @@ from tolerance import assert_close
 from lstmablate.cells import build_encoder
 from lstmablate.recipes import recipe_seeds, load_recipe, resolve_config
 from lstmablate.errors import DataError
+from lstmablate.run.runs import RunFiles
 from lstmablate.task import get_task
 from lstmablate.train.optim import Schedule, build_optimizer
 from lstmablate_tasks.ptb import data as P
@@ -340,8 +341,8 @@ def test_cli_train_ptb_small_shortened(tmp_path):
          "--out", str(tmp_path / "runs"), "--data-dir", str(data_dir), "--threads", "1"],
         capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    result = json.loads((tmp_path / "runs" / "ptb-small" / "lstm-srnn" / "seed-1" /
-                         "result.json").read_text())
+    files = RunFiles.of(tmp_path / "runs", "ptb-small", "lstm-srnn", 1)
+    result = json.loads(files.result.read_text())
     assert result["primary"] == "ppl" and result["steps"] == 5 and result["shortened"]
     dev = result["best"]["dev"]  # the selected checkpoint's dev metrics
     assert dev["tokens"] == 73600 and dev["eval_batch_size"] == 20 and dev["eval_num_steps"] == 20

@@ -17,11 +17,13 @@ import subprocess
 import pytest
 from rich.console import Console
 
+from cli_in_process import expect_error, run_cli
 from conftest import TINY_DYCK
 from lstmablate.errors import UnknownNameError
 from lstmablate.results.report import build_report
 from lstmablate.results.formats import render, render_report, tex_escape, to_latex
 from lstmablate.run.runner import train_run
+from lstmablate.run.runs import RunFiles
 
 QUIET = Console(file=io.StringIO())
 GRID = TINY_DYCK.replace("experiment: tiny", "experiment: g") + (
@@ -213,10 +215,10 @@ def test_csv_and_json_one_row_per_run_round_trip(runs, tmp_path):
     shutil.copytree(runs["out"], out)
     unfinished = out / "tiny" / "lstm-srnn" / "seed-2"
     shutil.copytree(out / "tiny" / "lstm-srnn" / "seed-1", unfinished)
-    (unfinished / "result.json").unlink()
-    cfg = unfinished / "config.yaml"
+    RunFiles(unfinished).result.unlink()
+    cfg = RunFiles(unfinished).config
     cfg.write_text(cfg.read_text().replace("\nseed: 1\n", "\nseed: 2\n"))
-    (out / "tiny" / "lstm" / "seed-2" / "result.json").write_text("[1, 2]")  # damaged
+    RunFiles(out / "tiny" / "lstm" / "seed-2").result.write_text("[1, 2]")  # damaged
     rows = json.loads(render_report(out, fmt="json"))
     assert _parse_csv(render_report(out, fmt="csv")) == rows
     by_run = {(r["experiment"], r["cell"], r["seed"]): r for r in rows}
@@ -229,7 +231,7 @@ def test_csv_and_json_one_row_per_run_round_trip(runs, tmp_path):
         if row["status"] != "finished":
             assert row["test.accuracy"] is None
             continue
-        result = json.loads((out / exp / cell / f"seed-{seed}" / "result.json").read_text())
+        result = json.loads(RunFiles(out / exp / cell / f"seed-{seed}").result.read_text())
         for name, v in result["test"].items():
             assert row[f"test.{name}"] == v  # exact: floats round-trip through repr
         for name, v in result["best"]["dev"].items():
@@ -246,24 +248,15 @@ def test_unknown_format_is_named():
         render(None, "latx")
 
 
-def cli(capsys, *args) -> tuple[int, str, str]:
-    """``lstmablate ARGS`` in this process: (exit code, stdout, stderr as one line)."""
-    from lstmablate.cli import main
-
-    with pytest.raises(SystemExit) as e:
-        main(list(args))
-    captured = capsys.readouterr()
-    return e.value.code or 0, captured.out, " ".join(captured.err.split())
-
-
-def test_cli_formats_and_out_file(runs, tmp_path, capsys):
-    code, out, _ = cli(capsys, "report", str(runs["out"]), "--format", "latex", "--out",
-                       str(tmp_path / "t.tex"))
-    assert code == 0 and out == (tmp_path / "t.tex").read_text() and r"\begin{tabular}" in out
-    code, out, _ = cli(capsys, "report", str(runs["out"]), "-f", "csv")
-    assert code == 0 and out.startswith("experiment,task,cell,seed,status")
-    code, _, err = cli(capsys, "report", str(runs["out"]), "--format", "xml")
-    assert code == 2 and "unknown report format 'xml'" in err and "Traceback" not in err
+def test_cli_formats_and_out_file(runs, tmp_path):
+    r = run_cli("report", str(runs["out"]), "--format", "latex", "--out", str(tmp_path / "t.tex"),
+                cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == (tmp_path / "t.tex").read_text()
+    assert r"\begin{tabular}" in r.stdout
+    r = run_cli("report", str(runs["out"]), "-f", "csv", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith("experiment,task,cell,seed,status")
+    expect_error(run_cli("report", str(runs["out"]), "--format", "xml", cwd=tmp_path),
+                 "unknown report format 'xml'")
 
 
 def test_a_metric_resting_on_few_judgements_is_footnoted_in_every_format(runs):

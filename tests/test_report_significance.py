@@ -25,6 +25,7 @@ from lstmablate.results.compare import (SignificanceOptions, compare, find_runs,
                                         render as render_comparison)
 from lstmablate.results.formats import render
 from lstmablate.results.report import build_report
+from lstmablate.run.runs import RunFiles
 
 GOLDEN = Path(__file__).parent / "fixtures" / "report"
 FORMATS = {"markdown": "markdown", "latex": "latex", "csv": "csv", "json": "json"}
@@ -150,8 +151,8 @@ def test_a_table_without_the_reference_cell_says_so(here, tmp_path, monkeypatch)
     other = tmp_path / "runs" / "other" / "lstm-srnn" / "seed-1"
     shutil.copytree(here / "runs", tmp_path / "runs")
     shutil.copytree(here / "runs/sig/lstm-srnn/seed-1", other)
-    cfg = yaml.safe_load((other / "config.yaml").read_text())
-    (other / "config.yaml").write_text(yaml.safe_dump({**cfg, "experiment": "other",
+    cfg = yaml.safe_load(RunFiles(other).config.read_text())
+    RunFiles(other).config.write_text(yaml.safe_dump({**cfg, "experiment": "other",
                                                        "recipe": None, "recipe_file": None}))
     monkeypatch.chdir(tmp_path)
     text = render(build_report(Path("runs"), significance=SignificanceOptions()), "markdown")
@@ -215,7 +216,7 @@ def test_compare_refuses_what_it_cannot_pair(here, tmp_path):
                            *lines[6:]])):
         other = tmp_path / what.replace(" ", "-") / "seed-1"
         shutil.copytree(here / "runs/sig/lstm/seed-2", other)
-        scores = other / "scores" / "test.jsonl"
+        scores = RunFiles(other).scores("test")
         lines = scores.read_text().splitlines()
         lines = edit(lines)
         head = json.loads(lines[0])
@@ -225,11 +226,11 @@ def test_compare_refuses_what_it_cannot_pair(here, tmp_path):
         assert "different test sets" in err(str(other), "runs/sig/lstm/seed-1")
     unfinished = tmp_path / "unfinished"
     shutil.copytree(here / "runs/sig/lstm/seed-3", unfinished)
-    (unfinished / "result.json").unlink()
+    RunFiles(unfinished).result.unlink()
     assert "the run is not finished" in err(str(unfinished), "runs/sig/lstm/seed-1")
     cut = tmp_path / "cut"
     shutil.copytree(here / "runs/sig/lstm/seed-3", cut)
-    scores = cut / "scores" / "test.jsonl"
+    scores = RunFiles(cut).scores("test")
     scores.write_text("\n".join(scores.read_text().splitlines()[:50]) + "\n")
     assert "announces 200 items, the file holds 49" in err(str(cut), "runs/sig/lstm/seed-1")
 
@@ -240,7 +241,7 @@ def _nmt_run(root: Path, cell: str, hyps: list[str], refs: list[str], refs_raw: 
     import yaml
 
     from lstmablate.recipes import resolve_config
-    from lstmablate.run.runs import RunFiles, RunResult, write_result
+    from lstmablate.run.runs import RunResult, write_result
     from lstmablate.run.scores import write_scores
     from lstmablate.task import get_task
     from lstmablate_tasks.nmt.bleu import multi_bleu, sacrebleu_detok, sentence_statistics

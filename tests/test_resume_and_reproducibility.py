@@ -13,7 +13,10 @@ import time
 import pytest
 import torch
 
+from lstmablate.run.runs import RunFiles
 from lstmablate.train.checkpoint import load_checkpoint
+
+from cli_in_process import start_cli
 
 TRAIN = ["--task", "dyck", "--cell", "lstm", "--threads", "1",
          "--set", "train.max_epochs=3", "--set", "train.eval_every=3",
@@ -22,8 +25,8 @@ TRAIN = ["--task", "dyck", "--cell", "lstm", "--threads", "1",
 
 
 def cli(*args, cwd, **kw):
-    return subprocess.Popen([sys.executable, "-m", "lstmablate", *args], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    """``lstmablate ARGS`` in a process of its own (a real SIGINT / SIGKILL), its output piped."""
+    return start_cli(*args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
 def test_sigint_then_resume_equals_uninterrupted(tmp_path, tiny_recipe):
@@ -32,7 +35,7 @@ def test_sigint_then_resume_equals_uninterrupted(tmp_path, tiny_recipe):
     assert full.wait(timeout=300) == 0, full.stderr.read()
 
     part = cli(*args, "--out", "part", cwd=tmp_path)
-    metrics = tmp_path / "part" / "tiny" / "lstm" / "seed-1" / "metrics.jsonl"
+    metrics = RunFiles(tmp_path / "part" / "tiny" / "lstm" / "seed-1").metrics
     deadline = time.time() + 120
     while time.time() < deadline:  # wait until it is mid-training, then Ctrl-C
         if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
@@ -42,16 +45,16 @@ def test_sigint_then_resume_equals_uninterrupted(tmp_path, tiny_recipe):
     out, err = part.communicate(timeout=120)
     assert part.returncode == 0, err
     assert "--resume" in " ".join(err.split())
-    ckpt = load_checkpoint(metrics.parent / "last.pt")
+    ckpt = load_checkpoint(RunFiles(metrics.parent).last)
     assert not ckpt["position"]["done"]
-    assert not (metrics.parent / "result.json").exists()
+    assert not RunFiles(metrics.parent).result.exists()
 
     resumed = cli(*args, "--out", "part", "--resume", cwd=tmp_path)
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
-    full_metrics = tmp_path / "full" / "tiny" / "lstm" / "seed-1" / "metrics.jsonl"
+    full_metrics = RunFiles(tmp_path / "full" / "tiny" / "lstm" / "seed-1").metrics
     assert metrics.read_bytes() == full_metrics.read_bytes()
-    a = json.loads((metrics.parent / "result.json").read_text())
-    b = json.loads(full_metrics.with_name("result.json").read_text())
+    a = json.loads(RunFiles(metrics.parent).result.read_text())
+    b = json.loads(full_metrics.with_name(RunFiles.RESULT).read_text())
     assert a["test"] == b["test"] and a["best"] == b["best"]
 
 
@@ -60,14 +63,14 @@ def test_same_seed_same_result(tmp_path, tiny_recipe):
     for out in ("a", "b"):
         p = cli("train", *TRAIN, "--recipe", str(tiny_recipe), "--out", out, cwd=tmp_path)
         assert p.wait(timeout=300) == 0, p.stderr.read()
-        r = json.loads((tmp_path / out / "tiny" / "lstm" / "seed-1" / "result.json").read_text())
+        r = json.loads(RunFiles(tmp_path / out / "tiny" / "lstm" / "seed-1").result.read_text())
         for timing in ("train_time_s", "wall_time_s"):
             r.pop(timing)
         results.append(r)
     assert results[0] == results[1]
     other = cli("train", *TRAIN, "--recipe", str(tiny_recipe), "--out", "c", "--seed", "2", cwd=tmp_path)
     assert other.wait(timeout=300) == 0
-    r = json.loads((tmp_path / "c" / "tiny" / "lstm" / "seed-2" / "result.json").read_text())
+    r = json.loads(RunFiles(tmp_path / "c" / "tiny" / "lstm" / "seed-2").result.read_text())
     assert r["test"] != results[0]["test"]
 
 
@@ -85,7 +88,7 @@ WRITER = textwrap.dedent("""
 
 
 def test_sigkill_during_checkpoint_writes_never_corrupts(tmp_path):
-    path = tmp_path / "last.pt"
+    path = RunFiles(tmp_path).last
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
     for delay in (0.3, 0.55, 0.8):
@@ -107,7 +110,7 @@ def test_truncated_checkpoint_is_reported_by_name(tmp_path):
     from lstmablate.errors import CheckpointError
     from lstmablate.train.checkpoint import save_checkpoint
 
-    path = tmp_path / "last.pt"
+    path = RunFiles(tmp_path).last
     save_checkpoint(path, {"run": {}, "x": torch.zeros(1000)})
     path.write_bytes(path.read_bytes()[:300])
     with pytest.raises(CheckpointError, match=r"last.pt is truncated or corrupt"):
@@ -128,5 +131,5 @@ def test_deterministic_flag_sets_and_records(tmp_path, tiny_recipe):
     p = cli("train", *TRAIN, "--recipe", str(tiny_recipe), "--out", "d", "--deterministic",
             "--set", "train.max_steps=2", cwd=tmp_path)
     assert p.wait(timeout=300) == 0, p.stderr.read()
-    env = json.loads((tmp_path / "d" / "tiny" / "lstm" / "seed-1" / "env.json").read_text())
+    env = json.loads(RunFiles(tmp_path / "d" / "tiny" / "lstm" / "seed-1").env.read_text())
     assert "cannot promise" in env["deterministic"]

@@ -16,6 +16,7 @@ from rich.console import Console
 from tolerance import rel_tol
 from lstmablate.errors import ConfigError, RunDirError
 from lstmablate.run.runner import evaluate_run, train_run
+from lstmablate.run.runs import RunFiles
 from lstmablate_tasks.dyck.metrics import read_predictions as read_dyck_predictions
 from lstmablate_tasks.ptb.evaluate import read_predictions as read_ptb_predictions
 
@@ -52,7 +53,7 @@ def ptb_run(tmp_path):
 
 def test_vocabulary_is_kept_with_the_run_and_eval_reads_no_training_data(ptb_run):
     outcome, data = ptb_run
-    vocab = json.loads((outcome.run_dir / "artefacts" / "vocab.json").read_text())
+    vocab = json.loads((RunFiles(outcome.run_dir).artefacts / "vocab.json").read_text())
     assert len(vocab) == 17 and vocab[0] == "<eos>"
     (data / "ptb" / "ptb.train.txt").unlink()  # evaluation must not need it
     (data / "ptb" / "ptb.valid.txt").unlink()
@@ -112,7 +113,7 @@ def test_eval_batch_size_changes_no_metric_and_is_not_identity(tiny_recipe, tmp_
     again = train_dyck(tiny_recipe, out, overrides=["train.max_steps=6", "eval.batch_size=3"],
                        resume=True)
     assert again.result is not None
-    saved = yaml.safe_load((outcome.run_dir / "config.yaml").read_text())
+    saved = yaml.safe_load(RunFiles(outcome.run_dir).config.read_text())
     assert saved["eval"]["batch_size"] == 3
     with pytest.raises(RunDirError, match="train.max_steps"):
         train_dyck(tiny_recipe, out, overrides=["train.max_steps=7"], resume=True)
@@ -121,7 +122,7 @@ def test_eval_batch_size_changes_no_metric_and_is_not_identity(tiny_recipe, tmp_
 def test_resume_after_the_recipe_reference_numbers_changed(tiny_recipe, tmp_path):
     out = tmp_path / "runs"
     first = train_dyck(tiny_recipe, out, overrides=["train.max_steps=4"])
-    saved = yaml.safe_load((first.run_dir / "config.yaml").read_text())
+    saved = yaml.safe_load(RunFiles(first.run_dir).config.read_text())
     assert "reference" not in saved and "cells" not in saved and "seeds" not in saved
     assert saved["recipe"] == "tiny" and saved["recipe_file"] == str(tiny_recipe.resolve())
     text = tiny_recipe.read_text()
@@ -138,7 +139,7 @@ def test_resume_keeps_the_environment_of_every_earlier_segment(tiny_recipe, tmp_
     unreadable earlier env.json is noted, never a reason to refuse the resume."""
     out = tmp_path / "runs"
     first = train_dyck(tiny_recipe, out, overrides=["train.max_steps=4"])
-    env_path = first.run_dir / "env.json"
+    env_path = RunFiles(first.run_dir).env
     env = json.loads(env_path.read_text())
     assert "earlier" not in env
     env["git"] = {"commit": "1" * 40, "dirty": False}  # as if trained at another commit
@@ -167,17 +168,17 @@ def test_an_old_run_folder_migrates(tiny_recipe, tmp_path):
     out = tmp_path / "runs"
     first = train_dyck(tiny_recipe, out, overrides=["train.max_steps=4", "eval.batch_size=5"])
     d = first.run_dir
-    cfg = yaml.safe_load((d / "config.yaml").read_text())
+    cfg = yaml.safe_load(RunFiles(d).config.read_text())
     cfg["data"]["eval_batch_size"] = cfg["eval"].pop("batch_size")
     cfg["data"]["min_bucket_count"] = cfg["eval"].pop("min_bucket_count")
     del cfg["eval"], cfg["recipe_file"]
     cfg.update(cells=["lstm", "lstm-srnn"], seeds=[1, 2], cell_seeds={},
                reference={"lstm": {"accuracy": 99.0}}, reference_source="old")
-    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
-    shutil.rmtree(d / "artefacts")
-    (d / "result.json").unlink()  # interrupted at the end
+    RunFiles(d).config.write_text(yaml.safe_dump(cfg))
+    shutil.rmtree(RunFiles(d).artefacts)
+    RunFiles(d).result.unlink()  # interrupted at the end
     assert evaluate_run(d, split="test") == pytest.approx(first.result.test, rel=1e-12)
     resumed = train_dyck(tiny_recipe, out, overrides=["train.max_steps=4", "eval.batch_size=5"],
                          resume=True)
     assert resumed.result.test == pytest.approx(first.result.test, rel=1e-12)
-    assert (d / "artefacts").is_dir()  # written on the resume
+    assert RunFiles(d).artefacts.is_dir()  # written on the resume

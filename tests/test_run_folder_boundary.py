@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from cli_in_process import run_cli
-from test_runs_survive_failures_and_concurrency import expect_error
+from cli_in_process import expect_error, run_cli
+
+from lstmablate.run.runs import RunFiles
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -73,17 +74,17 @@ def link(entry: Path, target: Path) -> None:
 @pytest.mark.parametrize("command", ["eval --scores", "train --force"])
 def test_a_linked_lock_file_is_refused_and_its_target_kept(site, command):
     cwd, run, argv, outside = site
-    link(run / ".lock", outside / "victim.txt")
+    link(run / RunFiles.LOCK, outside / "victim.txt")
     before = snapshot(outside)
     args = ["eval", str(run), "--scores"] if command == "eval --scores" else [*argv, "--force"]
     expect_error(run_cli(*args, cwd=cwd), "seed-1/.lock is a symbolic link",
                  "rm ", "Nothing was written")
     assert snapshot(outside) == before
-    (run / ".lock").unlink()  # the advice: remove the link, run the same command again
+    (run / RunFiles.LOCK).unlink()  # the advice: remove the link, run the same command again
     assert run_cli(*args, cwd=cwd).returncode == 0
 
 
-@pytest.mark.parametrize("folder", ["artefacts", "scores", "tensorboard"])
+@pytest.mark.parametrize("folder", RunFiles.FOLDERS)
 def test_force_never_deletes_through_a_linked_folder(site, folder):
     cwd, run, argv, outside = site
     link(run / folder, outside)
@@ -97,21 +98,21 @@ def test_force_never_deletes_through_a_linked_folder(site, folder):
 
 def test_resume_never_appends_through_a_linked_metrics_file(site):
     cwd, run, argv, outside = site
-    (run / "result.json").unlink()  # unfinished: --resume trains on
-    shutil.copy(run / "metrics.jsonl", outside / "victim.txt")
-    link(run / "metrics.jsonl", outside / "victim.txt")
+    RunFiles(run).result.unlink()  # unfinished: --resume trains on
+    shutil.copy(RunFiles(run).metrics, outside / "victim.txt")
+    link(RunFiles(run).metrics, outside / "victim.txt")
     before = snapshot(outside)
     expect_error(run_cli(*argv, "--resume", cwd=cwd), "seed-1/metrics.jsonl is a symbolic link",
                  "cp --remove-destination")
     assert snapshot(outside) == before
     # the advice: a copy of what it pointed to in its place, then the same command resumes
-    (run / "metrics.jsonl").unlink()
-    shutil.copy(outside / "victim.txt", run / "metrics.jsonl")
+    RunFiles(run).metrics.unlink()
+    shutil.copy(outside / "victim.txt", RunFiles(run).metrics)
     assert run_cli(*argv, "--resume", cwd=cwd).returncode == 0
     assert snapshot(outside) == before
 
 
-@pytest.mark.parametrize("name", ["last.pt", "config.yaml", "result.json"])
+@pytest.mark.parametrize("name", [RunFiles.LAST, RunFiles.CONFIG, RunFiles.RESULT])
 def test_any_linked_file_of_the_run_is_refused(site, name):
     cwd, run, argv, outside = site
     shutil.copy(run / name, outside / name)
@@ -123,9 +124,9 @@ def test_any_linked_file_of_the_run_is_refused(site, name):
 
 def test_an_entry_of_another_kind_is_refused_without_waiting(site):
     cwd, run, argv, _ = site
-    (run / "result.json").unlink()
-    (run / "metrics.jsonl").unlink()
-    os.mkfifo(run / "metrics.jsonl")  # opened for appending, it would block the run forever
+    RunFiles(run).result.unlink()
+    RunFiles(run).metrics.unlink()
+    os.mkfifo(RunFiles(run).metrics)  # opened for appending, it would block the run forever
     expect_error(run_cli(*argv, "--force", cwd=cwd), "metrics.jsonl is a named pipe", "mv ")
 
 
@@ -133,33 +134,34 @@ def test_a_runs_folder_reached_through_a_link_keeps_working(site):
     cwd, run, argv, _ = site
     shutil.move(cwd / "runs", cwd / "elsewhere")
     (cwd / "runs").symlink_to(cwd / "elsewhere")  # runs -> elsewhere: the user's choice
-    (cwd / "runs" / "tiny" / "lstm" / "seed-1" / "scores" / "test.jsonl").unlink()
+    RunFiles(cwd / "runs" / "tiny" / "lstm" / "seed-1").scores("test").unlink()
     assert run_cli("eval", str(run), "--scores", cwd=cwd).returncode == 0
-    assert (cwd / "elsewhere" / "tiny" / "lstm" / "seed-1" / "scores" / "test.jsonl").exists()
+    assert RunFiles(cwd / "elsewhere" / "tiny" / "lstm" / "seed-1").scores("test").exists()
     r = run_cli(*argv, "--force", cwd=cwd)
     assert r.returncode == 0, r.stderr
-    assert (cwd / "elsewhere" / "tiny" / "lstm" / "seed-1" / "result.json").exists()
+    assert RunFiles(cwd / "elsewhere" / "tiny" / "lstm" / "seed-1").result.exists()
 
 
 def test_force_removes_only_what_the_run_wrote(site):
     cwd, run, argv, _ = site
     (run / "notes.txt").write_text("mine")
-    (run / "tensorboard").mkdir()
-    (run / "tensorboard" / "events.out.tfevents.1.host").write_bytes(b"old events")
-    (run / "tensorboard" / "mine.txt").write_text("mine too")
-    (run / "artefacts" / "old.json").write_text("{}")
+    RunFiles(run).tensorboard.mkdir()
+    (RunFiles(run).tensorboard / "events.out.tfevents.1.host").write_bytes(b"old events")
+    (RunFiles(run).tensorboard / "mine.txt").write_text("mine too")
+    (RunFiles(run).artefacts / "old.json").write_text("{}")
     r = run_cli(*argv, "--force", "--set", "train.max_steps=1", cwd=cwd)
     assert r.returncode == 0, r.stderr
     assert (run / "notes.txt").read_text() == "mine"
-    assert (run / "tensorboard" / "mine.txt").read_text() == "mine too"
-    assert not (run / "tensorboard" / "events.out.tfevents.1.host").exists()
-    assert not (run / "artefacts" / "old.json").exists()  # the replaced run's
+    assert (RunFiles(run).tensorboard / "mine.txt").read_text() == "mine too"
+    assert not (RunFiles(run).tensorboard / "events.out.tfevents.1.host").exists()
+    assert not (RunFiles(run).artefacts / "old.json").exists()  # the replaced run's
 
 
 # ------------------------------------------------------------------ one guard for every output
 
 
-RUN_FILES = ["result.json", "last.pt", "config.yaml", "scores/test.jsonl", "new.md"]
+RUN_FILES = [RunFiles.RESULT, RunFiles.LAST, RunFiles.CONFIG, f"{RunFiles.SCORES}/test.jsonl",
+             "new.md"]
 
 
 @pytest.mark.parametrize("name", RUN_FILES)
@@ -170,7 +172,7 @@ def test_report_never_writes_into_a_run_folder(site, name):
                  "the run folder", "Nothing was written")
     assert snapshot(run) == before
     # nor through a link that points into it
-    (cwd / "link.md").symlink_to(run / "result.json")
+    (cwd / "link.md").symlink_to(RunFiles(run).result)
     expect_error(run_cli("report", "runs", "--out", "link.md", "--force", cwd=cwd),
                  "is a file of the run folder")
     assert snapshot(run) == before
@@ -201,7 +203,7 @@ def test_bench_checks_its_outputs_before_anything_is_timed(site, monkeypatch):
     monkeypatch.setattr(bench.record, "measure", measure)
     before = snapshot(run)
     args = ["bench", "--quick", "--no-models", "--cell", "lstm"]
-    for name in ("result.json", "new.json"):
+    for name in (RunFiles.RESULT, "new.json"):
         expect_error(run_cli(*args, "--out", str(run / name), cwd=cwd), "the run folder")
     assert snapshot(run) == before
     (cwd / "b.md").write_text("my tables")  # the Markdown beside b.json counts too
@@ -219,8 +221,9 @@ def test_plot_visualize_and_eval_never_write_into_a_run_folder(site):
                  "is inside the run folder")
     expect_error(run_cli("visualize", str(run), "--text", "(a a)", "--out", str(run / "w.png"),
                          cwd=cwd), "is inside the run folder")
-    expect_error(run_cli("eval", str(run), "--write-predictions", str(run / "scores" / "p.jsonl"),
-                         cwd=cwd), "--write-predictions", "is a file of the run folder")
+    expect_error(run_cli("eval", str(run), "--write-predictions",
+                         str(run / RunFiles.SCORES / "p.jsonl"), cwd=cwd),
+                 "--write-predictions", "is a file of the run folder")
     assert snapshot(run) == before
 
 
@@ -258,7 +261,7 @@ def test_ctrl_c_before_the_first_step_prints_its_line(site, monkeypatch):
     monkeypatch.undo()
     r = run_cli(*argv, "--resume", cwd=cwd)  # what the line says
     assert r.returncode == 0, r.stderr
-    assert (run / "result.json").exists()
+    assert RunFiles(run).result.exists()
 
 
 def test_an_empty_out_is_refused(site):

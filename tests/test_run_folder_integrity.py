@@ -28,6 +28,7 @@ from rich.console import Console
 
 from lstmablate.errors import UserError
 from lstmablate.run.runner import evaluate_run, train_run
+from lstmablate.run.runs import RunFiles
 
 from cli_in_process import expect_error, run_cli
 
@@ -60,14 +61,15 @@ def ptb_run(tmp_path):
 
 def test_eval_never_writes_predictions_over_the_runs_own_files(tmp_path, dyck_run):
     before = snapshot(dyck_run)
-    r = run_cli("eval", str(dyck_run), "--write-predictions", str(dyck_run / "last.pt"),
+    r = run_cli("eval", str(dyck_run), "--write-predictions", str(RunFiles(dyck_run).last),
                 cwd=tmp_path)
-    expect_error(r, "last.pt", "is a file of the run folder", "Nothing was written")
-    for name in ("best.pt", "config.yaml", "metrics.jsonl", "result.json", "env.json", ".lock",
-                 "artefacts/_manifest.json", "artefacts/new.json", "tensorboard/events.x",
-                 "../seed-1/last.pt"):
+    expect_error(r, RunFiles.LAST, "is a file of the run folder", "Nothing was written")
+    files = RunFiles(dyck_run)
+    for target in (files.best, files.config, files.metrics, files.result, files.env,
+                   dyck_run / RunFiles.LOCK, files.manifest, files.artefacts / "new.json",
+                   files.tensorboard / "events.x", dyck_run / ".." / "seed-1" / RunFiles.LAST):
         with pytest.raises(UserError, match="is a file of the run folder"):
-            evaluate_run(dyck_run, write_predictions=dyck_run / name)
+            evaluate_run(dyck_run, write_predictions=target)
     # nor a new file among them: the run folder is the run's
     with pytest.raises(UserError, match="is inside the run folder"):
         evaluate_run(dyck_run, write_predictions=dyck_run / "preds.jsonl")
@@ -81,10 +83,11 @@ def test_eval_never_writes_predictions_over_the_runs_own_files(tmp_path, dyck_ru
 def test_plot_and_visualize_outputs_never_go_into_a_runs_own_folders(tmp_path, dyck_run):
     before = snapshot(dyck_run)
     expect_error(run_cli("visualize", str(dyck_run), "--text", "(a a)", "--out",
-                         str(dyck_run / "artefacts" / "w.png"), cwd=tmp_path),
+                         str(RunFiles(dyck_run).artefacts / "w.png"), cwd=tmp_path),
                  "is a file of the run folder")
-    expect_error(run_cli("plot", str(dyck_run), "--out", str(dyck_run / "tensorboard" / "c.png"),
-                         cwd=tmp_path), "is a file of the run folder")
+    expect_error(run_cli("plot", str(dyck_run), "--out",
+                         str(RunFiles(dyck_run).tensorboard / "c.png"), cwd=tmp_path),
+                 "is a file of the run folder")
     assert snapshot(dyck_run) == before
 
 
@@ -103,9 +106,9 @@ def test_visualize_checks_its_output_before_loading_anything(tmp_path, dyck_run)
 def test_artefacts_are_written_with_a_manifest_of_sizes_and_hashes(ptb_run):
     import hashlib
 
-    manifest = json.loads((ptb_run / "artefacts" / "_manifest.json").read_text())
+    manifest = json.loads(RunFiles(ptb_run).manifest.read_text())
     assert set(manifest["files"]) == {"vocab.json"}
-    data = (ptb_run / "artefacts" / "vocab.json").read_bytes()
+    data = (RunFiles(ptb_run).artefacts / "vocab.json").read_bytes()
     assert manifest["files"]["vocab.json"] == {"bytes": len(data),
                                                "sha256": hashlib.sha256(data).hexdigest()}
 
@@ -120,12 +123,12 @@ DAMAGE = {
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_a_damaged_artefact_is_named_by_eval_and_resume(tmp_path, ptb_run, damage):
-    vocab = ptb_run / "artefacts" / "vocab.json"
+    vocab = RunFiles(ptb_run).artefacts / "vocab.json"
     DAMAGE[damage](vocab)
     r = run_cli("eval", str(ptb_run), "--data-dir", str(FIXTURES), cwd=tmp_path)
     text = expect_error(r, "artefacts are damaged", "vocab.json")
     assert "ptb.test.txt" not in text  # the data file is not blamed
-    (ptb_run / "result.json").unlink()
+    RunFiles(ptb_run).result.unlink()
     recipe = tmp_path / "tinyptb.yaml"
     r = run_cli("train", "--task", "ptb", "--recipe", str(recipe), "--out", "runs", "--data-dir",
                 str(FIXTURES), "--set", "train.max_steps=2", "--threads", "1", "--resume",
@@ -138,9 +141,9 @@ def test_a_damaged_artefact_is_named_by_eval_and_resume(tmp_path, ptb_run, damag
                                                ("a mapping", "artefacts/vocab.json is not a list")])
 def test_a_run_saved_before_manifests_is_checked_by_what_the_task_can_use(tmp_path, ptb_run,
                                                                           damage, fragment):
-    (ptb_run / "artefacts" / "_manifest.json").unlink()
+    RunFiles(ptb_run).manifest.unlink()
     assert evaluate_run(ptb_run, data_dir=str(FIXTURES))["ppl"] > 1  # still evaluates
-    DAMAGE[damage](ptb_run / "artefacts" / "vocab.json")
+    DAMAGE[damage](RunFiles(ptb_run).artefacts / "vocab.json")
     r = run_cli("eval", str(ptb_run), "--data-dir", str(FIXTURES), cwd=tmp_path)
     expect_error(r, fragment)
 
@@ -165,10 +168,11 @@ def test_temporary_files_of_killed_writes_are_removed_when_the_run_starts_again(
             "--set", "train.max_steps=3", "--threads", "1"]
     assert run_cli(*args, cwd=tmp_path).returncode == 0
     run = tmp_path / "runs" / "tiny" / "lstm" / "seed-1"
-    (run / "result.json").unlink()
+    RunFiles(run).result.unlink()
     before = snapshot(run)
-    for target in ("last.pt", "last.pt", "best.pt", "metrics.jsonl", "artefacts/_manifest.json"):
-        p = subprocess.run([sys.executable, "-c", KILL_MID_WRITE, str(run / target)],
+    files = RunFiles(run)
+    for target in (files.last, files.last, files.best, files.metrics, files.manifest):
+        p = subprocess.run([sys.executable, "-c", KILL_MID_WRITE, str(target)],
                            capture_output=True)
         assert p.returncode == -9
     leftovers = sorted(p.name for p in run.rglob(".tmp-*"))
@@ -177,7 +181,7 @@ def test_temporary_files_of_killed_writes_are_removed_when_the_run_starts_again(
     r = run_cli(*args, "--resume", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert not list(run.rglob(".tmp-*"))
-    assert (run / "result.json").exists()
+    assert RunFiles(run).result.exists()
 
 
 def test_the_metrics_rewrite_of_a_resume_is_atomic(tmp_path, tiny_recipe, monkeypatch):
@@ -188,8 +192,8 @@ def test_the_metrics_rewrite_of_a_resume_is_atomic(tmp_path, tiny_recipe, monkey
     args = dict(recipe=str(tiny_recipe), out=tmp_path / "runs", console=QUIET, progress=False,
                 threads=1, overrides=["train.max_steps=2", "train.eval_every=1"])
     run = train_run("dyck", "lstm", **args).run_dir
-    (run / "result.json").unlink()
-    metrics = run / "metrics.jsonl"
+    RunFiles(run).result.unlink()
+    metrics = RunFiles(run).metrics
     with open(metrics, "a") as f:
         f.write('{"step": 3, "written after": "the last checkpoint"}\n')
     before = metrics.read_bytes()
@@ -200,7 +204,7 @@ def test_the_metrics_rewrite_of_a_resume_is_atomic(tmp_path, tiny_recipe, monkey
     real_write_text, real_fsync = Path.write_text, os.fsync
 
     def half_write_text(self, data, *a, **k):  # a plain rewrite dies half-way
-        if self.name == "metrics.jsonl":
+        if self.name == RunFiles.METRICS:
             real_write_text(self, data[: len(data) // 2], *a, **k)
             full_disk()
         return real_write_text(self, data, *a, **k)
@@ -251,9 +255,9 @@ def test_plot_names_and_skips_a_damaged_run_as_report_does(tmp_path, tiny_recipe
         assert run_cli(*args, "--seed", seed, cwd=tmp_path).returncode == 0
     assert run_cli(*args, "--cell", "lstm-srnn", cwd=tmp_path).returncode == 0
     tiny = tmp_path / "runs" / "tiny"
-    with open(tiny / "lstm" / "seed-2" / "metrics.jsonl", "a") as f:
+    with open(RunFiles(tiny / "lstm" / "seed-2").metrics, "a") as f:
         f.write('{"step": 3, "accur')  # a line cut by kill -9
-    (tiny / "lstm-srnn" / "seed-1" / "config.yaml").write_text("task: [dyck\n")
+    RunFiles(tiny / "lstm-srnn" / "seed-1").config.write_text("task: [dyck\n")
     r = run_cli("plot", "runs", "--out", "curves.png", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     err = " ".join(r.stderr.split())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,6 +14,7 @@ from lstmablate.errors import RunDirError
 from lstmablate.results.report import format_duration
 from lstmablate.results.formats import render_report
 from lstmablate.run.runner import evaluate_run, train_run
+from lstmablate.run.runs import RunFiles
 
 QUIET = Console(file=io.StringIO())
 
@@ -27,14 +29,15 @@ def test_run_layout_eval_and_refusals(tiny_recipe, tmp_path):
     outcome = train(tiny_recipe, out, overrides=["train.max_steps=6"])
     d = out / "tiny" / "lstm" / "seed-1"
     assert outcome.run_dir == d
-    for name in ("config.yaml", "env.json", "metrics.jsonl", "result.json", "last.pt", "best.pt"):
+    for name in (RunFiles.CONFIG, RunFiles.ENV, RunFiles.METRICS, RunFiles.RESULT, RunFiles.LAST,
+                 RunFiles.BEST):
         assert (d / name).exists(), name
-    cfg = yaml.safe_load((d / "config.yaml").read_text())
+    cfg = yaml.safe_load(RunFiles(d).config.read_text())
     assert cfg["train"]["max_steps"] == 6 and cfg["cell"] == "lstm" and cfg["data"]["m"] == 3
-    env = json.loads((d / "env.json").read_text())
+    env = json.loads(RunFiles(d).env.read_text())
     for key in ("torch", "python", "git", "device", "threads", "command"):
         assert key in env
-    result = json.loads((d / "result.json").read_text())
+    result = json.loads(RunFiles(d).result.read_text())
     assert result["steps"] == 6 and result["shortened"] is True
     assert set(result["test"]) == {"wcpa_min", "wcpa_mean", "accuracy", "loss", "worst_distance", "worst_judged"}
 
@@ -53,7 +56,7 @@ def test_run_layout_eval_and_refusals(tiny_recipe, tmp_path):
 
 def test_loss_falls_on_dyck(tiny_recipe, tmp_path):
     outcome = train(tiny_recipe, tmp_path / "runs", overrides=["train.max_epochs=4"])
-    rows = [json.loads(l) for l in (outcome.run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(l) for l in RunFiles(outcome.run_dir).metrics.read_text().splitlines()]
     assert rows[-1]["loss"] < rows[0]["loss"] - 0.1
 
 
@@ -61,7 +64,7 @@ def test_report_groups_seeds_and_shows_missing(tiny_recipe, tmp_path):
     out = tmp_path / "runs"
     for seed in (1, 2):
         train(tiny_recipe, out, seed=seed, overrides=["train.max_steps=3"])
-    results = [json.loads((out / "tiny" / "lstm" / f"seed-{s}" / "result.json").read_text()) for s in (1, 2)]
+    results = [json.loads(RunFiles.of(out, "tiny", "lstm", s).result.read_text()) for s in (1, 2)]
     text = render_report(out)
     assert "## tiny" in text
     row = next(l for l in text.splitlines() if l.startswith("| `lstm`"))
@@ -111,7 +114,7 @@ def test_a_run_saved_before_an_option_existed_still_resumes(tiny_recipe, tmp_pat
 
     out = tmp_path / "runs"
     train(tiny_recipe, out, overrides=["train.max_steps=2"])
-    cfg_path = out / "tiny" / "lstm" / "seed-1" / "config.yaml"
+    cfg_path = RunFiles(out / "tiny" / "lstm" / "seed-1").config
     old = _yaml.safe_load(cfg_path.read_text())
     del old["train"]["test_checkpoint"]  # as an older lstmablate wrote it, with recipe metadata
     old.update(cells=["lstm"], seeds=[1], cell_seeds={"lstm": [1]}, reference={"lstm": {"accuracy": 1.0}})
@@ -129,7 +132,7 @@ def _row(text, cell):
 def test_the_report_reads_the_recipe_at_report_time(tiny_recipe, tmp_path):
     out = tmp_path / "runs"
     train(tiny_recipe, out, overrides=["train.max_steps=2"])
-    cfg = yaml.safe_load((out / "tiny" / "lstm" / "seed-1" / "config.yaml").read_text())
+    cfg = yaml.safe_load(RunFiles(out / "tiny" / "lstm" / "seed-1").config.read_text())
     assert not {"cells", "seeds", "cell_seeds", "reference", "reference_source"} & set(cfg)
     assert cfg["recipe"] == "tiny" and cfg["recipe_file"] == str(tiny_recipe.resolve())
     assert "| 99.0 |" in _row(render_report(out), "lstm")
@@ -147,7 +150,7 @@ def test_the_report_reads_the_recipe_at_report_time(tiny_recipe, tmp_path):
 def test_a_recipe_that_is_gone_is_a_note(tiny_recipe, tmp_path, monkeypatch):
     out = tmp_path / "runs"
     train(tiny_recipe, out, overrides=["train.max_steps=2"])
-    result = json.loads((out / "tiny" / "lstm" / "seed-1" / "result.json").read_text())
+    result = json.loads(RunFiles(out / "tiny" / "lstm" / "seed-1").result.read_text())
     tiny_recipe.unlink()
     text = render_report(out)
     assert f"recipe 'tiny' (trained from {tiny_recipe.resolve()}) can no longer be" in " ".join(text.split())
@@ -163,7 +166,7 @@ def test_a_recipe_that_is_gone_is_a_note(tiny_recipe, tmp_path, monkeypatch):
     assert "| 61.0 |" in _row(render_report(out), "lstm")
     monkeypatch.delenv("LSTMABLATE_RECIPES")
     # an old run folder kept the recipe's metadata in config.yaml: used when the recipe is gone
-    cfg_path = out / "tiny" / "lstm" / "seed-1" / "config.yaml"
+    cfg_path = RunFiles(out / "tiny" / "lstm" / "seed-1").config
     old = yaml.safe_load(cfg_path.read_text())
     old.update(cells=["lstm", "lstm-srnn"], seeds=[1, 2], reference={"lstm": {"accuracy": 77.0}})
     cfg_path.write_text(yaml.safe_dump(old))
@@ -198,9 +201,9 @@ def test_a_damaged_result_is_named_and_skipped(two_seeds, tmp_path, content, why
 
     out = tmp_path / "runs"
     shutil.copytree(two_seeds, out)
-    bad = out / "tiny" / "lstm" / "seed-2" / "result.json"
+    bad = RunFiles(out / "tiny" / "lstm" / "seed-2").result
     bad.write_bytes(content)
-    good = json.loads((out / "tiny" / "lstm" / "seed-1" / "result.json").read_text())
+    good = json.loads(RunFiles(out / "tiny" / "lstm" / "seed-1").result.read_text())
     text = render_report(out)
     row = _row(text, "lstm")
     assert f"{good['test']['accuracy']:.1f} (n=1)" in row and "n/a" not in row
@@ -217,7 +220,7 @@ def test_a_metric_no_finished_run_reports_gets_no_column(two_seeds, tmp_path):
     shutil.copytree(two_seeds, out)
     header = "cross-entropy (nats/token)"
     assert header in render_report(out)
-    paths = [out / "tiny" / "lstm" / f"seed-{s}" / "result.json" for s in (1, 2)]
+    paths = [RunFiles(out / "tiny" / "lstm" / f"seed-{s}").result for s in (1, 2)]
     first = json.loads(paths[0].read_text())
     first["test"].pop("loss")
     paths[0].write_text(json.dumps(first))
@@ -253,17 +256,30 @@ def test_a_damaged_config_is_named_and_the_cli_warns(two_seeds, tmp_path, capsys
 
     out = tmp_path / "runs"
     shutil.copytree(two_seeds, out)
-    (out / "tiny" / "lstm" / "seed-2" / "config.yaml").write_text("task: [dyck\n")
-    (out / "tiny" / "lstm" / "seed-1" / "result.json").write_text("{}")
+    RunFiles(out / "tiny" / "lstm" / "seed-2").config.write_text("task: [dyck\n")
+    RunFiles(out / "tiny" / "lstm" / "seed-1").result.write_text("{}")
     with pytest.raises(SystemExit) as e:
         main(["report", str(out)])
     captured = capsys.readouterr()
     err = " ".join(captured.err.split())
     assert e.value.code == 0, err
-    assert f"YAML syntax error in {out / 'tiny' / 'lstm' / 'seed-2' / 'config.yaml'}, line 2" \
-        in captured.out
+    damaged = RunFiles(out / "tiny" / "lstm" / "seed-2").config
+    assert f"YAML syntax error in {damaged}, line 2" in captured.out
     assert "warning: skipped" in err and "is an empty object {}" in err
     assert "missing" in _row(captured.out, "lstm")  # no usable run of lstm is left
+
+
+#: the run folder's file names, which only RunNames (lstmablate/runfolder.py) spells
+RUN_FILE_NAMES = (RunFiles.CONFIG, RunFiles.ENV, RunFiles.METRICS, RunFiles.RESULT, RunFiles.LAST,
+                  RunFiles.BEST, RunFiles.MANIFEST, RunFiles.LOCK)
+
+
+def _spelling(py: Path) -> list[str]:
+    """The run-file names ``py`` spells as a string of their own (a quoted ``config.yaml``)."""
+    import re
+
+    text = py.read_text(encoding="utf-8")
+    return [name for name in RUN_FILE_NAMES if re.search(rf"[\"']{re.escape(name)}[\"']", text)]
 
 
 def test_the_run_folder_spells_its_names_once_and_result_json_reads_back(tiny_recipe, tmp_path):
@@ -272,21 +288,14 @@ def test_the_run_folder_spells_its_names_once_and_result_json_reads_back(tiny_re
     on (the modules that read or write them ask it); result.json round-trips through
     RunResult, and one written by an older version (a duplicate `dev`, fewer keys) still
     reads."""
-    import re
-    from pathlib import Path
-
     import lstmablate
-    from lstmablate.run.runs import RunFiles, RunResult
+    from lstmablate.run.runs import RunResult
 
-    names = [RunFiles.CONFIG, RunFiles.ENV, RunFiles.METRICS, RunFiles.RESULT, RunFiles.LAST,
-             RunFiles.BEST, RunFiles.MANIFEST]
     root = Path(lstmablate.__file__).parent
     for py in root.rglob("*.py"):
         if py.name == "runfolder.py" and py.parent == root:
             continue
-        text = py.read_text(encoding="utf-8")
-        for name in names:
-            assert not re.search(rf"[\"']{re.escape(name)}[\"']", text), f"{py} spells {name}"
+        assert not _spelling(py), f"{py} spells {_spelling(py)}"
     out = train(tiny_recipe, tmp_path / "runs", overrides=["train.max_steps=3"])
     files = RunFiles.of(tmp_path / "runs", "tiny", "lstm", 1)
     saved = json.loads(files.result.read_text())
@@ -296,3 +305,13 @@ def test_the_run_folder_spells_its_names_once_and_result_json_reads_back(tiny_re
     del old["world_size"], old["skipped_nonfinite"]
     again = RunResult.from_json(old)
     assert again.dev == out.result.dev and again.world_size == 1 and "dev" not in again.extra
+
+
+def test_the_tests_name_run_files_through_run_files():
+    """The tests spell no run-file name either: a fixture writing a fake run folder, an assert
+    on a path and a message fragment ask RunFiles (``RunFiles(run).result``,
+    ``RunFiles.LAST``), so that a name changes in one place.  (A name inside a longer string,
+    such as a message's ``seed-1/metrics.jsonl is a symbolic link``, is the text a user reads.)"""
+    here = Path(__file__).parent
+    spelled = {str(py.relative_to(here)): _spelling(py) for py in sorted(here.rglob("*.py"))}
+    assert not {k: v for k, v in spelled.items() if v}

@@ -10,7 +10,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,20 +20,17 @@ from rich.console import Console
 from lstmablate.errors import RunDirError, UserError
 from lstmablate.run.runlock import RunLock, lock_holder
 from lstmablate.run.runner import train_run
+from lstmablate.run.runs import RunFiles
+
+from cli_in_process import expect_error, run_cli, start_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115
 
 
-def run_cli(*args, cwd, timeout=300):
-    return subprocess.run([sys.executable, "-m", "lstmablate", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 def start_and_interrupt_when(args, cwd, marker: str) -> tuple[int, str]:
     """Run the CLI; once ``marker`` appears on its stderr, Ctrl-C it. (exit code, stderr)"""
-    p = subprocess.Popen([sys.executable, "-m", "lstmablate", *args], cwd=cwd,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = start_cli(*args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = []
     for line in p.stderr:
         seen.append(line)
@@ -44,15 +40,6 @@ def start_and_interrupt_when(args, cwd, marker: str) -> tuple[int, str]:
     rest = p.stderr.read()
     p.wait(timeout=120)
     return p.returncode, "".join(seen) + rest
-
-
-def expect_error(r, *fragments, code=2):
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr
-    text = " ".join(r.stderr.split())
-    for f in fragments:
-        assert f in text, (f, text)
-    return text
 
 
 # ------------------------------------------------------------------ one writer per run
@@ -75,20 +62,19 @@ def test_lock_refuses_a_second_writer_and_names_the_holder(tmp_path):
 def test_a_second_process_cannot_write_a_running_run_and_kill_9_frees_it(tmp_path, tiny_recipe):
     args = ["train", "--task", "dyck", "--recipe", str(tiny_recipe), "--out", "runs",
             "--threads", "1", "--set", "train.max_epochs=100000", "--set", "train.patience=0"]
-    first = subprocess.Popen([sys.executable, "-m", "lstmablate", *args], cwd=tmp_path,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = start_cli(*args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run = tmp_path / "runs" / "tiny" / "lstm" / "seed-1"
     try:
         deadline = time.time() + 120
         while time.time() < deadline:
-            if (run / "last.pt").exists() and (run / "metrics.jsonl").exists():
+            if RunFiles(run).last.exists() and RunFiles(run).metrics.exists():
                 break
             time.sleep(0.05)
         text = expect_error(run_cli(*args, "--resume", cwd=tmp_path), "is being written by",
                             f"PID {first.pid}", "--resume")
         assert "Traceback" not in text
         expect_error(run_cli(*args, "--force", cwd=tmp_path), f"PID {first.pid}")
-        assert (run / "last.pt").exists()  # --force deleted nothing of the running run
+        assert RunFiles(run).last.exists()  # --force deleted nothing of the running run
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
@@ -114,7 +100,7 @@ def test_parallel_sweep_reads_each_runs_status_and_stops_after_an_interrupt(tmp_
             run = Path(argv[argv.index("--out") + 1]) / "tiny" / argv[argv.index("--cell") + 1] \
                 / f"seed-{argv[argv.index('--seed') + 1]}"
             run.mkdir(parents=True)
-            (run / "last.pt").write_bytes(b"x")
+            RunFiles(run).last.write_bytes(b"x")
             self.returncode = 0
 
         def poll(self):
@@ -150,8 +136,8 @@ def test_sweep_leaves_a_run_that_another_process_trains_and_names_it(tmp_path, t
     plan = S.plan_sweep(str(tiny_recipe), tmp_path / "runs")  # lstm 1, 2; lstm-srnn 1, 2
     locked, done_meanwhile = plan[1].run_dir, plan[2].run_dir
     done_meanwhile.mkdir(parents=True)
-    (done_meanwhile / "result.json").write_text("{}")
-    (done_meanwhile / "config.yaml").write_text("task: dyck\n")
+    RunFiles(done_meanwhile).result.write_text("{}")
+    RunFiles(done_meanwhile).config.write_text("task: dyck\n")
     started = []
     if jobs == 1:
         monkeypatch.setattr(runner, "train_run", lambda task, cell, seed, **k: (
@@ -163,8 +149,8 @@ def test_sweep_leaves_a_run_that_another_process_trains_and_names_it(tmp_path, t
                 started.append((cell, seed))
                 run = Path(argv[argv.index("--out") + 1]) / "tiny" / cell / f"seed-{seed}"
                 run.mkdir(parents=True, exist_ok=True)
-                (run / "result.json").write_text("{}")
-                (run / "config.yaml").write_text("task: dyck\n")
+                RunFiles(run).result.write_text("{}")
+                RunFiles(run).config.write_text("task: dyck\n")
                 self.returncode = 0
 
             def poll(self):
@@ -307,7 +293,7 @@ def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path, tiny_rec
     assert not list(run.glob(".tmp-*"))  # no half-written file left
     from lstmablate.train.checkpoint import load_checkpoint
 
-    assert load_checkpoint(run / "last.pt")["position"]["step"] == 1  # the previous one, intact
+    assert load_checkpoint(RunFiles(run).last)["position"]["step"] == 1  # the previous one, intact
     resumed = train_run("dyck", "lstm", recipe=str(tiny_recipe), out=out, console=QUIET,
                         progress=False, overrides=["train.max_steps=3", "train.eval_every=1"],
                         resume=True)
@@ -336,7 +322,7 @@ def test_a_run_folder_whose_start_crashed_is_started_again(tmp_path, tiny_recipe
     out = tmp_path / "runs"
     done = train_run("dyck", "lstm", recipe=str(tiny_recipe), out=out, console=QUIET,
                      progress=False, overrides=["train.max_steps=1"])
-    for name in ("metrics.jsonl", "result.json", "last.pt", "best.pt"):
+    for name in (RunFiles.METRICS, RunFiles.RESULT, RunFiles.LAST, RunFiles.BEST):
         (done.run_dir / name).unlink()
     again = train_run("dyck", "lstm", recipe=str(tiny_recipe), out=out, console=QUIET,
                       progress=False, overrides=["train.max_steps=2"])
@@ -356,13 +342,13 @@ def test_corrupt_or_missing_last_pt_advice_is_a_command_that_works(tmp_path, tin
             "--set", "train.max_steps=2", "--threads", "1"]
     assert run_cli(*args, cwd=tmp_path).returncode == 0
     run = tmp_path / "runs" / "tiny" / "lstm" / "seed-1"
-    (run / "result.json").unlink()
-    (run / "last.pt").write_bytes(b"damaged")
-    text = expect_error(run_cli(*args, "--resume", cwd=tmp_path), "last.pt", "corrupt")
+    RunFiles(run).result.unlink()
+    RunFiles(run).last.write_bytes(b"damaged")
+    text = expect_error(run_cli(*args, "--resume", cwd=tmp_path), RunFiles.LAST, "corrupt")
     assert "without --resume" not in text  # that would be refused: the run exists
     r = run_cli(*_suggested(text, "--force", args), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    (run / "last.pt").unlink()
+    RunFiles(run).last.unlink()
     text = expect_error(run_cli(*args, "--resume", cwd=tmp_path), "no last.pt")
     assert run_cli(*_suggested(text, "--force", args), cwd=tmp_path).returncode == 0
     text = expect_error(run_cli(*args, cwd=tmp_path), "already holds this run")
@@ -372,11 +358,10 @@ def test_corrupt_or_missing_last_pt_advice_is_a_command_that_works(tmp_path, tin
 def test_interrupt_message_command_resumes(tmp_path, tiny_recipe):
     args = ["train", "--task", "dyck", "--recipe", str(tiny_recipe), "--out", "runs",
             "--set", "train.max_epochs=100000", "--set", "train.patience=0", "--threads", "1"]
-    p = subprocess.Popen([sys.executable, "-m", "lstmablate", *args], cwd=tmp_path,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = start_cli(*args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run = tmp_path / "runs" / "tiny" / "lstm" / "seed-1"
     deadline = time.time() + 120
-    while time.time() < deadline and not (run / "metrics.jsonl").exists():
+    while time.time() < deadline and not RunFiles(run).metrics.exists():
         time.sleep(0.05)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)

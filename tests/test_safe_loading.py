@@ -23,6 +23,7 @@ import torch
 from rich.console import Console
 
 from lstmablate.run.runner import train_run
+from lstmablate.run.runs import RunFiles
 from lstmablate.train.checkpoint import load_checkpoint, rng_state, set_rng_state
 
 from cli_in_process import expect_error, run_cli
@@ -52,16 +53,16 @@ def trained(tmp_path, tiny_recipe):
     """An interrupted-looking dyck run (no result.json) with last.pt and best.pt."""
     out = train_run("dyck", "lstm", recipe=str(tiny_recipe), out=tmp_path / "runs", console=QUIET,
                     progress=False, overrides=["train.max_steps=2"], threads=1)
-    (out.run_dir / "result.json").unlink()
+    RunFiles(out.run_dir).result.unlink()
     return out.run_dir
 
 
 def test_a_checkpoint_with_a_pickle_payload_is_refused_everywhere(tmp_path, tiny_recipe, trained):
     marker = tmp_path / "MARKER"
-    for name in ("last.pt", "best.pt"):
+    for name in (RunFiles.LAST, RunFiles.BEST):
         plant(trained / name, marker)
     # the payload is real: the unsafe loader runs it
-    torch.load(trained / "last.pt", weights_only=False)
+    torch.load(RunFiles(trained).last, weights_only=False)
     assert marker.read_text() == "code ran"
     marker.unlink()
 
@@ -82,13 +83,13 @@ def test_the_refusal_names_the_file_and_does_not_depend_on_where_the_payload_sit
     from lstmablate.errors import CheckpointError
 
     marker = tmp_path / "MARKER"
-    clean = (trained / "last.pt").read_bytes()
+    clean = RunFiles(trained).last.read_bytes()
     for where in ("model", "optimizer", "rng", "position"):
-        (trained / "last.pt").write_bytes(clean)
-        plant(trained / "last.pt", marker, where)
+        RunFiles(trained).last.write_bytes(clean)
+        plant(RunFiles(trained).last, marker, where)
         with pytest.raises(CheckpointError, match=r"last.pt was refused: it names the Python "
                                                   r"global `exec`"):
-            load_checkpoint(trained / "last.pt")
+            load_checkpoint(RunFiles(trained).last)
         assert not marker.exists()
 
 
@@ -112,7 +113,7 @@ def test_an_os_system_payload_is_refused_for_safety_not_called_truncated(tmp_pat
     import os
 
     marker = tmp_path / "MARKER"
-    for name in ("last.pt", "best.pt"):
+    for name in (RunFiles.LAST, RunFiles.BEST):
         ckpt = load_checkpoint(trained / name)
         ckpt["carry"] = {"state": SystemCall(marker)}
         torch.save(ckpt, trained / name)
@@ -155,7 +156,7 @@ def test_the_loaders_refusals_are_told_apart_from_damage(tmp_path):
 
 
 def test_new_checkpoints_hold_plain_data_only(trained):
-    for name in ("last.pt", "best.pt"):
+    for name in (RunFiles.LAST, RunFiles.BEST):
         assert torch.serialization.get_unsafe_globals_in_checkpoint(trained / name) == []
 
 
@@ -191,7 +192,7 @@ def test_a_checkpoint_written_by_the_previous_format_still_loads_and_resumes(tmp
     part = train_run("dyck", "lstm", out=tmp_path / "part", **args)
     monkeypatch.setattr(Trainer, "_dev_evaluation", real)
     assert part.interrupted
-    last = part.run_dir / "last.pt"
+    last = RunFiles(part.run_dir).last
     ckpt = load_checkpoint(last)
     s = ckpt["rng"]["numpy"]
     ckpt["rng"]["numpy"] = ("MT19937", s["key"].numpy().astype(np.uint32), s["pos"],
@@ -199,8 +200,8 @@ def test_a_checkpoint_written_by_the_previous_format_still_loads_and_resumes(tmp
     torch.save(ckpt, last)  # as the previous version wrote it
     assert "numpy.ndarray" in torch.serialization.get_unsafe_globals_in_checkpoint(last)
     resumed = train_run("dyck", "lstm", out=tmp_path / "part", resume=True, **args)
-    assert (part.run_dir / "metrics.jsonl").read_text() == \
-        (whole.run_dir / "metrics.jsonl").read_text()
+    assert RunFiles(part.run_dir).metrics.read_text() == \
+        RunFiles(whole.run_dir).metrics.read_text()
     assert resumed.result.test == whole.result.test
 
 
@@ -212,7 +213,7 @@ def test_recipes_run_configs_and_set_values_construct_no_python_objects(tmp_path
                            cwd=tmp_path), "evil.yaml")
     expect_error(run_cli("train", "--task", "dyck", "--out", "fresh", "--set",
                            f"train.betas=[{tag}]", cwd=tmp_path), "train.betas")
-    config = trained / "config.yaml"
+    config = RunFiles(trained).config
     config.write_text(config.read_text().replace("task: dyck", f"task: {tag}", 1))
     r = run_cli("eval", str(trained), cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr

@@ -39,7 +39,7 @@ def run(tmp_path_factory):
 
 def _hashes(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"}
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != RunFiles.LOCK}
 
 
 def test_training_writes_the_test_scores_and_they_give_its_result(run):
@@ -72,7 +72,7 @@ def test_eval_scores_rewrites_the_same_file_and_nothing_else(run, tmp_path):
     after = _hashes(run.root)
     assert after.pop(f"{RunFiles.SCORES}/test.jsonl")
     assert after == before
-    assert "wrote" in done.stderr and "best.pt" in done.stderr
+    assert "wrote" in done.stderr and RunFiles.BEST in done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("wcpa_mean"))
     shown = line.split("\t")
     assert shown[1] == shown[2] == shown[3]  # from the scores == this evaluation == result.json
@@ -89,7 +89,7 @@ def test_eval_scores_refuses_what_would_not_match_the_result(run, tmp_path):
         assert done.returncode == 2 and what in done.stderr
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
-    for name in ("config.yaml", "best.pt"):
+    for name in (RunFiles.CONFIG, RunFiles.BEST):
         (unfinished / name).write_bytes((run.root / name).read_bytes())
     with pytest.raises(UserError, match="has no result.json: the run is not finished"):
         score_run(unfinished)

@@ -11,6 +11,7 @@ import pytest
 
 import lstmablate.task as task_module
 from lstmablate.run.runner import evaluate_run, train_run
+from lstmablate.run.runs import RunFiles
 from lstmablate_tasks.squad.task import BiDAFTask, DrQATask
 
 pytest.importorskip("spacy")  # the readers tokenise with spaCy (data.tokenizer: spacy)
@@ -59,9 +60,9 @@ def test_drqa_run_eval_and_predictions(tmp_path, squad_tasks):
         "model.question_layers=1", f"model.pretrained={vec}", "model.tune_partial=5",
         "train.max_epochs=2", "data.batch_size=10"])
     run = out.run_dir
-    artefacts = sorted(p.name for p in (run / "artefacts").iterdir())
+    artefacts = sorted(p.name for p in RunFiles(run).artefacts.iterdir())
     assert {"words.json", "features.json", "n_tuned.json"} <= set(artefacts)
-    assert json.loads((run / "artefacts" / "n_tuned.json").read_text()) == 7
+    assert json.loads((RunFiles(run).artefacts / "n_tuned.json").read_text()) == 7
     vec.unlink()  # evaluation reads the embeddings from the checkpoint, not the vector file
     again = evaluate_run(run, split="dev", data_dir=str(FIXTURE))
     assert again == pytest.approx(out.result.test)

@@ -187,7 +187,7 @@ def test_a_few_sentences_overfit_to_100_percent_through_the_trainer(classes, tmp
     model = task.build_model(functools.partial(build_encoder, "lstm"))
     res = train(task, model, tmp_path, optimizer="adam", lr=0.02, weight_decay=0.0,
                 max_epochs=100, max_steps=60, eval_every=20)
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in RunFiles(tmp_path).metrics.read_text().splitlines()]
     assert rows[-1]["train_loss"] < rows[0]["train_loss"] / 5
     assert res.test["accuracy"] == 100.0 and res.test["sentences"] == (6 if classes == 5 else 5)
 

@@ -22,6 +22,7 @@ import pytest
 from rich.console import Console
 
 from lstmablate.errors import UserError
+from lstmablate.run.runs import RunFiles
 
 from cli_in_process import run_cli
 
@@ -109,8 +110,8 @@ def run(tmp_path, tiny_recipe):
 
 def test_damaged_checkpoint_messages_suggest_the_other_checkpoint_and_force(tmp_path, run):
     run_dir, argv = run
-    good = {name: (run_dir / name).read_bytes() for name in ("last.pt", "best.pt")}
-    for damaged, evaluated in (("last.pt", "last"), ("best.pt", "best")):
+    good = {name: (run_dir / name).read_bytes() for name in (RunFiles.LAST, RunFiles.BEST)}
+    for damaged, evaluated in ((RunFiles.LAST, "last"), (RunFiles.BEST, "best")):
         (run_dir / damaged).write_bytes(good[damaged][:200])
         text = message_of(run_cli("eval", str(run_dir), "--checkpoint", evaluated, cwd=tmp_path))
         other = "best" if evaluated == "last" else "last"
@@ -119,8 +120,8 @@ def test_damaged_checkpoint_messages_suggest_the_other_checkpoint_and_force(tmp_
         assert follow(text, argv, tmp_path) == 2  # the other checkpoint, and --force
         for name, data in good.items():  # (--force trained it again: put the damage back)
             (run_dir / name).write_bytes(data)
-    (run_dir / "result.json").unlink()
-    (run_dir / "last.pt").write_bytes(b"damaged")
+    RunFiles(run_dir).result.unlink()
+    RunFiles(run_dir).last.write_bytes(b"damaged")
     text = message_of(run_cli(*argv, "--resume", cwd=tmp_path))
     assert "--force" in text and "lstmablate eval" not in text  # resume: only what continues it
     r = run_cli(*argv, "--force", cwd=tmp_path)
@@ -135,8 +136,8 @@ def test_damaged_artefacts_suggest_a_command_that_works(tmp_path, tiny_recipe):
             str(FIXTURES), "--set", "train.max_steps=2", "--threads", "1"]
     assert run_cli(*argv, cwd=tmp_path).returncode == 0
     run_dir = tmp_path / "runs" / "p" / "lstm" / "seed-1"
-    (run_dir / "artefacts" / "vocab.json").unlink()
-    (run_dir / "result.json").unlink()
+    (RunFiles(run_dir).artefacts / "vocab.json").unlink()
+    RunFiles(run_dir).result.unlink()
     text = message_of(run_cli(*argv, "--resume", cwd=tmp_path))
     assert follow(text, argv, tmp_path) == 1
 
@@ -156,7 +157,7 @@ def test_a_read_only_run_folder_during_resume_suggests_making_it_writable(tmp_pa
     from lstmablate.run.runner import train_run
 
     run_dir, argv = run
-    (run_dir / "result.json").unlink()
+    RunFiles(run_dir).result.unlink()
     real_open = runlock.os.open
 
     def read_only(path, flags, *a, **k):  # (reading still works on a read-only file system)
@@ -175,7 +176,7 @@ def test_a_read_only_run_folder_during_resume_suggests_making_it_writable(tmp_pa
     monkeypatch.undo()
     r = run_cli(*argv, "--resume", cwd=tmp_path)  # once writable, the same command resumes
     assert r.returncode == 0, r.stderr
-    assert os.path.exists(run_dir / "result.json")
+    assert os.path.exists(RunFiles(run_dir).result)
 
 
 def test_a_full_disk_at_the_first_checkpoint_suggests_what_starts_the_run(tmp_path, tiny_recipe,
@@ -200,12 +201,12 @@ def test_a_full_disk_at_the_first_checkpoint_suggests_what_starts_the_run(tmp_pa
     failed = message_of(run_cli(*argv, cwd=tmp_path))
     monkeypatch.undo()
     run_dir = tmp_path / "runs" / "tiny" / "lstm" / "seed-1"
-    assert "No space left on device" in failed and not (run_dir / "last.pt").exists()
-    assert (run_dir / "best.pt").exists() and (run_dir / "metrics.jsonl").stat().st_size > 0
+    assert "No space left on device" in failed and not RunFiles(run_dir).last.exists()
+    assert RunFiles(run_dir).best.exists() and RunFiles(run_dir).metrics.stat().st_size > 0
     kept = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
     again = [message_of(run_cli(*argv, *extra, cwd=tmp_path)) for extra in ([], ["--resume"])]
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == kept
     for text in (failed, *again):
         assert "--resume" not in text, text  # there is nothing to continue from
         assert follow(text, argv, tmp_path) == 1
-    assert (run_dir / "result.json").exists()
+    assert RunFiles(run_dir).result.exists()

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from lstmablate.run import sweep as S
 from lstmablate.errors import ConfigError, RunDirError
+from lstmablate.run.runs import RunFiles
 
 from cli_in_process import run_cli
 
@@ -29,7 +30,8 @@ def two_runs(tmp_path, tiny_recipe):
 
 
 def snapshot(root):
-    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {str(p): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != RunFiles.LOCK}
 
 
 def test_the_same_settings_find_every_run_finished(tmp_path, two_runs):
@@ -56,16 +58,16 @@ def test_other_settings_over_finished_runs_are_a_conflict_naming_the_keys(tmp_pa
     # what the message suggests works: another --out for these settings
     r = run_cli(*args, "--out", "other", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "other" / "tiny" / "lstm" / "seed-2" / "result.json").exists()
+    assert RunFiles(tmp_path / "other" / "tiny" / "lstm" / "seed-2").result.exists()
 
 
 def test_an_unfinished_run_with_another_config_is_a_conflict_too(tmp_path, two_runs):
     run = tmp_path / "runs" / "tiny" / "lstm" / "seed-2"
-    (run / "result.json").unlink()
+    RunFiles(run).result.unlink()
     with pytest.raises(RunDirError, match=r"2 of the sweep's 2 run folders.*seed-2 \(train.max_steps "
                                           r"\(2 -> 3\)\)"):
         S.plan_sweep(str(two_runs), tmp_path / "runs", overrides=["train.max_steps=3"])
-    (run / "config.yaml").write_text("task: [dyck\n")
+    RunFiles(run).config.write_text("task: [dyck\n")
     with pytest.raises(RunDirError, match=r"seed-2 \(config.yaml is damaged\)"):
         S.plan_sweep(str(two_runs), tmp_path / "runs", overrides=["train.max_steps=2"])
 

@@ -264,8 +264,8 @@ def _wait(what: str, condition, timeout: float = 240):
 
 def _same_runs(a: Path, b: Path, runs: list[str]) -> None:
     for run in runs:
-        assert (a / run / "metrics.jsonl").read_bytes() == (b / run / "metrics.jsonl").read_bytes()
-        ra, rb = (json.loads((root / run / "result.json").read_text()) for root in (a, b))
+        assert RunFiles(a / run).metrics.read_bytes() == RunFiles(b / run).metrics.read_bytes()
+        ra, rb = (json.loads(RunFiles(root / run).result.read_text()) for root in (a, b))
         for key in ("best", "test", "steps", "epochs", "params"):
             assert ra[key] == rb[key], (run, key)
 

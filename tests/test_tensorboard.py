@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from lstmablate.errors import UserError
+from lstmablate.run.runs import RunFiles
 
 
 def test_without_the_package_it_says_what_to_install(tmp_path, monkeypatch):
@@ -19,8 +20,8 @@ def test_without_the_package_it_says_what_to_install(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"pip install 'lstmablate\[tensorboard\]'"):
         require_tensorboard()
     with pytest.raises(UserError, match=r"pip install 'lstmablate\[tensorboard\]'"):
-        TensorBoardLogger(tmp_path / "tensorboard", {"cell": "lstm"})
-    assert not (tmp_path / "tensorboard").exists()
+        TensorBoardLogger(RunFiles(tmp_path).tensorboard, {"cell": "lstm"})
+    assert not RunFiles(tmp_path).tensorboard.exists()
 
 
 def _read(log_dir):
@@ -44,15 +45,15 @@ def test_events_of_a_real_run_read_back(tiny_recipe, tmp_path):
                         console=Console(file=io.StringIO()), progress=False, threads=1,
                         overrides=["train.eval_every=2", "train.max_steps=6"])
     run = outcome.run_dir
-    records = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(l) for l in RunFiles(run).metrics.read_text().splitlines()]
     config = {"task": "dyck", "cell": "lstm", "train": {"lr": 0.02}}
-    with TensorBoardLogger(run / "tensorboard", config, every=2) as tb:
+    with TensorBoardLogger(RunFiles(run).tensorboard, config, every=2) as tb:
         for step, loss in zip(range(1, 7), [1.0, 3.0, 2.0, 2.0, 0.5, 1.5]):
             tb.log_train(step, loss, lr=0.02)
             if step % 2 == 0:
                 tb.log_eval(step, records[step // 2 - 1])
         tb.log_metrics(6, "test", outcome.result.test)
-    acc = _read(run / "tensorboard")
+    acc = _read(RunFiles(run).tensorboard)
     tags = acc.Tags()["scalars"]
     assert {"dev/loss", "dev/accuracy", "train/loss", "train/lr", "train/loss_window",
             "progress/epoch", "test/accuracy"} <= set(tags)
@@ -73,13 +74,13 @@ def test_resume_drops_what_an_interrupted_session_wrote_after_its_checkpoint(tmp
     pytest.importorskip("tensorboard")
     from lstmablate.train.tensorboard import TensorBoardLogger
 
-    with TensorBoardLogger(tmp_path / "tensorboard", {}, every=1) as tb:
+    with TensorBoardLogger(RunFiles(tmp_path).tensorboard, {}, every=1) as tb:
         for step in range(1, 9):  # checkpoint at step 4, killed after step 8
             tb.log_train(step, float(step), lr=1.0)
-    with TensorBoardLogger(tmp_path / "tensorboard", {}, every=1, purge_step=5) as tb:
+    with TensorBoardLogger(RunFiles(tmp_path).tensorboard, {}, every=1, purge_step=5) as tb:
         for step in range(5, 7):
             tb.log_train(step, 10.0 * step, lr=1.0)
-    acc = _read(tmp_path / "tensorboard")
+    acc = _read(RunFiles(tmp_path).tensorboard)
     assert _scalars(acc, "train/loss_window") == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0),
                                                   (5, 50.0), (6, 60.0)]
 
@@ -92,8 +93,8 @@ def test_train_tensorboard_flag_logs_the_run(tiny_recipe, tmp_path):
     outcome = train_run("dyck", "lstm", recipe=str(tiny_recipe), out=tmp_path / "runs",
                         console=Console(file=io.StringIO()), progress=False, threads=1,
                         overrides=["train.eval_every=2", "train.max_steps=6"], tensorboard=True)
-    records = [json.loads(l) for l in (outcome.run_dir / "metrics.jsonl").read_text().splitlines()]
-    acc = _read(outcome.run_dir / "tensorboard")
+    records = [json.loads(l) for l in RunFiles(outcome.run_dir).metrics.read_text().splitlines()]
+    acc = _read(RunFiles(outcome.run_dir).tensorboard)
     dev = _scalars(acc, "dev/loss")
     assert [s for s, _ in dev] == [r["step"] for r in records]
     assert [v for _, v in dev] == pytest.approx([r["loss"] for r in records], rel=1e-6)

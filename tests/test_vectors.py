@@ -18,6 +18,7 @@ from lstmablate.cells import build_encoder
 from lstmablate.errors import DataError
 from lstmablate.results.report import build_report
 from lstmablate.results.formats import render_report
+from lstmablate.run.runs import RunFiles
 from lstmablate.task import available_datasets
 from lstmablate_tasks.vectors import GLOVE_6B_100D, GLOVE_840B_300D, catalogue_entry, pretrained_path
 
@@ -123,7 +124,7 @@ def test_report_marks_rows_trained_without_the_originals_setup(tmp_path):
     assert "| `lstm` † § |" in text and "§ not the original system's setup: `lstm`: no pretrained" in text
     assert "\\S{}" in render_report(runs, "parsing-ewt-cpu", fmt="latex")
     assert "no pretrained vectors" in render_report(runs, "parsing-ewt-cpu", fmt="csv")
-    cfg_path = runs / "parsing-ewt-cpu" / "lstm" / "seed-1" / "config.yaml"
+    cfg_path = RunFiles(runs / "parsing-ewt-cpu" / "lstm" / "seed-1").config
     cfg = yaml.safe_load(cfg_path.read_text())
     cfg["model"].update(pretrained="glove/glove.6B.100d.txt", encoder_lengths="parser-v1")
     cfg_path.write_text(yaml.safe_dump(cfg))

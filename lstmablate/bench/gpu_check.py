@@ -51,9 +51,9 @@ TOTAL_BUDGET = 460.0  # seconds: the trainer part stops starting runs after this
 TESTS_BUDGET = 210.0  # tests/gpu (the first run compiles every Triton kernel it uses)
 TRAIN_STEPS = 200  # measured steps per cell (the difference of two runs)
 WARM_STEPS = 20  # the shorter run's steps
-#: the trainer part's task and recipe (``--task``, ``--recipe``): PTB-medium, whose training
-#: step the model benchmark also times (``ptb-medium-model``)
-TASK = "ptb"
+#: the trainer part's recipe (``--recipe``; its task is the recipe's unless ``--task`` says
+#: otherwise): PTB-medium, whose training step the model benchmark also times
+#: (``ptb-medium-model``)
 RECIPE = "ptb-medium"
 #: the ratios of the GPU kernels' targets that are not one row's (docs/performance.md)
 PARSER_WITHIN = 0.9  # parser-400 ratio >= 0.9 x the ptb-650 ratio (LSTM family)
@@ -115,6 +115,13 @@ def paper_cells(recipe: str = RECIPE) -> list[str]:
     return list(load_recipe(recipe)[1]["cells"])
 
 
+def recipe_task(recipe: str = RECIPE) -> str:
+    """The task the recipe trains (its ``task``)."""
+    from lstmablate.recipes import load_recipe
+
+    return str(load_recipe(recipe)[1]["task"])
+
+
 def tokens_per_step(task: str, recipe: str, cell: str) -> int:
     """Tokens of one training step of ``cell`` under the recipe: its ``data.batch_size`` x
     ``data.num_steps`` (a ValueError for a task whose data has no such options)."""
@@ -129,7 +136,8 @@ def tokens_per_step(task: str, recipe: str, cell: str) -> int:
 
 
 def _train_time(cell: str, steps: int, device: str, out: Path, data_dir: str,
-                timeout: float, task: str = TASK, recipe: str = RECIPE) -> float:
+                timeout: float, task: str | None = None, recipe: str = RECIPE) -> float:
+    task = task or recipe_task(recipe)
     cmd = [sys.executable, "-m", "lstmablate", "train", "--task", task, "--recipe",
            recipe, "--cell", cell, "--seed", "1", "--device", device, "--out", str(out),
            "--force", "--experiment", f"gpu-check-{steps}", "--data-dir", data_dir,
@@ -146,7 +154,7 @@ def _train_time(cell: str, steps: int, device: str, out: Path, data_dir: str,
     return float(result["train_time_s"])
 
 
-def run_trainer(device: str, budget: float, task: str = TASK,
+def run_trainer(device: str, budget: float, task: str | None = None,
                 recipe: str = RECIPE) -> tuple[dict, list[dict]]:
     """Per cell of ``recipe`` (of ``task``): tokens/s of TRAIN_STEPS steps through
     ``lstmablate train`` (the difference of a run of WARM_STEPS + TRAIN_STEPS steps and one
@@ -154,6 +162,7 @@ def run_trainer(device: str, budget: float, task: str = TASK,
     missing = _missing("typer", "rich", "yaml")
     if missing:
         return dict(status="skipped", reason=f"the CLI needs {', '.join(missing)}"), []
+    task = task or recipe_task(recipe)
     data_dir = os.environ.get("LSTMABLATE_DATA", str(ROOT / "data"))
     from lstmablate.data import find_file
     from lstmablate.errors import DataError, UserError
@@ -267,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--skip", action="append", default=[],
                     choices=["tests", "cells", "models", "trainer"])
-    ap.add_argument("--task", default=TASK, help="the trainer part's task (default: %(default)s)")
+    ap.add_argument("--task", default=None,
+                    help="the trainer part's task (default: the recipe's task)")
     ap.add_argument("--recipe", default=RECIPE,
                     help="the trainer part's recipe, whose cells it trains (default: %(default)s)")
     args = ap.parse_args(argv)

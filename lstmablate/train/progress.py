@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from .trainer import Trainer
+from .position import Position
 
 
 class Running:
@@ -56,27 +54,30 @@ class Running:
 class ProgressLine:
     """When a progress report is due (every ``log_interval`` seconds; at most once a second on
     a terminal), and its text: steps, tokens/s, the mean training loss since the last
-    report, the learning rate and the epoch's ETA."""
+    report, the learning rate and the epoch's ETA.
 
-    def __init__(self, trainer: Trainer, n_batches: int):
-        self.t, self.n_batches = trainer, n_batches
-        trainer._sync()
-        pos = trainer.pos
+    It reads the run's :class:`Position` and its :class:`Running` loss, and never the trainer
+    itself: the trainer brings both up to date (``Trainer._sync``) before it makes the line
+    and before each :meth:`text`."""
+
+    def __init__(self, pos: Position, running: Running, n_batches: int, *,
+                 log_interval: float, terminal: bool):
+        self.pos, self.running, self.n_batches = pos, running, n_batches
         self.t0 = self.last = time.perf_counter()
         self.batch0 = pos.batch
-        self.interval = min(1.0, trainer.log_interval) if trainer.show_progress else trainer.log_interval
+        self.interval = min(1.0, log_interval) if terminal else log_interval
         self.mark = self._mark(self.t0)
 
     def _mark(self, now: float) -> tuple[int, int, float, float, float]:
-        pos = self.t.pos
-        return pos.last_eval_step, pos.loss_n, pos.loss_sum, self.t._acc.tokens_seen(), now
+        pos = self.pos
+        return pos.last_eval_step, pos.loss_n, pos.loss_sum, self.running.tokens_seen(), now
 
     def due(self) -> bool:
         return time.perf_counter() - self.last >= self.interval
 
     def text(self, lr: float) -> dict[str, str]:
         """The report (call after ``Trainer._sync``, so that the position's loss is current)."""
-        pos, now = self.t.pos, time.perf_counter()
+        pos, now = self.pos, time.perf_counter()
         self.last = now
         eval_step, n0, sum0, tok0, t0 = self.mark
         if pos.last_eval_step != eval_step:  # an evaluation restarted the running loss since

@@ -22,7 +22,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import torch
 from rich.console import Console
@@ -41,6 +41,7 @@ from .checkpoint import (check_carry, check_model_state, check_optimizer_state, 
                          set_rng_state)
 from .distributed import DistInfo, all_reduce_sum, barrier
 from .optim import Schedule, ScheduleState, build_optimizer, clip_scope_parameters
+from .position import Position
 from .progress import ProgressLine, Running
 
 
@@ -65,35 +66,6 @@ class TrainResult:
     dev_final: dict[str, float] | None = None  # evaluate(dev, final=True) if the task's differs
     # the final evaluations item by item (Task.evaluate_items), by split; for the scores files
     items: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-
-
-@dataclass
-class Position:
-    """Where the run is; saved in every checkpoint."""
-
-    epoch: int = 0  # 0-based epoch in progress
-    batch: int = 0  # next batch index within that epoch
-    step: int = 0  # optimiser steps done
-    best_value: float | None = None
-    best_step: int = -1
-    best_epoch: int = -1
-    evals_since_best: int = 0
-    metrics_lines: int = 0
-    train_time_s: float = 0.0
-    skipped_nonfinite: int = 0
-    last_eval_step: int = -1
-    last_finite_loss: float | None = None
-    done: bool = False
-    loss_sum: float = 0.0  # running train loss since the last evaluation
-    loss_n: int = 0
-    # the learning rate in force: a schedule change decided by a mid-epoch evaluation (plateau)
-    # takes effect at the next epoch, in a resumed run as in an uninterrupted one
-    lr: float | None = None
-    best_dev: dict[str, float] | None = None  # the dev metrics of best.pt
-    #: fields added after checkpoints without them were written (they take the defaults)
-    ADDED: ClassVar[tuple[str, ...]] = ("lr", "best_dev")
-    #: fields NaN is a valid value in (a secondary dev metric may come out NaN)
-    NAN_ALLOWED: ClassVar[tuple[str, ...]] = ("best_dev",)
 
 
 class RunPaths(Protocol):
@@ -482,7 +454,9 @@ class Trainer:
         n_batches = len(plan)
         bar = progress.add_task("train", total=n_batches, completed=pos.batch, epoch=pos.epoch + 1,
                                 loss="-", lr=f"{lr:.3g}")
-        line = ProgressLine(self, n_batches)
+        self._sync()  # the progress line starts from the position's current loss
+        line = ProgressLine(pos, self._acc, n_batches, log_interval=self.log_interval,
+                            terminal=self.show_progress)
         for i in range(pos.batch, n_batches):
             batch = plan[i]
             if cfg.schedule == "exponential":

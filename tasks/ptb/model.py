@@ -10,12 +10,21 @@ layer's output before the softmax (here). The recurrent state is never dropped.
 
 Initialisation: every parameter uniform(±init_scale) — the embedding and the
 softmax layer as well as the cells — which is what the tutorial's variable-scope
-initialiser does. The cells are then re-initialised through their own
-``reset_parameters(init_scale)`` hook, which for the LSTM family is again
-uniform(±init_scale) (so b_f is uniform too: TF's ``forget_bias=0.0`` is added at
-run time to a uniformly initialised bias, i.e. it adds nothing), and lets a cell
-with a documented special initialisation (e.g. a ``forget_bias`` cell option)
-apply it.
+initialiser (``tf.random_uniform_initializer``) does for the variables that take it.
+The cells are then re-initialised through their own ``reset_parameters(init_scale)``
+hook, which for the LSTM family is again uniform(±init_scale), the biases included,
+and lets a cell with a documented special initialisation (e.g. a ``forget_bias``
+cell option) apply it.
+
+**The LSTM biases differ from TensorFlow's.** The tutorial's default ``rnn_mode``
+(``BLOCK``: ``tf.contrib.rnn.LSTMBlockCell``) creates the bias with its own
+``constant_initializer(0.0)`` (``tensorflow/contrib/rnn/python/ops/lstm_ops.py``), and
+``BASIC`` (``BasicLSTMCell``) with a zeros initialiser: both override the scope's
+uniform initialiser, so TF's LSTM biases start at exactly 0, and ``forget_bias=0.0``
+adds nothing at run time. Only the ``CUDNN`` mode draws its biases uniform(±init_scale),
+with every other weight in one parameter blob. Here the cells' biases are drawn
+uniform(±init_scale), as that mode does; this is not the default TF arithmetic, and it is
+kept (it is what every measured run used); docs/ptb.md lists it among the differences.
 
 Options for the second-order report's protocol (Renganathan & Singh, §5.3):
 

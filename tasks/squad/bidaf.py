@@ -31,6 +31,15 @@ token and the questions' to the longest question token, so windows reaching into
 padding (zero vectors after the mask) count and a word's vector can change with the longest
 word of its batch; ``word`` — only windows inside the token's own (padded) length, so a batch
 equals its items alone.
+
+Word embeddings (``BiDAFTask.build_model``): with GloVe, AllenNLP's frozen vectors (words without
+one drawn from the vectors' mean and std, as its ``_read_pretrained_embedding_file``).  Without
+GloVe (the stand-ins, ``model.pretrained=``), a trainable table initialised Xavier-uniform with
+the padding row 0: AllenNLP's ``Embedding`` initialisation from 2018-04-23 on (allenai/allennlp
+7627a099, #1120).  At c66fac02, the commit everything else here follows, an ``Embedding``
+without a pretrained file was drawn from N(0, 1) (``modules/token_embedders/embedding.py``);
+docs/squad.md lists this among the differences.  The character embeddings are N(0, 1)
+(``nn.Embedding``'s default), as AllenNLP's at c66fac02.
 """
 
 from __future__ import annotations

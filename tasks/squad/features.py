@@ -11,7 +11,8 @@ annotate``, facebookresearch/DrQA ``reader/vector.py``), in the order hitvoice b
 * ``ner``: a one-hot vector of its entity type (spaCy ``ent_type_``, "" outside entities).
 
 ``em_lemma``, ``pos`` and ``ner`` need the tokens of a spaCy pipeline with a tagger and an
-entity recogniser (``data.tagger``, e.g. ``en_core_web_md`` as hitvoice/DrQA); the one-hot
+entity recogniser (``data.tagger``, e.g. ``en_core_web_md``, hitvoice/DrQA's since 2022: its
+February-2018 code used spaCy 1.x's ``en``, docs/squad.md); the one-hot
 sizes are the tags and entity types seen when the vocabulary was built (kept with the run).
 """
 

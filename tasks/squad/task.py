@@ -304,7 +304,7 @@ class DrQATask(SquadTask):
         if tagged and not self.data_cfg.tagger:
             raise ConfigError(
                 f"model.features {tagged} need a spaCy pipeline with a tagger and NER: set "
-                "data.tagger (e.g. en_core_web_md, as hitvoice/DrQA; `python -m spacy download "
+                "data.tagger (e.g. en_core_web_md, as squad-drqa; `python -m spacy download "
                 "en_core_web_md`), or leave them out: --set model.features=[em_cased,"
                 "em_uncased,tf] (the report marks such runs).")
 

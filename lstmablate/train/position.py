@@ -1,0 +1,40 @@
+"""Where a run is: the trainer's position (epoch, batch, step, the best checkpoint so far, the
+running training loss), saved in every ``last.pt`` and restored by ``--resume``.
+
+It has a module of its own because two parts of the training package read it: the trainer,
+which moves it on and saves it, and the progress line (:mod:`.progress`), which reports it.
+Neither of those needs the other to know where the run is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+@dataclass
+class Position:
+    """Where the run is; saved in every checkpoint."""
+
+    epoch: int = 0  # 0-based epoch in progress
+    batch: int = 0  # next batch index within that epoch
+    step: int = 0  # optimiser steps done
+    best_value: float | None = None
+    best_step: int = -1
+    best_epoch: int = -1
+    evals_since_best: int = 0
+    metrics_lines: int = 0
+    train_time_s: float = 0.0
+    skipped_nonfinite: int = 0
+    last_eval_step: int = -1
+    last_finite_loss: float | None = None
+    done: bool = False
+    loss_sum: float = 0.0  # running train loss since the last evaluation
+    loss_n: int = 0
+    # the learning rate in force: a schedule change decided by a mid-epoch evaluation (plateau)
+    # takes effect at the next epoch, in a resumed run as in an uninterrupted one
+    lr: float | None = None
+    best_dev: dict[str, float] | None = None  # the dev metrics of best.pt
+    #: fields added after checkpoints without them were written (they take the defaults)
+    ADDED: ClassVar[tuple[str, ...]] = ("lr", "best_dev")
+    #: fields NaN is a valid value in (a secondary dev metric may come out NaN)
+    NAN_ALLOWED: ClassVar[tuple[str, ...]] = ("best_dev",)

@@ -24,8 +24,15 @@ from lstmablate.task import get_task
 from .measure import _Candidate, _path, torch_threads, _time_rounds
 from .options import check_bench_threads, check_cells, check_device, check_repeats
 
-#: the task whose model the benchmark times
-MODEL_TASK = "ptb"
+#: the recipe whose task's model the benchmark times (at the tutorial's sizes, below)
+MODEL_RECIPE = "ptb-small"
+
+
+def model_task() -> type:
+    """The task class of :data:`MODEL_RECIPE` (its ``task:``)."""
+    from lstmablate.recipes import load_recipe
+
+    return get_task(str(load_recipe(MODEL_RECIPE)[1]["task"]))
 #: the baseline's name in the rows: the same model with ``torch.nn.LSTM`` as its encoder
 BASELINE = "nn.LSTM"
 
@@ -52,7 +59,7 @@ class _TorchLSTMEncoder(nn.Module):
 def ptb_model(cell: str, vocab: int, hidden: int, layers: int) -> nn.Module:
     """The ``ptb`` task's language model with ``cell`` (or :data:`BASELINE`) at these sizes:
     dropout 0, every parameter uniform(±0.1) (the tutorial's small configuration)."""
-    task = get_task(MODEL_TASK)
+    task = model_task()
     cfg = task.ModelConfig(hidden_size=hidden, num_layers=layers, dropout=0.0, init_scale=0.1)
     cfg.validate()
     make = _TorchLSTMEncoder if cell == BASELINE else functools.partial(build_encoder, cell)

@@ -214,8 +214,10 @@ def eval_(
         help="Evaluation option (repeatable), e.g. eval.batch_size=32."),
     write_predictions: Optional[Path] = typer.Option(
         None, "--write-predictions", metavar="FILE", help="Also write the predictions here, in "
-        "the format of the task's official scorer (replacing FILE; never into a run folder); "
-        "the metrics shown are computed from that file."),
+        "the format of the task's official scorer (never into a run folder); the metrics shown "
+        "are computed from that file."),
+    force: bool = typer.Option(False, "--force", help="Replace the --write-predictions FILE if "
+                               "it exists."),
     scores: bool = typer.Option(
         False, "--scores", help="Write the run's scores/SPLIT.jsonl instead (the final evaluation "
         "item by item, for `lstmablate compare` and `report --significance`), with the checkpoint "
@@ -244,7 +246,8 @@ def eval_(
         return _write_scores(run_dir, split, data_dir, device, threads, as_json)
     task, metrics = evaluate_run_task(run_dir, split=split, checkpoint=checkpoint,
                                       data_dir=data_dir, device=device, eval_overrides=set_ or [],
-                                      write_predictions=write_predictions, threads=threads)
+                                      write_predictions=write_predictions, threads=threads,
+                                      force=force)
     if write_predictions is not None:
         err.print(f"wrote {escape(write_predictions)}", soft_wrap=True)
     if as_json:

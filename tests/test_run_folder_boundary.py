@@ -243,6 +243,26 @@ def test_data_commands_never_write_into_a_run_folder(site):
     assert r.returncode == 0 and (cwd / "corpus" / "train.txt").exists(), r.stderr
 
 
+def test_eval_and_data_dyck_replace_a_users_file_only_with_force(site):
+    """A user's own files are replaced by --write-predictions and data dyck only with --force."""
+    cwd, run, _, _ = site
+    mine = cwd / "preds.jsonl"
+    mine.write_text("my notes\n")
+    expect_error(run_cli("eval", str(run), "--write-predictions", str(mine), cwd=cwd),
+                 "preds.jsonl already exists; add --force")
+    assert mine.read_text() == "my notes\n"
+    r = run_cli("eval", str(run), "--write-predictions", str(mine), "--force", cwd=cwd)
+    assert r.returncode == 0 and mine.read_text() != "my notes\n", r.stderr
+    corpus = ["data", "dyck", "--out", "corpus", "--train-sequences", "4", "--dev-sequences", "2",
+              "--test-sequences", "2"]
+    assert run_cli(*corpus, cwd=cwd).returncode == 0
+    train = (cwd / "corpus" / "train.txt").read_bytes()
+    expect_error(run_cli(*corpus, "--seed", "5", cwd=cwd), "already exist; add --force")
+    assert (cwd / "corpus" / "train.txt").read_bytes() == train
+    assert run_cli(*corpus, "--seed", "5", "--force", cwd=cwd).returncode == 0
+    assert (cwd / "corpus" / "train.txt").read_bytes() != train
+
+
 # ------------------------------------------------------------------ advice that holds
 
 

@@ -418,23 +418,25 @@ def evaluate_run(run_path: Path, split: str = "test", checkpoint: str | None = N
                  data_dir: str | None = None, device: str = "cpu",
                  eval_overrides: list[str] | None = None,
                  write_predictions: Path | None = None,
-                 threads: int | None = None) -> dict[str, float]:
+                 threads: int | None = None, force: bool = False) -> dict[str, float]:
     """A run's final metrics on ``split`` from a checkpoint (``evaluate(final=True)``); with
     ``write_predictions``, the task writes its predictions there in its official scorer's
-    format and the metrics are those computed from that file (never over a run's own files)."""
+    format and the metrics are those computed from that file (never over a run's own files;
+    an existing file only with ``force``)."""
     return evaluate_run_task(run_path, split, checkpoint, data_dir, device, eval_overrides,
-                             write_predictions, threads)[1]
+                             write_predictions, threads, force)[1]
 
 
 def evaluate_run_task(run_path: Path, split: str = "test", checkpoint: str | None = None,
                       data_dir: str | None = None, device: str = "cpu",
                       eval_overrides: list[str] | None = None,
                       write_predictions: Path | None = None,
-                      threads: int | None = None) -> tuple[Task, dict[str, float]]:
+                      threads: int | None = None,
+                      force: bool = False) -> tuple[Task, dict[str, float]]:
     """:func:`evaluate_run`, also returning the run's task (it knows how its metrics read)."""
     check_threads(threads)
-    if write_predictions is not None:  # (a predictions file is replaced: it is made again)
-        check_output([write_predictions], option="--write-predictions", force=True)
+    if write_predictions is not None:  # before anything is read or computed
+        check_output([write_predictions], option="--write-predictions", force=force)
     with resource_guard(f"evaluating {run_path}"):
         set_threads(threads)
         cfg, task, model = load_run_model(run_path, checkpoint, data_dir, device, splits=(split,),

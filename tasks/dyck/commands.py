@@ -106,6 +106,8 @@ def data_dyck(
              "Default 8m(m-2)+60."),
     preset: Optional[str] = typer.Option(None, "--preset", metavar="NAME",
                                          help="A published corpus: second-order (m in 4, 6, 8; k=2)."),
+    force: bool = typer.Option(False, "--force", help="Replace train.txt, dev.txt and test.txt "
+                               "in --out if they exist."),
 ) -> None:
     """Write a Dyck-(k,m) corpus to files (deterministic given --seed).
 
@@ -127,8 +129,8 @@ def data_dyck(
                   dev_sequences=dev_sequences, test_tokens=test_tokens,
                   test_sequences=test_sequences, train_max_length=train_max_length)
     check_out(out_dir)
-    # never into a run folder (a corpus already there is replaced: these are not the user's files)
-    check_output(g.split_paths(out_dir).values(), force=True)
+    # never into a run folder; a corpus already there only with --force
+    check_output(g.split_paths(out_dir).values(), force=force)
     if preset:
         check_preset(preset, m)
     try:

@@ -304,9 +304,9 @@ def compare(
     lstmablate compare runs/dyck-demo/lstm-gates runs/dyck-demo/lstm --metric wcpa_mean
     lstmablate compare 'runs/ptb-small/lstm*/seed-1' runs/ptb-small/gru --json
     """
-    from .results.compare import compare as run_compare, find_runs, render, to_json
+    from .results.compare import compare as run_compare, render, side_runs, to_json
 
-    c = run_compare(find_runs(runs_a), find_runs(runs_b), split=split, metric_name=metric,
+    c = run_compare(side_runs(runs_a), side_runs(runs_b), split=split, metric_name=metric,
                     n_samples=resamples, seed=seed, level=level, test=test)
     if as_json:
         out.print_json(json.dumps(to_json(c), default=str))

@@ -54,7 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -64,6 +64,9 @@ from .batching import shard_batch
 from .errors import UnknownNameError, UserError
 
 from .data import Dataset, register_datasets
+
+if TYPE_CHECKING:
+    from .config import RunConfig
 
 ENTRY_POINT_GROUP = "lstmablate.tasks"
 
@@ -212,11 +215,12 @@ class Task:
         return f"{value:.4g}"
 
     @classmethod
-    def run_deviations(cls, config: dict[str, Any]) -> list[str]:
+    def run_deviations(cls, config: RunConfig) -> list[str]:
         """How a run departs from the original system in ways its results should say next
         to the numbers (``lstmablate report`` marks the run's row with them), e.g. "no
-        pretrained vectors (Parser-v1 adds GloVe 6B 100d)".  ``config`` is the run's saved
-        config.yaml as a mapping (it may predate keys added since)."""
+        pretrained vectors (Parser-v1 adds GloVe 6B 100d)".  ``config`` is the run's typed
+        config, an older run's brought to this version (:attr:`renamed_keys`,
+        :attr:`added_keys`: the hook never meets a key missing)."""
         return []
 
     # -- data ------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from lstmablate import bench
 from lstmablate.bench import cells as bench_cells
 from lstmablate.bench import gpu_check, models
 from lstmablate.cells import build_encoder
+from lstmablate.recipes import resolve_config
+from lstmablate.run.runs import RunFiles, RunResult, write_config, write_result
 from lstmablate.task import get_task
 
 
@@ -86,13 +88,19 @@ def test_the_trainer_runs_the_task_and_recipe_it_is_given(tmp_path, monkeypatch)
     monkeypatch.setenv("LSTMABLATE_DATA", str(data))
     commands = []
 
-    def fake_train(cmd, **kw):  # `lstmablate train` as a subprocess: its result.json only
+    def fake_train(cmd, **kw):  # `lstmablate train` as a subprocess: its config and result
         commands.append(cmd)
         out, cell = (cmd[cmd.index(flag) + 1] for flag in ("--out", "--cell"))
         steps = next(int(a.split("=")[1]) for a in cmd if a.startswith("train.max_steps="))
-        folder = tmp_path / out / f"gpu-check-{steps}" / cell / "seed-1"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "result.json").write_text(json.dumps(dict(steps=steps, train_time_s=steps / 10)))
+        cfg = resolve_config(get_task("ptb"), cell, recipe="ptb-small", seed=1,
+                             experiment=f"gpu-check-{steps}")
+        files = RunFiles.of(tmp_path / out, cfg.experiment, cell, 1)
+        files.root.mkdir(parents=True, exist_ok=True)
+        write_config(files, cfg)
+        write_result(files, RunResult(
+            **cfg.checkpoint_key(), recipe=cfg.recipe, primary="ppl", higher_is_better=False,
+            best={"step": steps, "epoch": 1, "dev": {}}, test=None, test_checkpoint="best",
+            steps=steps, epochs=1, train_time_s=steps / 10, wall_time_s=steps / 10, params=0))
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(gpu_check.subprocess, "run", fake_train)

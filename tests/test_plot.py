@@ -11,7 +11,8 @@ import yaml
 from rich.console import Console
 
 from lstmablate.errors import DataError, UnknownNameError, UserError
-from lstmablate.results.plot import Curve, mean_curve, plot_runs, read_metrics
+from lstmablate.results.plot import Curve, mean_curve, plot_runs
+from lstmablate.run.record import read_metrics
 from lstmablate.run.runs import RunFiles
 
 QUIET = Console(file=io.StringIO())

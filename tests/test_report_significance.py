@@ -21,10 +21,11 @@ import pytest
 
 from cli_in_process import run_cli
 from significance_runs import ITEMS, answers, tree  # noqa: F401 - (tree: a fixture)
-from lstmablate.results.compare import (SignificanceOptions, compare, find_runs, load_run,
-                                        render as render_comparison)
+from lstmablate.results.compare import (SignificanceOptions, compare, render as render_comparison,
+                                        side_runs)
 from lstmablate.results.formats import render
 from lstmablate.results.report import build_report
+from lstmablate.run.record import Run
 from lstmablate.run.runs import RunFiles
 
 GOLDEN = Path(__file__).parent / "fixtures" / "report"
@@ -162,7 +163,7 @@ def test_a_table_without_the_reference_cell_says_so(here, tmp_path, monkeypatch)
 
 # -- compare --------------------------------------------------------------------------------
 def test_a_clearly_worse_ablation_is_found_and_a_run_against_itself_is_not(here):
-    c = compare(find_runs("runs/sig/lstm-srnn"), find_runs("runs/sig/lstm"))
+    c = compare(side_runs("runs/sig/lstm-srnn"), side_runs("runs/sig/lstm"))
     assert [(x.seed, y.seed) for x, y, _ in c.pairs] == [(s, s) for s in range(1, 6)]
     assert all(r.delta < 0 for _, _, r in c.pairs)
     assert sum(r.verdict(True) == "worse" for _, _, r in c.pairs) == 4
@@ -170,7 +171,7 @@ def test_a_clearly_worse_ablation_is_found_and_a_run_against_itself_is_not(here)
     assert c.verdict() == ("worse", "aso+items")
     assert c.spread_a.n == c.spread_b.n == 5
     # one run against five: paired with each; one seed: no ASO, every pair must agree
-    one = compare(find_runs("runs/sig/lstm-gates"), find_runs("runs/sig/lstm"))
+    one = compare(side_runs("runs/sig/lstm-gates"), side_runs("runs/sig/lstm"))
     assert [(x.seed, y.seed) for x, y, _ in one.pairs] == [(1, s) for s in range(1, 6)]
     assert one.seeds is None
     assert one.verdict() == ("not distinguishable", "items")
@@ -282,7 +283,7 @@ def test_bleu_comparison_equals_sacrebleus_paired_bootstrap(tmp_path):
     b = _nmt_run(tmp_path / "runs", "lstm", baseline, refs, refs)
     for metric, sacre in (("bleu", BLEU(tokenize="none", smooth_method="none", force=True)),
                           ("sacrebleu", BLEU())):
-        ours = compare([load_run(a)], [load_run(b)], metric_name=metric, test="sacrebleu")
+        ours = compare([Run.open(a)], [Run.open(b)], metric_name=metric, test="sacrebleu")
         (_, _, r), = ours.pairs
         assert r.n_samples == 1000
         _, results = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": sacre},
@@ -291,11 +292,11 @@ def test_bleu_comparison_equals_sacrebleus_paired_bootstrap(tmp_path):
         assert r.a == pytest.approx(theirs.score, abs=1e-9), metric
         assert r.p_value == theirs.p_value, metric
         assert f"{r.p_value:.4f}" in render_comparison(ours)
-    default = compare([load_run(a)], [load_run(b)])
+    default = compare([Run.open(a)], [Run.open(b)])
     assert default.metric.name == "bleu"  # the primary metric (ppl) is not a final one
     # the default test's p-value here is larger than sacreBLEU's: its p-value over-claims
     (_, _, permuted), = default.pairs
-    sacre = compare([load_run(a)], [load_run(b)], test="sacrebleu").pairs[0][2]
+    sacre = compare([Run.open(a)], [Run.open(b)], test="sacrebleu").pairs[0][2]
     assert permuted.test == "permutation" and permuted.p_value > sacre.p_value
 
 
@@ -342,12 +343,13 @@ def test_a_side_is_the_seeds_of_one_cell_each_seed_once(here, tmp_path):
     shutil.copytree(here / "runs/sig/lstm/seed-2", other)
     import yaml
 
-    cfg = yaml.safe_load((other / "config.yaml").read_text())
+    files = RunFiles(other)
+    cfg = yaml.safe_load(files.config.read_text())
     cfg["seed"] = 9
     cfg["train"]["lr"] = 0.5
-    (other / "config.yaml").write_text(yaml.safe_dump(cfg))
-    result = json.loads((other / "result.json").read_text())
-    (other / "result.json").write_text(json.dumps({**result, "seed": 9}))
+    files.config.write_text(yaml.safe_dump(cfg))
+    result = json.loads(files.result.read_text())
+    files.result.write_text(json.dumps({**result, "seed": 9}))
     message = err("runs/sig/lstm-srnn", str(other.parent))
     assert "differ in their configuration, not only in the seed (train.lr" in message
 

@@ -56,9 +56,9 @@ def test_training_writes_the_test_scores_and_they_give_its_result(run):
 
 
 def _cfg(run):
-    from lstmablate.run.runner import load_run_config
+    from lstmablate.run.record import Run
 
-    cfg = load_run_config(run.root)
+    cfg = Run.open(run.root).config
     return cfg.data, cfg.model
 
 

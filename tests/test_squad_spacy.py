@@ -125,13 +125,19 @@ def test_drqa_lemma_pos_ner_features_from_a_pipeline(stub_pipeline):
     start, end = task.span_scores(model, batch)
     assert start.shape == batch["doc_ids"].shape and torch.isfinite(start[0, :len(par.tokens)]).all()
     # the report says which of DrQA's features a run went without
+    from lstmablate.config import config_from_dict
+    from lstmablate.run.runs import RunFiles
     from lstmablate_tasks.squad.task import DrQATask
 
-    full = {"data": {"tokenizer": "spacy"}, "model": {"pretrained": "x", "features": list(FEATURES)}}
-    assert DrQATask.run_deviations(full) == []
-    basic = {"data": {"tokenizer": "spacy"}, "model": {"pretrained": "x",
-                                                       "features": ["em_cased", "em_uncased", "tf"]}}
-    assert DrQATask.run_deviations(basic) == ["without DrQA's features em_lemma, pos, ner"]
+    def saved(features):  # a run's config as report reads it: typed
+        return config_from_dict(DrQATask, {
+            "task": DrQATask.name, "cell": "lstm", "experiment": "e", "seed": 1,
+            "data": {"tokenizer": "spacy"}, "model": {"pretrained": "x", "features": features}},
+            RunFiles.CONFIG)
+
+    assert DrQATask.run_deviations(saved(list(FEATURES))) == []
+    assert DrQATask.run_deviations(saved(["em_cased", "em_uncased", "tf"])) == [
+        "without DrQA's features em_lemma, pos, ner"]
 
 
 def test_without_spacy_the_message_says_what_to_do(monkeypatch):

@@ -145,13 +145,15 @@ def _train_time(cell: str, steps: int, device: str, out: Path, data_dir: str,
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(f"`{' '.join(cmd[2:])}` failed:\n{_tail(r.stderr, 2000)}")
-    found = list(out.glob(f"gpu-check-{steps}/{cell}/seed-1/result.json"))
-    if not found:
+    from lstmablate.run.record import Run
+    from lstmablate.run.runs import RunFiles
+
+    result = Run.open(RunFiles.of(out, f"gpu-check-{steps}", cell, 1).root).result
+    if result is None:
         raise RuntimeError(f"no result.json for {cell} ({steps} steps) under {out}")
-    result = json.loads(found[0].read_text())
-    if int(result.get("steps", steps)) != steps:
-        raise RuntimeError(f"{cell}: the run stopped after {result.get('steps')} of {steps} steps")
-    return float(result["train_time_s"])
+    if result.steps != steps:
+        raise RuntimeError(f"{cell}: the run stopped after {result.steps} of {steps} steps")
+    return float(result.train_time_s)
 
 
 def run_trainer(device: str, budget: float, task: str | None = None,

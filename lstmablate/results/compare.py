@@ -34,10 +34,11 @@ from typing import Any
 import numpy as np
 
 from lstmablate.errors import ConfigError, DataError, UserError, check_choice
-from lstmablate.io import path_exists, read_json
+from lstmablate.io import path_exists
 from lstmablate.limits import MAX_RESAMPLES, check_float, check_int, check_seed
-from lstmablate.run.runs import RunFiles, RunResult, config_differences
-from lstmablate.run.scores import Scores, read_scores
+from lstmablate.run.record import Run, config_differences, find_runs
+from lstmablate.run.runs import RunFiles
+from lstmablate.run.scores import Scores, scores_command
 from lstmablate.task import ItemMetric, Metric, Task
 from .significance import (ASO_THRESHOLD, DEFAULT_PERMUTATIONS, DEFAULT_SAMPLES,  # noqa: F401
                            DEFAULT_SEED, MIN_ITEMS, MIN_SAMPLES, MIN_SEEDS, TESTS, PairedResult,
@@ -56,99 +57,30 @@ def default_samples(test: str) -> int:
     return DEFAULT_PERMUTATIONS if test == "permutation" else DEFAULT_SAMPLES
 
 
-def scores_command(path: Path, split: str = "test") -> str:
-    return f"lstmablate eval {path} --split {split} --scores"
+def check_finished(run: Run) -> Run:
+    """``run``, unless it has no result.json to compare (a UserError) or a damaged one (the
+    DataError naming it)."""
+    if run.result is None:
+        raise UserError(f"{run.path} has no {RunFiles.RESULT}: the run is not finished, so it has "
+                        "no test numbers to compare.")
+    return run
 
 
-@dataclass
-class Run:
-    """One finished run as the comparison sees it."""
-
-    path: Path
-    seed: int | None
-    cell: str
-    experiment: str
-    result: RunResult
-    _task: Task | None = field(default=None, repr=False)
-    _scores: dict[Path, Scores] = field(default_factory=dict, repr=False)
-    _identity: dict[str, Any] | None = field(default=None, repr=False)
-
-    @property
-    def task(self) -> Task:
-        """The run's task object (no data loaded): it knows how its metrics are recomputed."""
-        if self._task is None:
-            from lstmablate.data import resolve_data_dir
-            from lstmablate.run.runner import load_run_config, make_task
-
-            self._task = make_task(load_run_config(self.path), resolve_data_dir(None), self.path)
-        return self._task
-
-    @property
-    def identity(self) -> dict[str, Any]:
-        """The run's configuration as it makes the run (data, model, training, cell), without
-        the seed: what the runs of one side share."""
-        from lstmablate.run.runner import load_run_config
-
-        if self._identity is None:
-            self._identity = load_run_config(self.path).identity()
-            self._identity.pop("seed", None)
-        return self._identity
-
-    def split_name(self, split: str) -> str:
-        """The task's name of ``split`` (dev or test); a UserError naming --split otherwise."""
-        from lstmablate.run.runner import _split_name
-
-        return _split_name(self.task, split)
-
-    def reported(self, split: str) -> dict[str, float]:
-        """The metrics result.json reports for ``split`` (its final dev evaluation if any)."""
-        name = self.split_name(split)
-        if name == self.task.test_split:
-            return dict(self.result.test or {})
-        return dict(self.result.dev_final or self.result.dev or {})
-
-    def scores_path(self, split: str) -> Path:
-        return RunFiles(self.path).scores(self.split_name(split))
-
-    def scores(self, split: str) -> Scores:
-        """The run's scores file of ``split``; a UserError naming the command that writes it."""
-        path = self.scores_path(split)
-        if path in self._scores:
-            return self._scores[path]
-        if not path.exists():
-            raise UserError(f"{self.path} has no per-item scores of its {self.split_name(split)} "
-                            f"split ({path} is missing; runs trained before scores existed have "
-                            f"none). Write it from the run's checkpoint with `"
-                            f"{scores_command(self.path, split)}`; nothing else in the run "
-                            "changes.")
-        self._scores[path] = read_scores(path)
-        return self._scores[path]
-
-
-def load_run(path: Path) -> Run:
-    """A finished run folder; a UserError for anything else."""
-    files = RunFiles(Path(path))
-    if not files.config.is_file():
-        raise UserError(f"{path} is not a run folder (no {RunFiles.CONFIG}).")
-    if not files.result.exists():
-        raise UserError(f"{path} has no {RunFiles.RESULT}: the run is not finished, so it has no "
-                        "test numbers to compare.")
-    result = RunResult.from_json(read_json(files.result), files.result)
-    return Run(files.root, result.seed, result.cell, result.experiment, result)
-
-
-def find_runs(spec: str | Path) -> list[Run]:
+def side_runs(spec: str | Path) -> list[Run]:
     """The finished runs a command-line side names: a run folder, a folder holding run folders
-    (a cell's ``runs/<experiment>/<cell>/``: every seed), or a glob pattern of run folders."""
+    (a cell's ``runs/<experiment>/<cell>/``: every seed), or a glob pattern of run folders.  A
+    damaged one is refused, naming its file."""
     text = str(spec)
     paths = [Path(p) for p in sorted(glob.glob(text))] if glob.has_magic(text) else [Path(text)]
     if not paths or not all(path_exists(p, "run folder") for p in paths):
         raise UserError(f"{text}: no such run folder (give a run folder, a folder of run folders "
                         "such as runs/EXPERIMENT/CELL, or a quoted glob pattern).")
-    folders = [f for p in paths for f in RunFiles.under(p)]
-    if not folders:
+    runs, damaged = find_runs(paths)
+    if damaged:
+        raise DataError(damaged[0][1])
+    if not runs:
         raise UserError(f"{text}: no run folder (with {RunFiles.CONFIG}) at or under it.")
-    return [load_run(f.root) for f in folders]
+    return [check_finished(r) for r in runs]
 
 
 # -- the statistics ---------------------------------------------------------------------------
@@ -262,7 +194,7 @@ def check_side(runs: list[Run], label: str) -> None:
                         "side is the seeds of one cell. Name each cell's runs as its own side, "
                         "e.g. `lstmablate compare runs/EXP/lstm-srnn runs/EXP/lstm`.")
     for r in runs[1:]:
-        diff = config_differences(runs[0].identity, r.identity)
+        diff = config_differences(_without_seed(runs[0]), _without_seed(r))
         if diff:
             raise UserError(f"side {label}: {r.path} and {runs[0].path} differ in their "
                             f"configuration, not only in the seed ({', '.join(diff[:4])}"
@@ -288,9 +220,14 @@ def check_side(runs: list[Run], label: str) -> None:
             digests[digest] = r
 
 
+def _without_seed(run: Run) -> dict[str, Any]:
+    """The run's identity without its seed: what the runs of one side share."""
+    return {k: v for k, v in run.identity.items() if k != "seed"}
+
+
 def _checkpoint_digest(run: Run) -> str | None:
     """sha256 of the run's best checkpoint, where the folder still has one."""
-    path = RunFiles(run.path).best
+    path = run.files.best
     if not path.is_file():
         return None
     h = hashlib.sha256()
@@ -436,7 +373,7 @@ def compare(side_a: list[Run], side_b: list[Run], split: str = "test",
     for r in side_a + side_b:
         tasks.setdefault(r.result.task, []).append(r)
     if len(tasks) > 1:
-        which = ", ".join(f"{task!r} ({RunFiles(runs[0].path).result}"
+        which = ", ".join(f"{task!r} ({runs[0].files.result}"
                           + (f" and {len(runs) - 1} more" if len(runs) > 1 else "") + ")"
                           for task, runs in sorted(tasks.items()))
         raise UserError(f"the runs are of different tasks: {which}; compare runs of one task.")

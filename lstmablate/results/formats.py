@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from lstmablate.errors import UnknownNameError
+from lstmablate.run.record import Run
+from lstmablate.run.runs import RunResult
+from lstmablate.task import get_task
 from .compare import (ASO_THRESHOLD, CORRECTION_NAMES, MIN_SEEDS, RESTS_ON,
                       test_name)
-from .report import Report, Row, RunRecord, Stat, Table, build_report, run_caveats
-from lstmablate.task import get_task
+from .report import Report, Row, Stat, Table, build_report, run_caveats, run_deviations
 
 FORMATS = ("markdown", "latex", "csv", "json")
 CHECKPOINTS = {"best": "best-dev", "last": "last (end of training)"}
@@ -333,17 +335,22 @@ def _finite(v: Any) -> Any:
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
-def _metric_order(runs: list[RunRecord]) -> list[str]:
+def _result(run: Run) -> RunResult | None:
+    """The run's result.json; None where it has none, or a damaged one (the row says why)."""
+    return None if run.problem else run.result
+
+
+def _metric_order(runs: list[Run]) -> list[str]:
     """Metric names: each task's declared order, then any other name a result holds."""
     names: list[str] = []
-    for task in dict.fromkeys(r.task for r in runs):
+    for task in dict.fromkeys(r.task_name for r in runs):
         try:
             names += [m.name for m in get_task(task).metrics]
         except UnknownNameError:
             pass
     for r in runs:
         for section in METRIC_SECTIONS:
-            names += sorted((r.result.section(section) if r.result else None) or {})
+            names += sorted((_result(r).section(section) if _result(r) else None) or {})
     return list(dict.fromkeys(names))
 
 
@@ -390,21 +397,22 @@ def significance_columns(tables: list[Table]) -> tuple[list[str], dict[Path, dic
     return list(dict.fromkeys(columns)), values
 
 
-def run_rows(runs: list[RunRecord], tables: list[Table] | None = None
+def run_rows(runs: list[Run], tables: list[Table] | None = None
              ) -> tuple[list[str], list[dict[str, Any]]]:
     """(column names, one dict per run); absent and non-finite values are None."""
     metrics = _metric_order(runs)
     present = {f"{s}.{m}" for r in runs for s in METRIC_SECTIONS
-               for m in ((r.result.section(s) if r.result else None) or {})}
+               for m in ((_result(r).section(s) if _result(r) else None) or {})}
     metric_cols = [f"{s}.{m}" for s in METRIC_SECTIONS for m in metrics if f"{s}.{m}" in present]
     sig_cols, sig = significance_columns(tables or [])
     columns = list(RUN_FIELDS) + metric_cols + ["caveats", "deviations", "problem"] + sig_cols \
         + ["path"]
     rows = []
     for r in runs:
-        res = r.result.to_json() if r.result else {}
+        result = _result(r)
+        res = result.to_json() if result else {}
         best = res.get("best") if isinstance(res.get("best"), dict) else {}
-        row = {"experiment": r.experiment, "task": r.task, "cell": r.cell, "seed": r.seed,
+        row = {"experiment": r.experiment, "task": r.task_name, "cell": r.cell, "seed": r.seed,
                "status": r.status, "recipe": r.recipe,
                "best_step": best.get("step"), "best_epoch": best.get("epoch")}
         for key in RUN_FIELDS:
@@ -412,10 +420,10 @@ def run_rows(runs: list[RunRecord], tables: list[Table] | None = None
                 row[key] = res.get(key)
         for col in metric_cols:
             section, name = col.split(".", 1)
-            row[col] = ((r.result.section(section) if r.result else None) or {}).get(name)
-        notes = run_caveats(r) if r.status == "finished" else {}
+            row[col] = ((result.section(section) if result else None) or {}).get(name)
+        notes = run_caveats(r)
         row["caveats"] = "; ".join(f"test.{m}: {why}" for m, why in notes.items()) or None
-        row["deviations"] = "; ".join(r.deviations) or None
+        row["deviations"] = "; ".join(run_deviations(r)) or None
         row["problem"] = r.problem or None
         row.update(sig.get(Path(r.path), {}))
         row["path"] = str(r.path)

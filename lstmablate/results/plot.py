@@ -26,27 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from lstmablate.errors import DataError, UnknownNameError, UserError
+from lstmablate.io import atomic_write, atomic_write_text, path_exists
+from lstmablate.run.record import LINE_KEYS, Run, find_runs
 from lstmablate.run.runs import RunFiles
-from lstmablate.io import atomic_write, atomic_write_text, parse_json, path_exists, read_lines
-from lstmablate.limits import is_number
 from lstmablate.runfolder import check_output
 
 X_AXES = ("step", "epoch")
-NOT_PLOTTED = ("step", "epoch", "split")  # columns of metrics.jsonl that are not curves
-
-
-@dataclass
-class RunLog:
-    """One run's identity and its evaluation records (the lines of metrics.jsonl)."""
-
-    path: Path
-    experiment: str
-    task: str
-    cell: str
-    seed: int | None
-    records: list[dict[str, Any]]
-    recipe: str | None = None
-    recipe_file: str | None = None
 
 
 @dataclass
@@ -67,80 +52,29 @@ class CurveGroup:
     mean: Curve | None = None
 
 
-#: the largest step or epoch a metrics line may give (an integer a float holds exactly)
-MAX_STEP = 2**53
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl, each line checked as the trainer writes it: a JSON
-    object with an integer ``step`` (and ``epoch``), a ``split`` name, and numbers (or null)
-    for everything else.  Anything else is a DataError naming the file and line: a curve is
-    never drawn from a damaged record."""
-    records = []
-    for i, line in enumerate(read_lines(path), 1):
-        if not line.strip():
-            continue
-        where = f"{path}, line {i}"
-        try:
-            rec = parse_json(line, where, DataError)
-        except UserError as e:
-            raise DataError(f"{e} Each line of metrics.jsonl is one evaluation as a JSON object."
-                            ) from None
-        problem = _record_problem(rec)
-        if problem:
-            raise DataError(f"{where}: {problem}; each line of metrics.jsonl is one evaluation "
-                            "as the trainer writes it. The file is damaged: restore it from a copy "
-                            "of the run folder, or delete the line (the curves then lack that "
-                            "evaluation).")
-        records.append(rec)
-    return records
-
-
-def _record_problem(rec: Any) -> str:
-    """What is wrong with one parsed line of metrics.jsonl ("" if nothing)."""
-    if not isinstance(rec, dict):
-        return f"expected a JSON object, got a JSON {type(rec).__name__}"
-    for key in ("step", "epoch"):
-        value = rec.get(key)
-        if (key == "step" or value is not None) and not (
-                isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEP):
-            return f"`{key}` must be an integer between 0 and {MAX_STEP:,}, got {value!r:.40}"
-    if not isinstance(rec.get("split", ""), str):
-        return f"`split` must be the name of a split, got {rec['split']!r:.40}"
-    for key, value in rec.items():
-        if key not in NOT_PLOTTED and value is not None and not is_number(value):
-            return f"`{key}` must be a number (or null), got {value!r:.40}"
-    return ""
-
-
-def find_runs(paths: list[Path], skipped: list[str] | None = None) -> list[RunLog]:
-    """The runs named by ``paths``: run directories, or folders holding runs at any depth.
+def find_plotted(paths: list[Path], skipped: list[str] | None = None) -> list[Run]:
+    """The runs named by ``paths`` (run directories, or folders holding runs at any depth)
+    that have a metrics.jsonl, each read (:meth:`~lstmablate.run.record.Run.metrics`).
 
     A damaged run folder (config.yaml damaged as ``report`` sees it, or a line of metrics.jsonl
     that is not an evaluation, e.g. one cut by a kill) is named in ``skipped`` and left out, as
     ``report`` does, when ``paths`` hold other runs; a single damaged run given by itself is an
     error."""
-    from .report import read_run_config
-
-    found: dict[Path, RunLog] = {}
-    damaged: list[str] = []
     for p in map(Path, paths):
         if not path_exists(p, "run folder"):
             raise UserError(f"{p} does not exist; give run directories (runs/<experiment>/<cell>/"
                             "seed-<n>) or a folder that holds them.")
-        for files in RunFiles.under(p):
-            run_dir = files.root
-            if run_dir in found or not files.metrics.exists():
-                continue
-            try:
-                cfg = read_run_config(files)
-                if cfg is None:
-                    continue
-                found[run_dir] = RunLog(run_dir, cfg["experiment"], cfg["task"], cfg["cell"],
-                                        cfg["seed"], read_metrics(files.metrics),
-                                        cfg.get("recipe"), cfg.get("recipe_file"))
-            except UserError as e:
-                damaged.append(str(e))
+    runs, damaged_folders = find_runs(paths)
+    damaged = [why for folder, why in damaged_folders if RunFiles(folder).metrics.exists()]
+    found = []
+    for run in runs:
+        if not run.files.metrics.exists():
+            continue
+        try:
+            run.metrics()
+            found.append(run)
+        except UserError as e:
+            damaged.append(str(e))
     if damaged and (not found or skipped is None):
         raise DataError(damaged[0] if len(damaged) == 1 else
                         f"{len(damaged)} run folders are damaged: " + " ".join(damaged))
@@ -149,7 +83,7 @@ def find_runs(paths: list[Path], skipped: list[str] | None = None) -> list[RunLo
     if not found:
         raise UserError(f"no runs with a metrics.jsonl under {', '.join(map(str, paths))}; "
                         "a run writes one line there at every evaluation.")
-    return list(found.values())
+    return found
 
 
 def _value(v: Any) -> float | None:
@@ -158,10 +92,10 @@ def _value(v: Any) -> float | None:
     return float(v)
 
 
-def run_curve(run: RunLog, metric: str, x: str) -> Curve:
+def run_curve(run: Run, metric: str, x: str) -> Curve:
     """``metric`` against ``x`` for one run (evaluations without a finite value left out)."""
     xs, ys = [], []
-    for rec in run.records:
+    for rec in run.metrics():
         y = _value(rec.get(metric))
         if y is not None and _value(rec.get(x)) is not None:
             xs.append(float(rec[x]))
@@ -184,7 +118,7 @@ def mean_curve(curves: list[Curve]) -> Curve | None:
     return Curve("mean", xs, [sum(p[x] for p in points) / len(points) for x in xs])
 
 
-def group_curves(runs: list[RunLog], metric: str, x: str) -> list[CurveGroup]:
+def group_curves(runs: list[Run], metric: str, x: str) -> list[CurveGroup]:
     """One group per (experiment, cell), in the order first seen; seeds sorted."""
     several = len({r.experiment for r in runs}) > 1
     groups: dict[tuple[str, str], CurveGroup] = {}
@@ -204,7 +138,7 @@ def group_curves(runs: list[RunLog], metric: str, x: str) -> list[CurveGroup]:
     return out
 
 
-def _cell_order(runs: list[RunLog]) -> dict[str, int]:
+def _cell_order(runs: list[Run]) -> dict[str, int]:
     """Cells in the order their recipes list them (the paper's order), where readable."""
     from .report import RecipeLookup
 
@@ -216,18 +150,18 @@ def _cell_order(runs: list[RunLog]) -> dict[str, int]:
     return {c: i for i, c in enumerate(dict.fromkeys(cells))}
 
 
-def available_metrics(runs: list[RunLog]) -> list[str]:
-    names = {k for r in runs for rec in r.records for k, v in rec.items()
-             if k not in NOT_PLOTTED and _value(v) is not None}
+def available_metrics(runs: list[Run]) -> list[str]:
+    names = {k for r in runs for rec in r.metrics() for k, v in rec.items()
+             if k not in LINE_KEYS and _value(v) is not None}
     return sorted(names)
 
 
-def default_metrics(runs: list[RunLog]) -> list[str]:
+def default_metrics(runs: list[Run]) -> list[str]:
     """The tasks' primary (dev) metrics, then the training loss."""
     from lstmablate.task import get_task
 
     names = []
-    for task in dict.fromkeys(r.task for r in runs):
+    for task in dict.fromkeys(r.task_name for r in runs):
         try:
             names.append(get_task(task).primary.name)
         except UnknownNameError:
@@ -235,7 +169,7 @@ def default_metrics(runs: list[RunLog]) -> list[str]:
     return list(dict.fromkeys(names + ["train_loss"]))
 
 
-def metric_label(runs: list[RunLog], metric: str) -> str:
+def metric_label(runs: list[Run], metric: str) -> str:
     """Axis label: the task's label and direction for its metrics, with the split."""
     from lstmablate.task import get_task
 
@@ -243,8 +177,8 @@ def metric_label(runs: list[RunLog], metric: str) -> str:
         return "training loss (mean since the previous evaluation)"
     if metric == "lr":
         return "learning rate"
-    splits = sorted({str(rec.get("split")) for r in runs for rec in r.records if rec.get("split")})
-    for task in dict.fromkeys(r.task for r in runs):
+    splits = sorted({str(rec.get("split")) for r in runs for rec in r.metrics() if rec.get("split")})
+    for task in dict.fromkeys(r.task_name for r in runs):
         try:
             for m in get_task(task).metrics:
                 if m.name == metric:
@@ -294,7 +228,7 @@ def _marker(curve: Curve) -> str | None:
     return "o" if len(curve.x) <= 25 else None
 
 
-def figure_title(runs: list[RunLog]) -> str:
+def figure_title(runs: list[Run]) -> str:
     """The recipe's description when every run comes from one recipe, else the experiments."""
     from lstmablate.recipes import load_recipe
 
@@ -339,7 +273,7 @@ def plot_runs(paths: list[Path], out: Path, metrics: list[str] | None = None, x:
     png, pdf, csv_path = out.with_suffix(".png"), out.with_suffix(".pdf"), out.with_suffix(".csv")
     check_output([png, pdf, csv_path], force=force)  # before anything is read or written
     skipped: list[str] = []
-    runs = find_runs(paths, skipped)
+    runs = find_plotted(paths, skipped)
     metrics = list(dict.fromkeys(metrics or default_metrics(runs)))
     have = available_metrics(runs)
     for m in metrics:

@@ -1,8 +1,8 @@
 """Finished runs gathered into tables beside the paper's numbers (the data; no text).
 
 :func:`build_report` reads a runs tree (``runs/<experiment>/<cell>/seed-<n>/``)
-and returns a :class:`Report`: every run found (:class:`RunRecord`, finished,
-unfinished or damaged) and one :class:`Table` per experiment (or per table spec,
+and returns a :class:`Report`: every run found (:class:`~lstmablate.run.record.Run`,
+finished, unfinished or damaged) and one :class:`Table` per experiment (or per table spec,
 ``--table``), whose cells hold mean ± sample std over seeds.
 :mod:`lstmablate.results.formats` turns it into markdown, LaTeX, CSV or JSON.
 
@@ -15,8 +15,8 @@ it is used only when their recipe can no longer be found.  A recipe that cannot
 be found is a note in the report, never a failure.
 
 A damaged run folder (a config.yaml or result.json that cannot be read, or holds
-something other than what lstmablate writes there: :func:`read_run_config`,
-:meth:`~lstmablate.run.runs.RunResult.from_json`) is named in the report and skipped;
+something other than what lstmablate writes there, as
+:class:`~lstmablate.run.record.Run` reads them) is named in the report and skipped;
 it never aborts the report, with ``--significance`` or without.  A cell the recipe
 expects that has no finished run is shown as *missing*, never dropped; unfinished runs are
 counted; shortened runs (``train.max_steps`` set) are marked, and so are runs that depart
@@ -26,113 +26,45 @@ without the original's pretrained vectors).
 
 from __future__ import annotations
 
-import copy
 import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lstmablate.config import LEGACY_RUN_KEYS, check_saved_identity, config_from_dict
-
-from lstmablate.io import load_yaml, path_exists, read_json
+from lstmablate.config import LEGACY_RUN_KEYS
+from lstmablate.errors import UnknownNameError, UserError
+from lstmablate.io import path_exists
 from lstmablate.recipes import check_shapes, grid_points, load_recipe, recipe_seeds
-from lstmablate.run.runs import RunFiles, RunResult
-from lstmablate.errors import ConfigError, DataError, UnknownNameError, UserError
+from lstmablate.run.record import Run, find_runs
 from lstmablate.task import Metric, get_task
 from .compare import CellTest, SignificanceOptions, cell_test, mark_tests
-from .compare import Run as CompareRun
 
 
 # -- runs ------------------------------------------------------------------------------------
-@dataclass
-class RunRecord:
-    """One run folder as the report sees it."""
-
-    path: Path  # the run directory
-    experiment: str
-    task: str
-    cell: str
-    seed: int | None
-    recipe: str | None = None
-    recipe_file: str | None = None
-    result: RunResult | None = None  # result.json; None: unfinished or damaged
-    problem: str = ""  # why result.json was skipped (a damaged run), naming the file
-    config: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @property
-    def status(self) -> str:
-        """finished | unfinished | damaged."""
-        if self.problem:
-            return "damaged"
-        return "finished" if self.result is not None else "unfinished"
-
-    @property
-    def shortened(self) -> bool:
-        return bool(self.result and self.result.shortened)
-
-    @property
-    def deviations(self) -> list[str]:
-        """How the run departs from the original system (its task's ``run_deviations``)."""
-        try:
-            return list(get_task(self.task).run_deviations(self.config))
-        except UnknownNameError:  # the task is not installed: nothing to say
-            return []
-
-
-def read_result(path: Path) -> tuple[RunResult | None, str]:
-    """``(result, "")`` for a usable result.json, ``(None, why)`` for a damaged one (what
-    :meth:`RunResult.from_json` refuses, or a file :func:`~lstmablate.io.read_json` cannot
-    read: binary, malformed, too large, nested too deeply)."""
-    try:
-        return RunResult.from_json(read_json(path), path), ""
-    except UserError as e:
-        return None, str(e)
-
-
-def read_run_config(files: RunFiles) -> dict[str, Any] | None:
-    """A run folder's config.yaml as ``report`` and ``plot`` read it, checked: plain YAML
-    bounded in size and nesting, what names the run well typed
-    (:func:`~lstmablate.config.check_saved_identity`) and, where the run's task is installed,
-    every section as ``eval`` reads it (:func:`~lstmablate.config.config_from_dict`).  A
-    UserError naming the file for a damaged one; None for a config.yaml that names no run in
-    a folder holding nothing a run writes (some other tool's file)."""
-    cfg = load_yaml(files.config, DataError)
-    names_a_run = isinstance(cfg, dict) and all(k in cfg for k in ("experiment", "task", "cell"))
-    if not names_a_run and not files.looks_like_run():
-        return None
-    check_saved_identity(cfg, str(files.config))
-    try:
-        task_cls = get_task(cfg["task"])
-    except UnknownNameError:  # not installed: its sections cannot be checked here
-        return cfg
-    config_from_dict(task_cls, copy.deepcopy(cfg), str(files.config))
-    return cfg
-
-
-def find_runs(runs_dir: Path) -> tuple[list[RunRecord], list[str]]:
+def read_runs(runs_dir: Path) -> tuple[list[Run], list[str]]:
     """Every run folder under ``runs_dir`` (any depth), and what was skipped and why: a run
     folder whose config.yaml is damaged is skipped, one whose result.json is damaged is a
-    run with a ``problem``; neither hides the others."""
+    run with a :attr:`~lstmablate.run.record.Run.problem`; neither hides the others."""
     runs_dir = Path(runs_dir)
     if not path_exists(runs_dir, "runs directory"):
         raise UserError(f"runs directory {runs_dir} does not exist; train something first "
                         "(`lstmablate train ...`) or pass the right directory.")
-    runs, skipped = [], []
-    for files in RunFiles.under(runs_dir):
-        try:
-            cfg = read_run_config(files)
-        except UserError as e:
-            skipped.append(str(e))
-            continue
-        if cfg is None:
-            continue
-        rec = RunRecord(files.root, cfg["experiment"], cfg["task"], cfg["cell"], cfg["seed"],
-                        cfg.get("recipe"), cfg.get("recipe_file"), config=cfg)
-        if files.is_finished():
-            rec.result, rec.problem = read_result(files.result)
-        runs.append(rec)
-    return runs, skipped
+    runs, damaged = find_runs([runs_dir])
+    return runs, [why for _, why in damaged]
+
+
+def run_deviations(run: Run) -> list[str]:
+    """How the run departs from the original system (its task's ``run_deviations``; none
+    where the task is not installed)."""
+    return list(run.task_class.run_deviations(run.config)) if run.installed else []
+
+
+def run_caveats(run: Run) -> dict[str, str]:
+    """The task's caveats on a finished run's test metrics (none if the task is not installed)."""
+    if not run.installed or run.status != "finished":
+        return {}
+    return run.task_class.caveats(run.result.test or {})
 
 
 # -- what a recipe expects ---------------------------------------------------------------------
@@ -189,25 +121,25 @@ class RecipeLookup:
                     self._cache[key] = None, f"{where} can no longer be read: {_clause(e)}"
         return self._cache[key]
 
-    def expectations(self, run: RunRecord) -> tuple[Expectations, str]:
+    def expectations(self, run: Run) -> tuple[Expectations, str]:
         """What the run's recipe expects, and a note when it could not be read."""
         if not run.recipe and not run.recipe_file:  # trained without a recipe
             return Expectations(), ""
         recipe, why = self.recipe(run.recipe, run.recipe_file)
-        if recipe is not None and recipe.get("task") != run.task:
+        if recipe is not None and recipe.get("task") != run.task_name:
             recipe, why = None, (f"recipe {run.recipe!r} found now is for task "
-                                 f"{recipe.get('task')!r}, not {run.task!r}: not the recipe the "
-                                 "run was trained with")
+                                 f"{recipe.get('task')!r}, not {run.task_name!r}: not the recipe "
+                                 "the run was trained with")
         if recipe is not None:
             try:
                 return Expectations.of(recipe), ""
             except UserError as e:  # e.g. cell_seeds that is not a mapping
                 why = f"recipe {run.recipe!r} can no longer be read: {_clause(e)}"
-        if any(k in run.config for k in LEGACY_RUN_KEYS):
+        if any(k in run.saved for k in LEGACY_RUN_KEYS):
             try:
-                return Expectations.of(run.config, RunFiles(run.path).config), (
+                return Expectations.of(run.saved, run.files.config), (
                     f"{why}; the expected cells, seeds and paper's numbers are those saved with "
-                    f"the run in {RunFiles(run.path).config}")
+                    f"the run in {run.files.config}")
             except UserError:
                 pass
         return Expectations(), f"{why}; the expected cells and the paper's numbers are not shown"
@@ -219,10 +151,10 @@ class Experiment:
     name: str
     task: str
     expect: Expectations = field(default_factory=Expectations)
-    runs: list[RunRecord] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def runs_of(self, cell: str, status: str | None = None) -> list[RunRecord]:
+    def runs_of(self, cell: str, status: str | None = None) -> list[Run]:
         return [r for r in self.runs if r.cell == cell and (status is None or r.status == status)]
 
     def cells(self) -> list[str]:
@@ -232,14 +164,14 @@ class Experiment:
         return list(dict.fromkeys(out))
 
 
-def group_runs(runs: list[RunRecord], recipes: RecipeLookup | None = None) -> dict[str, Experiment]:
+def group_runs(runs: list[Run], recipes: RecipeLookup | None = None) -> dict[str, Experiment]:
     """Runs grouped by experiment; each experiment's expectations from its runs' recipe."""
     recipes = recipes or RecipeLookup()
     experiments: dict[str, Experiment] = {}
     for run in runs:
         exp = experiments.get(run.experiment)
         if exp is None:
-            exp = experiments[run.experiment] = Experiment(run.experiment, run.task)
+            exp = experiments[run.experiment] = Experiment(run.experiment, run.task_name)
             exp.expect, note = recipes.expectations(run)
             if note:
                 exp.notes.append(note)
@@ -355,15 +287,7 @@ class Table:
         return {i for i, v in values.items() if v == best}
 
 
-def run_caveats(run: RunRecord) -> dict[str, str]:
-    """The task's caveats on a finished run's test metrics (none if the task is not installed)."""
-    try:
-        return get_task(run.task).caveats((run.result.test if run.result else None) or {})
-    except UnknownNameError:
-        return {}
-
-
-def _caveats(runs: list[RunRecord], metric: Metric) -> list[str]:
+def _caveats(runs: list[Run], metric: Metric) -> list[str]:
     notes = []
     for r in runs:
         why = run_caveats(r).get(metric.name)
@@ -372,7 +296,7 @@ def _caveats(runs: list[RunRecord], metric: Metric) -> list[str]:
     return notes
 
 
-def _ours(runs: list[RunRecord], metric: Metric) -> Stat | None:
+def _ours(runs: list[Run], metric: Metric) -> Stat | None:
     if not runs:
         return None
     vals = [(r.result.test or {}).get(metric.name) for r in runs]
@@ -438,11 +362,9 @@ def add_significance(table: Table, columns: list[tuple[Experiment, Column]],
     """Every row's test against ``options.reference`` in each of our columns (Row.tests),
     marked together (:func:`~lstmablate.results.compare.mark_tests`)."""
     table.significance = options
-    runs: dict[Path, CompareRun] = {}
 
-    def of(exp: Experiment, cell: str) -> list[CompareRun]:
-        return [runs.setdefault(r.path, CompareRun(r.path, r.seed, r.cell, r.experiment, r.result))
-                for r in exp.runs_of(cell, "finished")]
+    def of(exp: Experiment, cell: str) -> list[Run]:
+        return exp.runs_of(cell, "finished")
 
     for row in table.rows:
         for j, (exp, col) in enumerate(columns):
@@ -490,9 +412,9 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
                 if notes:
                     caveats[j] = notes
         finished = [r for _, exp in groups for r in exp.runs_of(cell, "finished")]
-        deviations = list(dict.fromkeys(d for r in finished for d in r.deviations))
-        rows.append(Row(cell, entries, any(r.shortened for r in finished), len(finished), not_run,
-                        caveats, deviations))
+        deviations = list(dict.fromkeys(d for r in finished for d in run_deviations(r)))
+        rows.append(Row(cell, entries, any(r.result.shortened for r in finished), len(finished),
+                        not_run, caveats, deviations))
     all_finished = [r for _, exp in groups for r in exp.runs if r.status == "finished"]
     tasks = sorted({exp.task for _, exp in groups})
     test_splits = []
@@ -524,7 +446,7 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
 @dataclass
 class Report:
     tables: list[Table]
-    runs: list[RunRecord]  # every run folder found (of the tables' experiments with --table)
+    runs: list[Run]  # every run folder found (of the tables' experiments with --table)
     skipped: list[str]  # damaged run folders, named with what is wrong
 
     @property
@@ -551,7 +473,7 @@ def build_report(runs_dir: Path, table: str | None = None,
     a cell of the report (an UnknownNameError naming its cells otherwise)."""
     runs_dir = Path(runs_dir)
     if path_exists(runs_dir, "runs directory") or table is None:
-        runs, skipped = find_runs(runs_dir)
+        runs, skipped = read_runs(runs_dir)
     else:
         runs, skipped = [], []
     recipes = RecipeLookup()

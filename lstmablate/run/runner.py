@@ -28,19 +28,19 @@ from rich.console import Console
 from lstmablate.console import escape
 
 from lstmablate.cells import build_encoder, get_cell
-from lstmablate.config import RunConfig, check_saved_identity, config_from_dict, with_eval_overrides
+from lstmablate.config import RunConfig, with_eval_overrides
 from lstmablate.recipes import resolve_config
 from lstmablate.data import resolve_data_dir
-from lstmablate.errors import (CheckpointError, ConfigError, DataError, RunDirError,
-                               UnknownNameError, UserError)
+from lstmablate.errors import CheckpointError, DataError, RunDirError, UserError
 from .runlock import RunLock, lock_holder
 from .scores import reference_digest, write_scores
-from .runs import (RunFiles, RunResult, RunStart, check_out_dir, clear_run_dir, inspect_run_dir,
-                   read_artefacts, remove_interrupted_writes, write_artefacts, write_config, write_env, write_result)
+from .record import Run, RunStart, inspect_run_dir, make_task, split_name
+from .runs import (RunFiles, RunResult, check_out_dir, clear_run_dir, read_artefacts,
+                   remove_interrupted_writes, write_artefacts, write_config, write_env, write_result)
 from lstmablate.task import Task, get_task
 from lstmablate.train import Trainer
 from lstmablate.train import distributed
-from lstmablate.io import environment, load_yaml, read_json
+from lstmablate.io import environment
 from lstmablate.runfolder import check_output
 from lstmablate.limits import (check_float, check_threads,  # noqa: F401 - (re-exported: sweep, cli)
                                max_threads)
@@ -170,12 +170,6 @@ def check_train_batches(task: Task, cfg: RunConfig) -> None:
         raise DataError(f"the training data of the {cfg.task} task give no batch with this "
                         "config (the training split is empty, or every example is filtered out "
                         "or larger than a batch); check the data and the data.* options.")
-
-
-def make_task(cfg: RunConfig, data_dir: Path, run_dir: Path | None) -> Task:
-    """The task object of a run (its data is not loaded yet)."""
-    return get_task(cfg.task)(cfg.data, cfg.model, data_dir, seed=cfg.seed, eval_cfg=cfg.eval,
-                              run_dir=run_dir)
 
 
 def run_splits(task: Task, cfg: RunConfig) -> tuple[str, ...]:
@@ -357,20 +351,6 @@ def write_run_scores(files: RunFiles, cfg: RunConfig, split: str, checkpoint: st
     return path
 
 
-def load_run_config(run_path: Path) -> RunConfig:
-    files = RunFiles(Path(run_path))
-    if not files.config.exists():
-        raise ConfigError(f"{run_path} is not a run directory (no config.yaml).")
-    # plain YAML (a tag that would construct a Python object is an error), bounded in size
-    # and nesting; what names the run is checked before its task is looked up
-    raw = check_saved_identity(load_yaml(files.config), str(files.config))
-    try:
-        task_cls = get_task(raw["task"])
-    except UnknownNameError as e:  # a task not installed here (or a damaged name)
-        raise ConfigError(f"{files.config}: {e}") from None
-    return config_from_dict(task_cls, raw, str(files.config))
-
-
 def checkpoint_file(files: RunFiles, checkpoint: str) -> Path:
     """The file ``--checkpoint`` names in the run folder: best or last, else a UserError."""
     path = files.checkpoint(checkpoint)
@@ -384,8 +364,8 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
                    eval_overrides: list[str] | None = None) -> tuple[RunConfig, Task, torch.nn.Module]:
     """Rebuild a run's task (its saved artefacts, the data of ``splits`` only) and model,
     and load a checkpoint into the model (default: the one its test numbers use)."""
-    cfg = with_eval_overrides(load_run_config(run_path), eval_overrides or [])
-    files = RunFiles(Path(run_path))
+    run = Run.open(run_path)
+    cfg, files = with_eval_overrides(run.config, eval_overrides or []), run.files
     ckpt_path = checkpoint_file(files, checkpoint if checkpoint is not None
                                 else cfg.train.test_checkpoint)
     holder = lock_holder(files.root)
@@ -394,7 +374,7 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
                               f"{holder}. Evaluate it once it has saved its first checkpoint.")
     seed_everything(cfg.seed)
     task = make_task(cfg, resolve_data_dir(data_dir), files.root)
-    splits = tuple(_split_name(task, s) for s in splits)
+    splits = tuple(split_name(task, s) for s in splits)
     # before any data is read
     ckpt = load_checkpoint(ckpt_path, expect=cfg.checkpoint_key(), hint=files.checkpoint_hint(ckpt_path))
     use_artefacts(task, run_artefacts(task, files)[0], files)
@@ -403,15 +383,6 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
     load_model_state(model, ckpt.get("model"), ckpt_path, hint=files.checkpoint_hint(ckpt_path))
     model.to(pick_device(device)).eval()
     return cfg, task, model
-
-
-def _split_name(task: Task, split: str) -> str:
-    valid = {"dev": task.dev_split, "test": task.test_split,
-             task.dev_split: task.dev_split, task.test_split: task.test_split}
-    if split not in valid:
-        raise UserError(f"--split must be dev or test (this task calls them "
-                        f"{task.dev_split!r} and {task.test_split!r}), got {split!r}")
-    return valid[split]
 
 
 def evaluate_run(run_path: Path, split: str = "test", checkpoint: str | None = None,
@@ -441,7 +412,7 @@ def evaluate_run_task(run_path: Path, split: str = "test", checkpoint: str | Non
         set_threads(threads)
         cfg, task, model = load_run_model(run_path, checkpoint, data_dir, device, splits=(split,),
                                           eval_overrides=eval_overrides)
-        name = _split_name(task, split)
+        name = split_name(task, split)
         with torch.no_grad():
             if write_predictions is not None:
                 metrics = task.write_predictions(model, name, Path(write_predictions))
@@ -461,7 +432,7 @@ class ScoredRun:
     checkpoint: str
     metrics: dict[str, float]
     recomputed: dict[str, float]
-    reported: dict[str, float] | None
+    reported: dict[str, float]
 
 
 def score_run(run_path: Path, split: str = "test", data_dir: str | None = None,
@@ -471,14 +442,12 @@ def score_run(run_path: Path, split: str = "test", data_dir: str | None = None,
     options it was trained with.  Writes nothing else but the run's lock file, held meanwhile
     (it names this command), so no training of the same run starts while it runs."""
     check_threads(threads)
-    files = RunFiles(Path(run_path))
-    if not files.config.exists():
-        raise ConfigError(f"{run_path} is not a run directory (no {RunFiles.CONFIG}).")
-    if not files.result.exists():
+    run = Run.open(run_path)
+    files, result = run.files, run.result
+    if result is None:
         raise UserError(f"{run_path} has no {RunFiles.RESULT}: the run is not finished. Its final "
                         "evaluation writes the scores file when it finishes (continue it with "
                         "the same `lstmablate train` command plus --resume).")
-    result = read_result(files.root)
     checkpoint = str(result.test_checkpoint or "best")
     ckpt_path = files.checkpoint(checkpoint)
     if ckpt_path is None or not ckpt_path.exists():
@@ -489,7 +458,7 @@ def score_run(run_path: Path, split: str = "test", data_dir: str | None = None,
     with resource_guard(f"scoring {run_path}"), RunLock(files.root):
         set_threads(threads)
         cfg, task, model = load_run_model(files.root, checkpoint, data_dir, device, splits=(split,))
-        name = _split_name(task, split)
+        name = split_name(task, split)
         with torch.no_grad():
             metrics, records = task.evaluate_items(model, name)
         if records is None:
@@ -499,10 +468,4 @@ def score_run(run_path: Path, split: str = "test", data_dir: str | None = None,
         path = write_run_scores(files, cfg, name, checkpoint, metrics, records,
                                 task.reference_items(name))
     recomputed = {k: m.of(records) for k, m in task.item_metrics().items()}
-    reported = result.test if name == task.test_split else (result.dev_final or result.dev)
-    return ScoredRun(path, task, name, checkpoint, metrics, recomputed, reported)
-
-
-def read_result(run_path: Path) -> RunResult:
-    path = RunFiles(Path(run_path)).result
-    return RunResult.from_json(read_json(path), path)
+    return ScoredRun(path, task, name, checkpoint, metrics, recomputed, run.reported(name))

@@ -16,6 +16,10 @@ refused before anything is written, never followed; no command writes its output
 run folder), ``--force`` removes only the files of the names a run writes, and the
 temporary files of writes a kill interrupted are deleted when the run starts again
 (:func:`remove_interrupted_writes`).
+
+This module spells the layout and writes the records (and reads back the artefacts, whose
+manifest it writes, and ``result.json``'s format, :class:`RunResult`); a run folder is read
+as a whole by :class:`lstmablate.run.record.Run`.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lstmablate.config import RunConfig
-from lstmablate.errors import ConfigError, DataError, RunDirError, UserError
+from lstmablate.errors import DataError, RunDirError
 from lstmablate import io
 from lstmablate.io import atomic_write, atomic_write_json, atomic_write_yaml, read_json
 from lstmablate.limits import MAX_SEED, is_number, is_seed
@@ -316,64 +320,10 @@ def remove_interrupted_writes(files: RunFiles) -> list[Path]:
     return removed
 
 
-@dataclass(frozen=True)
-class RunStart:
-    """What a ``train`` command will do with its run directory (decided before any write)."""
-
-    resume: bool  # continue from last.pt
-    replace: bool  # clear what the directory holds first (--force, or a start that never trained)
-
-
 def has_started(files: RunFiles) -> bool:
     """Did the run train at all: a checkpoint, a result or an evaluation line."""
     return (files.last.exists() or files.best.exists() or files.result.exists()
             or (files.metrics.exists() and files.metrics.stat().st_size > 0))
-
-
-def inspect_run_dir(files: RunFiles, cfg: RunConfig, *, resume: bool, force: bool) -> RunStart:
-    """Check the directory against ``cfg`` without writing anything.
-
-    A directory holding a *different* run (another identity) is refused unless
-    ``force``; one holding this same run is refused unless ``resume`` or ``force`` —
-    nothing is ever silently overwritten.  A directory whose run never trained (a start
-    that failed after writing its config) is simply started again.  An entry of the
-    directory that is a symbolic link (or not of its kind) is refused
-    (:func:`~lstmablate.runfolder.check_run_entries`).
-    """
-    if files.root.exists() and not files.root.is_dir():
-        raise RunDirError(f"{files.root} is a file, not a run directory. Choose another --out "
-                          "(the runs tree is <out>/<experiment>/<cell>/seed-<n>/).")
-    check_run_entries(files.root)
-    if not files.config.exists():
-        if resume and files.root.exists() and any(p.name != RunFiles.LOCK for p in files.root.iterdir()):
-            raise RunDirError(f"{files.root} has files but no config.yaml; it is not a lstmablate "
-                              "run. Use another --out directory.")
-        return RunStart(resume=False, replace=False)
-    if force or not has_started(files):
-        return RunStart(resume=False, replace=True)
-    diff = saved_config_differences(files, cfg)
-    if diff is None:
-        raise ConfigError(f"{files.config} is not valid YAML; it may be damaged. "
-                          "Use --force to start this run again.")
-    if diff:
-        raise RunDirError(
-            f"{files.root} already holds a different run (config differs in: {', '.join(diff)}). "
-            "Nothing was changed. Use another --out directory, or --force to replace it.")
-    if not files.is_finished() and not files.last.exists():  # nothing to continue from
-        raise RunDirError(
-            f"{files.root} holds this run, unfinished, but no {RunFiles.LAST} to "
-            f"{'resume' if resume else 'continue it'} from (it was deleted, or the run stopped "
-            "before its first one was saved, e.g. on a full disk). " + START_AGAIN)
-    if not resume:
-        state = "finished" if files.is_finished() else "unfinished"
-        raise RunDirError(
-            f"{files.root} already holds this run ({state}). Use --resume to continue it "
-            "(a finished run is only re-evaluated), or --force to start again from scratch.")
-    if not files.last.exists():
-        raise RunDirError(
-            f"{files.root} holds this run but has no {RunFiles.LAST} to resume from (it was "
-            "deleted). Use --force to start the run again from scratch.")
-    return RunStart(resume=True, replace=False)
 
 
 def clear_run_dir(files: RunFiles) -> None:
@@ -389,45 +339,6 @@ def clear_run_dir(files: RunFiles) -> None:
         for p in folder.glob(pattern) if folder.is_dir() else ():
             if not p.is_dir() or p.is_symlink():  # (a link is removed, what it points to not)
                 p.unlink()
-
-
-def saved_config_differences(files: RunFiles, cfg: RunConfig) -> list[str] | None:
-    """How the run saved in ``files`` differs from ``cfg`` in what makes a run's identity
-    (task, cell, seed, data, model, train): ``section.key (saved -> new)`` items, empty if it is
-    the same run; None if its config.yaml cannot be read."""
-    try:
-        old = io.load_yaml(files.config, DataError)
-    except UserError:  # unreadable, too big, nested too deeply, not YAML
-        return None
-    new = cfg.identity()
-    old = _identity_of_saved(old, cfg)
-    return [] if old == new else config_differences(old if isinstance(old, dict) else {}, new)
-
-
-def _identity_of_saved(old: Any, cfg: RunConfig) -> Any:
-    """The identity of a saved config.yaml, brought to this version (keys added since at
-    their defaults, renamed keys moved, recipe metadata dropped), so that neither a new
-    toolkit option nor an edited recipe makes an existing run "different"."""
-    if not isinstance(old, dict):
-        return old
-    from lstmablate.config import config_from_dict
-    from lstmablate.task import get_task
-
-    try:
-        return config_from_dict(get_task(cfg.task), old, RunFiles.CONFIG).identity()
-    except Exception:  # noqa: BLE001 - not comparable: report it as a difference
-        return {k: old.get(k) for k in cfg.identity()}
-
-
-def config_differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
-    out = []
-    for k in sorted(set(old) | set(new), key=str):
-        a, b = old.get(k), new.get(k)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += config_differences(a, b, f"{prefix}{k}.")
-        elif a != b:
-            out.append(f"{prefix}{k} ({a!r} -> {b!r})")
-    return out
 
 
 def write_config(files: RunFiles, cfg: RunConfig) -> None:

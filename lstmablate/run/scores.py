@@ -41,6 +41,11 @@ HEADER_KEYS = ("task", "experiment", "cell", "seed", "split", "checkpoint", "ite
 OPTIONAL_KEYS = ("reference",)
 
 
+def scores_command(run: Path, split: str = "test") -> str:
+    """The command that writes the scores file of ``split`` for a finished run."""
+    return f"lstmablate eval {run} --split {split} --scores"
+
+
 def reference_digest(items: Sequence[str]) -> str:
     """``sha256:<hex>`` of a split's gold items (each as text, in order): what makes two scores
     files comparable item by item."""

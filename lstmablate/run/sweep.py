@@ -24,7 +24,8 @@ from lstmablate.console import escape
 from lstmablate.errors import ConfigError, RunDirError, UserError
 from lstmablate.limits import check_int, max_threads
 from .runlock import lock_holder
-from .runs import RunFiles, check_out_dir, has_started, saved_config_differences
+from .record import saved_config_differences
+from .runs import RunFiles, check_out_dir, has_started
 
 
 @dataclass

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from lstmablate.batching import BatchPlan
-from lstmablate.config import MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH, check_range
+from lstmablate.config import MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH, RunConfig, check_range
 from lstmablate.data import check_file, verify_datasets
 from lstmablate.errors import DataError, UnknownNameError, UserError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
@@ -194,12 +194,11 @@ class ParsingTask(Task):
         return lines
 
     @classmethod
-    def run_deviations(cls, config: dict[str, Any]) -> list[str]:
-        model = config.get("model") or {}
+    def run_deviations(cls, config: RunConfig) -> list[str]:
         out = []
-        if not model.get("pretrained"):
+        if not config.model.pretrained:
             out.append("no pretrained vectors (Parser-v1 adds GloVe 6B 100d)")
-        if model.get("encoder_lengths", cls.added_keys["model.encoder_lengths"]) == "all":
+        if config.model.encoder_lengths == "all":
             out.append("every word encoded (Parser-v1 never encodes a sentence's last word)")
         return out
 

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lstmablate.batching import BatchPlan
+from lstmablate.config import RunConfig
 from lstmablate.data import verify
 from lstmablate.errors import ConfigError, DataError, UserError
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
@@ -42,7 +43,7 @@ from .config import BiDAFData, BiDAFEval, BiDAFModel, DrQAData, DrQAModel, Squad
 from .decode import best_spans
 from .drqa import DrQAReader
 from .examples import SquadExamples, tokenize_articles
-from .features import BASIC_FEATURES, FEATURES, TAGGER_FEATURES, feature_size, token_features
+from .features import FEATURES, TAGGER_FEATURES, feature_size, token_features
 from .metrics import (exact_match_score, f1_score, max_over_gold, read_predictions,
                       score_predictions)
 from .tokenizer import make_tokenizer
@@ -98,12 +99,11 @@ class SquadTask(Task):
                                original=self.original_vectors, verify=self.data_cfg.verify)
 
     @classmethod
-    def run_deviations(cls, config: dict[str, Any]) -> list[str]:
-        data, model = config.get("data") or {}, config.get("model") or {}
+    def run_deviations(cls, config: RunConfig) -> list[str]:
         out = []
-        if not model.get("pretrained"):
+        if not config.model.pretrained:
             out.append(f"no pretrained vectors ({cls.original_vectors})")
-        if data.get("tokenizer", cls.added_keys["data.tokenizer"]) != "spacy":
+        if config.data.tokenizer != "spacy":
             out.append("regular-expression tokenizer (the original tokenised with spaCy)")
         return out
 
@@ -309,10 +309,9 @@ class DrQATask(SquadTask):
                 "em_uncased,tf] (the report marks such runs).")
 
     @classmethod
-    def run_deviations(cls, config: dict[str, Any]) -> list[str]:
+    def run_deviations(cls, config: RunConfig) -> list[str]:
         out = super().run_deviations(config)
-        features = (config.get("model") or {}).get("features") or list(BASIC_FEATURES)
-        missing = [f for f in FEATURES if f not in features]
+        missing = [f for f in FEATURES if f not in config.model.features]
         if missing:
             out.append(f"without DrQA's features {', '.join(missing)}")
         return out

@@ -29,7 +29,7 @@ Weighted-sum view: keep f_t, write 1 - f_t, content W x_t.
 
 Parameter layout: ``weight_ih`` ((3 or 4)·H, I) = [W; W_f; W_r (; W_s)], ``bias`` (2H) =
 [b_f; b_r], ``weight_c`` (2H) = [v_f; v_r] in the 2018 form.  Initialisation:
-uniform(±1/sqrt(H)), or ±init_scale (the paper's §3.3 initialisation is not reproduced).
+uniform(±1/sqrt(H)), or ±init_scale (the paper's initialisation is not reproduced).
 """
 
 from __future__ import annotations

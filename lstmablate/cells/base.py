@@ -96,6 +96,9 @@ class Cell(nn.Module):
     #: outside it saturates every gate, and beyond ~3e38 it is not even a float32
     option_ranges: ClassVar[dict[str, tuple[float, float]]] = {
         "init_scale": (0.0, MAX_INIT_SCALE), "forget_bias": (-100.0, 100.0)}
+    #: the allowed values of an option that names a variant (e.g. a QRNN's ``pooling``),
+    #: checked with the ranges; the cell's constructor checks the same tuple
+    option_choices: ClassVar[dict[str, tuple]] = {}
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()

@@ -86,6 +86,10 @@ class CellSpec:
                 bounds = f" in [{low:g}, {high:g}]" if math.isfinite(high) else ""
                 raise ConfigError(f"{named(key)}: cell {self.name!r} takes {described(tp)}"
                                   f"{bounds}, got {value!r}{_as_text(value)}.")
+            choices = self.cls.option_choices.get(key)
+            if choices is not None and value is not None and value not in choices:
+                raise ConfigError(f"{named(key)}: cell {self.name!r} takes one of "
+                                  f"{', '.join(map(str, choices))}, got {value!r}.")
 
     def build_example(self) -> Cell:
         """A cell at the class's ``example_sizes`` (for introspection only)."""

@@ -1,0 +1,101 @@
+"""Cells whose recurrence is element-wise: no matrix ever multiplies the state.
+
+The simpler recurrences Levy et al. cite (QRNN, SRU) and their descendants (minGRU, minLSTM)
+keep one memory vector and update it unit by unit,
+
+    c_t = keep_t ∘ c_{t-1} + write_t ∘ content_t,        h_t = readout(c_t),
+
+with every matrix product applied to the inputs only.  :class:`ElementwiseCell` is the
+machinery they share; a cell provides
+
+* ``project_inputs(x)``: every matrix product, for all steps at once (the base contract);
+* ``scan_terms(xp, state)``: the gates and the content from those products, element-wise, as a
+  dict with ``keep``, ``write``, ``content`` (and whatever ``readout`` needs); it works on one
+  step's ``xp`` (B, *) and on a whole sequence's (T, B, *) alike;
+* ``readout(memory, terms)``: h_t from c_t, element-wise.
+
+``memory_step`` (the reference loop's step, and the weighted-sum trace of eq 8 through
+:class:`~lstmablate.cells._memory.MemoryTraceMixin`) is built from these two, so the forward
+pass, the step API and the weighted-sum view run one arithmetic.
+
+**Parallel over time.**  Where ``scan_terms`` reads nothing of the state (:attr:`linear_scan`:
+QRNN, the 2017 SRU, minGRU, minLSTM), the memory is a first-order linear recurrence whose
+coefficients are known before the recurrence starts:
+
+    c_t = (Π_{k<=t} keep_k) ∘ c_0 + Σ_{j<=t} (write_j ∘ Π_{j<k<=t} keep_k) ∘ content_j,
+
+which is Levy et al.'s eq 8 with the initial state as one more term.  :meth:`scan_inputs`
+returns keep, write and content of every step at once (one matrix product), so a scan kernel
+(sequential over time in one element-wise pass, or a parallel prefix scan) can compute every
+c_t and then apply ``readout`` to all of them.  Such a kernel plugs in as every fast path does
+(``fast_kernels``, docs/plugins.md), declaring ``math=("project_inputs", "scan_terms",
+"readout")``, and is tested against the reference loop here.  The 2018 SRU reads c_{t-1} in its
+gates (v ∘ c_{t-1}): still element-wise, but not a linear scan.
+
+**Recurrent dropout.**  The encoder's ``recurrent_dropout`` multiplies h_{t-1} where it enters
+a recurrent product (base.py).  These cells have none (``weight_hh`` is None: no recurrent
+matrix), so the mask changes nothing; their papers regularise otherwise (the QRNN's zoneout is
+a cell option).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from torch import Tensor
+
+from ._memory import MemoryTraceMixin
+from .base import Cell, State
+
+
+class ElementwiseCell(MemoryTraceMixin, Cell):
+    """A memory cell updated element-wise from gates and content (see the module docstring)."""
+
+    #: no recurrent matrix: h_{t-1} enters no product, so recurrent dropout has nothing to mask
+    weight_hh = None
+    state_names: ClassVar[tuple[str, ...]] = ("h", "c")
+    memory_index: ClassVar[int] = 1
+
+    @property
+    def state_sizes(self) -> tuple[int, ...]:
+        return (self.hidden_size,) * len(self.state_names)
+
+    @property
+    def linear_scan(self) -> bool:
+        """True if the gates and content depend on the inputs only (a linear recurrence)."""
+        return True
+
+    # -- what a cell describes ------------------------------------------------------------
+    def scan_terms(self, xp: Tensor, state: State) -> dict[str, Tensor]:
+        """``keep``, ``write``, ``content`` (and the readout's terms) from projected inputs."""
+        raise NotImplementedError
+
+    def readout(self, memory: Tensor, terms: dict[str, Tensor]) -> Tensor:
+        """h_t from the memory c_t and the step's terms."""
+        raise NotImplementedError
+
+    def next_state(self, h: Tensor, memory: Tensor, xp: Tensor) -> State:
+        """The state after a step: (h, c), or (h,) where the memory is h itself."""
+        return (h,) if self.memory_index == 0 else (h, memory)
+
+    # -- shared machinery ---------------------------------------------------------------------
+    def memory_step(self, xp: Tensor, state: State, h_mask: Tensor | None):
+        """One step: c_t = keep_t ∘ c_{t-1} + write_t ∘ content_t, then h_t = readout(c_t).
+        ``h_mask`` is unused: no product reads h_{t-1}."""
+        terms = self.scan_terms(xp, state)
+        memory = terms["keep"] * state[self.memory_index] + terms["write"] * terms["content"]
+        h = self.readout(memory, terms)
+        return h, self.next_state(h, memory, xp), terms["write"], terms["keep"], terms["content"]
+
+    def scan_inputs(self, x: Tensor, state: State | None = None) -> dict[str, Tensor]:
+        """The terms of every step of ``x`` (T, B, input_size) at once, each (T, B, H), from
+        ``state`` (default: the initial state).  Running ``c_t = keep_t ∘ c_{t-1} + write_t ∘
+        content_t`` over them and ``readout`` gives exactly the reference loop's outputs (on
+        unpadded sequences; a kernel sets keep 1 and write 0 at padding)."""
+        if not self.linear_scan:
+            raise TypeError(f"{type(self).__name__}'s gates read the previous memory, so they "
+                            "cannot be computed for all steps before the recurrence runs")
+        if state is None:
+            state = self.initial_state(x.shape[1], x)
+        return self.scan_terms(self.project_inputs(x), state)
+

@@ -12,20 +12,27 @@ between the markers; ``python tools/pages.py --check`` changes nothing and exits
 first page and line that differ from what the records give (``tests/test_pages.py`` runs it).
 The prose around the blocks is never touched.  A COMMAND is one of:
 
-* ``lstmablate report DIR [--table NAME] [--significance ...]``: the report exactly as the CLI
-  prints it (run in this process, through ``lstmablate.cli.main``).  No other ``lstmablate``
-  command is run from a page.
-* ``pages runs DIR --table NAME [--table NAME ...] [--cells A,B] --col [LABEL=]COLUMN ...``:
-  one row per finished run of the named experiments (the runs ``lstmablate report DIR
-  --table NAME --format json`` lists, in the order of ``--cells``, then by seed), for what
-  the report does not show: per-epoch values, the best dev epoch, a config value.  COLUMN is
-  one of ``cell``, ``seed``, ``params``, ``train_time`` (minutes), ``epochs``,
-  ``best_epoch``, ``test.M`` / ``dev.M`` (``result.json``'s sections), ``best.M`` (the best
-  dev value and its epoch), ``M@E1,E2`` (the dev evaluation of ``metrics.jsonl`` at the
-  end of those epochs, ``/``-separated), ``paper.M`` / ``paper[RECIPE].M`` (the number of the
-  run's recipe's ``reference:``, or RECIPE's) and ``config.SECTION.KEY``; ``:SPEC`` after it is a
-  Python format spec for its numbers (default: 2 decimals, integers with thousands
-  separators).  LABEL is the column's header (default: the column's name).
+* ``lstmablate report DIR [--table NAME] [--significance ...]``: the report as the CLI prints
+  it (run in this process, through ``lstmablate.cli.main``), its headings demoted below the
+  page's sections.
+* ``lstmablate compare RUNS_A RUNS_B``: the comparison as the CLI prints it, in a code block
+  (run folders only, no options: the test the report's ``--significance`` uses).  No other
+  ``lstmablate`` command is run from a page.
+* ``pages runs DIR --table NAME [--table NAME ...] [--cells A,B] [--seeds 1,2] --col
+  [LABEL=]COLUMN ...``: one row per finished run of the named experiments (the runs
+  ``lstmablate report DIR --table NAME --format json`` lists; only those cells and seeds where
+  given; grouped by ``--table``, then in the order of ``--cells``, then by seed), for what the
+  report does not show: per-epoch values, the best dev epoch, a config value.  COLUMN is one
+  of ``cell``, ``seed``, ``params``, ``train_time`` (minutes), ``epochs``, ``best_epoch``,
+  ``test.M`` / ``dev.M`` / ``dev_final.M`` (``result.json``'s sections), ``best.M`` (the best
+  dev value and its epoch), ``M@E1,E2`` (the dev evaluation of ``metrics.jsonl`` at the end of
+  those epochs, ``/``-separated; ``last``: the last evaluation), ``paper.M`` /
+  ``paper[RECIPE].M`` (the number in the ``reference:`` of the run's recipe, or of RECIPE) and
+  ``config.SECTION.KEY``; ``:SPEC`` after it is a Python format spec for its numbers
+  (default: 2 decimals, integers with thousands separators); ``A+B`` shows two columns'
+  values in one cell, ``a / b``.  LABEL is the column's header (default: the column's name).
+* ``pages records DIR``: one row per experiment under DIR, with its cells and the seeds of
+  each (the index of the records: no machine line).
 * ``pages headline DIR``: the README's table of the five paper cells across tasks
   (:data:`HEADLINE`: one column per task, the mean over seeds of one test metric, the
   paper's number in brackets, a learning rate that differs from its recipe's named).
@@ -41,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import json
 import io
 import os
 import re
@@ -51,6 +59,12 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from lstmablate import cli, task
+from lstmablate.errors import DataError
+from lstmablate.io import load_yaml, parse_json, read_json, read_lines
+from lstmablate.recipes import load_recipe
+from lstmablate.run.runs import RunFiles
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the pages whose marked blocks are generated, relative to the repository root
@@ -70,8 +84,6 @@ def lstmablate(*argv: str) -> str:
     """What ``lstmablate ARGV`` prints on stdout, run in this process through the CLI's entry
     point (its parsing and its error printer).  A PageError for a failure or a warning (a
     skipped run folder is a record the page would silently lose)."""
-    from lstmablate import cli
-
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -94,9 +106,7 @@ class Run:
     row: dict[str, Any]
 
     @property
-    def files(self):
-        from lstmablate.run.runs import RunFiles
-
+    def files(self) -> RunFiles:
         return RunFiles(Path(self.row["path"]))
 
     @property
@@ -108,33 +118,30 @@ class Run:
         return self.row["seed"]
 
     def result(self) -> dict[str, Any]:
-        from lstmablate.io import read_json
-
         return read_json(self.files.result)
 
     def config(self) -> dict[str, Any]:
-        from lstmablate.io import load_yaml
-
         return load_yaml(self.files.config)
 
     def env(self) -> dict[str, Any] | None:
-        from lstmablate.io import read_json
-
         return read_json(self.files.env) if self.files.env.is_file() else None
 
     def evaluations(self) -> list[dict[str, Any]]:
         """``metrics.jsonl``: the dev evaluations, in order."""
-        from lstmablate.errors import DataError
-        from lstmablate.io import parse_json, read_lines
-
         path = self.files.metrics
         return [parse_json(line, f"{path}, line {i}") for i, line in
                 enumerate(read_lines(path, DataError), 1) if line.strip()]
 
 
 def find(runs_dir: str, tables: list[str]) -> list[Run]:
-    """The finished runs of ``tables`` under ``runs_dir``, as ``lstmablate report`` reads them."""
-    runs = [run for table in tables or [""] for run in _finished(runs_dir, table)]
+    """The finished runs of ``tables`` under ``runs_dir``, as ``lstmablate report`` reads them;
+    an experiment's own folder is read alone (the same runs, found faster)."""
+    runs = []
+    for table in tables or [""]:
+        if table and (ROOT / runs_dir / table).is_dir():
+            runs += _finished(str(Path(runs_dir) / table), "")
+        else:
+            runs += _finished(runs_dir, table)
     if not runs:
         raise PageError(f"no finished run under {runs_dir}" + (f" for {', '.join(tables)}" if tables
                                                                else ""))
@@ -144,11 +151,7 @@ def find(runs_dir: str, tables: list[str]) -> list[Run]:
 @functools.lru_cache(maxsize=None)
 def _finished(runs_dir: str, table: str) -> tuple[Run, ...]:
     """``lstmablate report RUNS_DIR [--table TABLE] --format json``'s finished runs, read once
-    per process; an experiment's own folder is read alone (the same runs, found faster)."""
-    import json
-
-    if table and (ROOT / runs_dir / table).is_dir():
-        runs_dir = str(Path(runs_dir) / table)
+    per process."""
     rows = json.loads(lstmablate("report", runs_dir, "--format", "json",
                                  *(["--table", table] if table else [])))
     return tuple(Run(r) for r in rows if r["status"] == "finished")
@@ -222,6 +225,10 @@ class Column:
 def column(spec: str) -> Column:
     """A ``--col [LABEL=]COLUMN[:SPEC]`` of ``pages runs`` (the module's docstring)."""
     label, _, expr = spec.rpartition("=") if "=" in spec else ("", "", spec)
+    if "+" in expr:  # several values in one cell, "a / b"
+        parts = [column(part) for part in expr.split("+")]
+        return Column(label.strip() or " / ".join(p.label for p in parts),
+                      lambda run: " / ".join(p.render(run) for p in parts))
     expr, _, fmt = expr.partition(":")
     expr = expr.strip()
 
@@ -235,9 +242,9 @@ def column(spec: str) -> Column:
     elif expr == "train_time":
         render, default = (lambda run: f"{number(run.row['train_time_s'] / 60, fmt or '.1f')} min"), \
             "train time"
-    elif expr.startswith(("test.", "dev.")):
+    elif expr.startswith(("test.", "dev.", "dev_final.")):
         name, key = expr.split(".", 1)
-        render, default = section(name, key), f"{name} {key}"
+        render, default = section(name, key), f"{name.replace('_', ' ')} {key}"
     elif expr.startswith("best."):
         key = expr.split(".", 1)[1]
 
@@ -247,10 +254,13 @@ def column(spec: str) -> Column:
         default = f"best dev {key} (epoch)"
     elif "@" in expr:
         key, _, epochs = expr.partition("@")
-        wanted = [int(e) for e in epochs.split(",")]
+        wanted = [e if e == "last" else int(e) for e in epochs.split(",")]
 
         def render(run: Run) -> str:
-            at = {e["epoch"]: e.get(key) for e in run.evaluations()}  # the last of each epoch
+            evaluations = run.evaluations()
+            at = {e["epoch"]: e.get(key) for e in evaluations}  # the last of each epoch
+            if evaluations:
+                at["last"] = evaluations[-1].get(key)
             return " / ".join(number(at.get(e), fmt) for e in wanted)
         default = f"dev {key}, epoch {' / '.join(map(str, wanted))}"
     elif expr.startswith("paper"):
@@ -269,7 +279,7 @@ def column(spec: str) -> Column:
             value: Any = run.config()
             for k in keys:
                 value = value.get(k) if isinstance(value, dict) else None
-            return number(value, fmt) if not isinstance(value, float) or fmt else f"{value:g}"
+            return number(value, fmt) if not isinstance(value, float) or fmt else str(value)
         default = ".".join(keys)
     else:
         raise PageError(f"unknown column {expr!r}: cell, seed, params, train_time, epochs, "
@@ -284,20 +294,42 @@ def runs_table(argv: list[str]) -> str:
     parser.add_argument("runs_dir")
     parser.add_argument("--table", action="append", default=[])
     parser.add_argument("--cells", default="")
+    parser.add_argument("--seeds", default="")
     parser.add_argument("--col", action="append", default=[])
     args = parser.parse_args(argv)
     if not args.col:
         raise PageError("pages runs: no --col")
     columns = [column(c) for c in args.col]
     runs = find(args.runs_dir, args.table)
+    seeds = {int(n) for n in args.seeds.split(",") if n}
+    if seeds:
+        runs = [r for r in runs if r.seed in seeds]
     order = [c for c in args.cells.split(",") if c]
-    if order:
+    if order:  # grouped by --table, as given; within one, by --cells, then by seed
+        tables = [r.row["experiment"] for r in runs]
         runs = [r for r in runs if r.cell in order]
-        runs.sort(key=lambda r: (order.index(r.cell), r.seed))
+        runs.sort(key=lambda r: (tables.index(r.row["experiment"]), order.index(r.cell), r.seed))
     lines = ["| " + " | ".join(c.label for c in columns) + " |",
              "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(c.render(run) for c in columns) + " |" for run in runs]
     return "\n".join(lines) + "\n\n" + machine_line(runs, args.runs_dir) + "\n"
+
+
+# -- pages records ---------------------------------------------------------------------------
+def records(argv: list[str]) -> str:
+    """``pages records DIR``: one row per experiment kept under DIR, its cells and their seeds."""
+    parser = Parser(prog="pages records")
+    parser.add_argument("runs_dir")
+    args = parser.parse_args(argv)
+    seeds: dict[str, dict[str, list[int]]] = {}
+    for run in find(args.runs_dir, []):
+        seeds.setdefault(run.row["experiment"], {}).setdefault(run.cell, []).append(run.seed)
+    lines = ["| experiment | runs | cells (seeds) |", "|---|---|---|"]
+    for experiment, cells in sorted(seeds.items()):
+        described = ", ".join(f"`{cell}` ({', '.join(map(str, sorted(s)))})"
+                              for cell, s in sorted(cells.items()))
+        lines.append(f"| `{experiment}` | {sum(map(len, cells.values()))} | {described} |")
+    return "\n".join(lines) + "\n"
 
 
 # -- pages headline --------------------------------------------------------------------------
@@ -338,8 +370,6 @@ HEADLINE = (
 @functools.lru_cache(maxsize=None)
 def recipe_of(name: str) -> dict[str, Any]:
     """A shipped recipe resolved through its chain (read once per process)."""
-    from lstmablate.recipes import load_recipe
-
     return load_recipe(name)[1]
 
 
@@ -384,7 +414,7 @@ def headline(argv: list[str]) -> str:
         notes.append("—: no run record in the repository ("
                      + "; ".join(f"{short}: {', '.join(cells)}" for short, cells in missing.items())
                      + ").")
-    notes.append("Machines (from the runs' `env.json`): " + "; ".join(where) + ".")
+    notes.append("Machines (from the runs' `env.json`):\n\n" + "\n".join(f"* {w}" for w in where))
     return "\n".join(lines) + "\n\n" + "\n\n".join(notes) + "\n"
 
 
@@ -408,19 +438,30 @@ def render(command: str) -> str:
     """What a marker's command prints: the text between its markers."""
     argv = shlex.split(command)
     if argv[:2] == ["lstmablate", "report"]:
-        text = lstmablate(*argv[1:])
+        # its headings (one per table) demoted below the page's sections
+        text = re.sub(r"^## ", "#### ", lstmablate(*argv[1:]), flags=re.M)
         spec = Parser(prog="lstmablate report", add_help=False)
         spec.add_argument("runs_dir")
         spec.add_argument("--table", action="append", default=[])
         args, _ = spec.parse_known_args(argv[2:])
         return text.rstrip("\n") + "\n\n" + machine_line(find(args.runs_dir, args.table),
                                                          args.runs_dir) + "\n"
+    if argv[:2] == ["lstmablate", "compare"]:
+        paths = argv[2:]
+        if any(a.startswith("-") for a in paths):
+            raise PageError("a page's `lstmablate compare` names run folders only (its defaults: "
+                            "what the report's --significance uses)")
+        text = lstmablate(*argv[1:])
+        runs = [run for path in paths for run in find(path, [])]
+        return f"```text\n{text.strip()}\n```\n\n{machine_line(runs, str(Path(paths[0]).parent))}\n"
     if argv[:2] == ["pages", "runs"]:
         return runs_table(argv[2:])
     if argv[:2] == ["pages", "headline"]:
         return headline(argv[2:])
-    raise PageError(f"unknown generator {command!r}: `lstmablate report ...`, `pages runs ...` or "
-                    "`pages headline ...`")
+    if argv[:2] == ["pages", "records"]:
+        return records(argv[2:])
+    raise PageError(f"unknown generator {command!r}: `lstmablate report ...`, `lstmablate compare "
+                    "RUN... RUN...`, `pages runs ...`, `pages records ...` or `pages headline ...`")
 
 
 def regenerate(text: str, where: str, keep: Callable[[str], bool] = lambda command: True) -> str:
@@ -439,9 +480,25 @@ def regenerate(text: str, where: str, keep: Callable[[str], bool] = lambda comma
     cwd = os.getcwd()
     os.chdir(ROOT)  # the markers' paths are relative to the repository root
     try:
-        return BLOCK.sub(block, text)
+        with entry_points_read_once():
+            return BLOCK.sub(block, text)
     finally:
         os.chdir(cwd)
+
+
+@contextlib.contextmanager
+def entry_points_read_once():
+    """The task registry's entry points read once for a whole generation, as the tests'
+    fixtures do: the CLI looks them up afresh for every run it reads (thousands of scans of the
+    installed packages over a tree of records, most of a generation's time), and they cannot
+    change while the pages are generated."""
+    real = task._entry_points
+    found = real()
+    task._entry_points = lambda: found
+    try:
+        yield
+    finally:
+        task._entry_points = real
 
 
 def pages(root: Path = ROOT) -> list[Path]:

@@ -75,7 +75,8 @@ def test_the_significance_blocks_match_their_records():
 
 
 def test_a_page_that_differs_is_named_with_its_line_and_the_fix(tmp_path):
-    command = "pages runs experiments/results --table ptb-medium --cells lstm --col cell --col test.ppl"
+    command = ("pages runs experiments/results --table ptb-medium --cells lstm --col cell "
+               "--col test.ppl")
     page = tmp_path / "page.md"
     page.write_text(f"# A page\n\nprose\n\n<!-- generated: {command} -->\n<!-- /generated -->\n",
                     encoding="utf-8")
@@ -135,7 +136,8 @@ def test_every_record_is_in_the_one_layout():
 def test_a_runs_table_shows_what_the_records_hold():
     folder = RECORDS / "ptb-medium" / "lstm-gates" / "seed-1"
     res = result(folder)
-    evaluations = [json.loads(line) for line in (folder / RunFiles.METRICS).read_text().splitlines()]
+    lines = (folder / RunFiles.METRICS).read_text(encoding="utf-8").splitlines()
+    evaluations = [json.loads(line) for line in lines]
     text = pages.render("pages runs experiments/results --table ptb-medium --cells lstm-gates "
                         "--col cell --col lr=config.train.lr --col ppl@1,39 --col best.ppl "
                         "--col train_time --col paper.ppl --col test.ppl+test.nll:.3f")
@@ -143,8 +145,9 @@ def test_a_runs_table_shows_what_the_records_hold():
     assert header == ("| cell | lr | dev ppl, epoch 1 / 39 | best dev ppl (epoch) | train time | "
                       "paper | test ppl / test nll |")
     assert rule == "|---|---|---|---|---|---|---|"
-    assert row == (f"| `lstm-gates` | 0.1 | {evaluations[0]['ppl']:.2f} / {evaluations[-1]['ppl']:.2f}"
-                   f" | {res['best']['dev']['ppl']:.2f} ({res['best']['epoch']}) | "
+    best = res["best"]
+    assert row == (f"| `lstm-gates` | 0.1 | {evaluations[0]['ppl']:.2f} / "
+                   f"{evaluations[-1]['ppl']:.2f} | {best['dev']['ppl']:.2f} ({best['epoch']}) | "
                    f"{res['train_time_s'] / 60:.1f} min | 140.9 | {res['test']['ppl']:.2f} / "
                    f"{res['test']['nll']:.3f} |")
     # the runs have no env.json: the table says where their machine is named
@@ -154,8 +157,10 @@ def test_a_runs_table_shows_what_the_records_hold():
 def test_the_headline_is_the_mean_over_the_seeds_kept():
     text = pages.render("pages headline experiments/results")
     lstm = next(line for line in text.splitlines() if line.startswith("| LSTM (`lstm`)"))
-    las = statistics.mean(result(f)["test"]["las"] for f in (RECORDS / "parsing-ewt-cpu" / "lstm").iterdir())
-    bleu = statistics.mean(result(f)["test"]["bleu"] for f in (RECORDS / "nmt-multi30k-cpu" / "lstm").iterdir())
+    las = statistics.mean(result(f)["test"]["las"]
+                          for f in (RECORDS / "parsing-ewt-cpu" / "lstm").iterdir())
+    bleu = statistics.mean(result(f)["test"]["bleu"]
+                           for f in (RECORDS / "nmt-multi30k-cpu" / "lstm").iterdir())
     assert f"| {las:.2f} (88.05) |" in lstm and f"| {bleu:.2f} (38.19) |" in lstm
     gates = next(line for line in text.splitlines() if line.startswith("| −GATES (`lstm-gates`)"))
     # a learning rate other than the recipe's is named beside its number
@@ -167,7 +172,8 @@ def test_the_machine_is_named_from_env_json_never_the_host():
            "torch": "2.13.0+cpu", "hostname": "build-host-7"}
     assert pages.machine_of(cpu) == "AMD EPYC, 2 cores, PyTorch 2.13.0+cpu, 1 thread per run"
     old = {"device": "cpu", "threads": 2, "torch": "2.13.0+cpu", "hostname": "vm"}
-    assert pages.machine_of(old) == "CPU (model not recorded), PyTorch 2.13.0+cpu, 2 threads per run"
+    assert pages.machine_of(old) == ("CPU (model not recorded), PyTorch 2.13.0+cpu, "
+                                     "2 threads per run")
     gpu = {"device": "cuda:0", "gpu": "NVIDIA H100 80GB HBM3", "cpus": 16, "threads": 4,
            "torch": "2.13.0+cu128"}
     assert pages.machine_of(gpu) == "NVIDIA H100 80GB HBM3, PyTorch 2.13.0+cu128, 4 threads per run"
@@ -177,7 +183,8 @@ def test_the_machine_is_named_from_env_json_never_the_host():
 
 @pytest.mark.parametrize("command, named", [
     ("lstmablate train --task dyck --cell lstm", "unknown generator"),
-    ("pages runs experiments/results --table ptb-medium --col nonsense", "unknown column 'nonsense'"),
+    ("pages runs experiments/results --table ptb-medium --col nonsense",
+     "unknown column 'nonsense'"),
     ("pages runs experiments/results --table ptb-medium", "no --col"),
     ("pages runs experiments/results --table no-such-experiment --col cell",
      "unknown recipe 'no-such-experiment'"),

@@ -205,7 +205,8 @@ def number(value: Any, spec: str = "") -> str:
         return value
     if spec:
         return format(value, spec)
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1000):
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()
+                                  and abs(value) >= 1000):
         return f"{int(value):,}"
     return f"{value:.2f}"
 
@@ -240,8 +241,9 @@ def column(spec: str) -> Column:
     elif expr in ("seed", "params", "epochs", "best_epoch"):
         render, default = (lambda run: number(run.row.get(expr), fmt)), expr.replace("_", " ")
     elif expr == "train_time":
-        render, default = (lambda run: f"{number(run.row['train_time_s'] / 60, fmt or '.1f')} min"), \
-            "train time"
+        def render(run: Run) -> str:
+            return f"{number(run.row['train_time_s'] / 60, fmt or '.1f')} min"
+        default = "train time"
     elif expr.startswith(("test.", "dev.", "dev_final.")):
         name, key = expr.split(".", 1)
         render, default = section(name, key), f"{name.replace('_', ' ')} {key}"
@@ -283,8 +285,8 @@ def column(spec: str) -> Column:
         default = ".".join(keys)
     else:
         raise PageError(f"unknown column {expr!r}: cell, seed, params, train_time, epochs, "
-                        "best_epoch, test.M, dev.M, best.M, M@E1,E2, paper.M, paper[RECIPE].M "
-                        "or config.SECTION.KEY")
+                        "best_epoch, test.M, dev.M, dev_final.M, best.M, M@E1,E2, paper.M, "
+                        "paper[RECIPE].M or config.SECTION.KEY")
     return Column(label.strip() or default, render)
 
 
@@ -352,8 +354,9 @@ PAPER_CELLS = (("LSTM", "lstm"), ("−S-RNN", "lstm-srnn"), ("−S-RNN−OUT", "
 HEADLINE = (
     HeadlineColumn("[PTB small (CPU, 13 epochs)](docs/results/table1-ptb.md)<br>test ppl ↓",
                    "PTB small", ("ptb-small", "ptb-small-gates-lr0.2"), "ppl", None),
-    HeadlineColumn("[PTB medium (paper scale, GPU)](docs/results/table1-ptb.md#ptb-medium-at-the-papers-scale)"
-                   "<br>test ppl ↓", "PTB medium", ("ptb-medium",), "ppl", "ptb-medium"),
+    HeadlineColumn("[PTB medium (paper scale, GPU)]"
+                   "(docs/results/table1-ptb.md#ptb-medium-at-the-papers-scale)<br>test ppl ↓",
+                   "PTB medium", ("ptb-medium",), "ppl", "ptb-medium"),
     HeadlineColumn("[SQuAD stand-in (dev split)](docs/results/table2-squad.md)<br>DrQA F1 ↑",
                    "DrQA", ("squad-drqa-standin-dev-split",), "f1", "squad-drqa"),
     HeadlineColumn("[SQuAD stand-in (dev split)](docs/results/table2-squad.md)<br>BiDAF F1 ↑",

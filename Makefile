@@ -26,7 +26,7 @@ SWEEP_ARGS ?=   # e.g. SWEEP_ARGS="--device cuda"
 
 # (reproduce-% is a pattern rule, which .PHONY would switch off; no file has such a name.)
 .PHONY: install install-torch demo test readme-check recipe-snapshot bench gpu-check report \
-	clean-demo
+	clean-demo pages
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,12 @@ readme-check: install
 
 report:
 	$(PY) -m lstmablate report $(RUNS)
+
+# Every marked table of the results pages (docs/results/*.md) and the README's headline,
+# regenerated from the run records in experiments/results/ (docs/results/README.md); run it
+# after adding or replacing records, and commit the pages with them.
+pages:
+	$(PY) tools/pages.py
 
 bench:
 	$(PY) -m lstmablate bench --threads $(THREADS)

@@ -112,10 +112,11 @@ def test_the_parser_reads_a_glove_format_fixture(tmp_path):
 
 
 def test_report_marks_rows_trained_without_the_originals_setup(tmp_path):
-    """The CPU-scale Table 3 records: no GloVe and (saved before the key existed) every word
-    encoded: each row is marked and the deviations are listed; a run with both is not."""
+    """A CPU-scale Table 3 record: no GloVe and every word encoded (``encoder_lengths: all``):
+    each row is marked and the deviations are listed; a run with both is not."""
     runs = tmp_path / "runs"
-    shutil.copytree(RECORDS / "parsing-ewt-cpu" / "lstm", runs / "parsing-ewt-cpu" / "lstm" / "seed-1")
+    shutil.copytree(RECORDS / "parsing-ewt-cpu" / "lstm" / "seed-1",
+                    runs / "parsing-ewt-cpu" / "lstm" / "seed-1")
     report = build_report(runs, "parsing-ewt-cpu")
     (row,) = [r for r in report.tables[0].rows if r.cell == "lstm"]
     assert row.deviations == ["no pretrained vectors (Parser-v1 adds GloVe 6B 100d)",

@@ -50,9 +50,9 @@ from typing import Any
 from .gpu_check import paper_cells, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
-#: the window's folder in the checkout (git-ignored) and the parts of it that travel
+#: the window's folder in the checkout (git-ignored); its wheels/ and data/ travel with the
+#: checkout, its work/ stays on the GPU machine
 FOLDER = ".gpuwindow"
-CARRIED = (f"{FOLDER}/wheels", f"{FOLDER}/data")
 #: the GPU machine's Python and platform, for ``pip download`` (what the wheels are built for)
 DEVICE_PYTHON = "3.12"
 DEVICE_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
@@ -124,10 +124,14 @@ def _say(text: str) -> None:
 def download_wheels(names: list[str], dest: Path, python: str = DEVICE_PYTHON,
                     platforms: tuple[str, ...] = DEVICE_PLATFORMS) -> list[Path]:
     """``pip download`` of ``names`` and what they need, as wheels for the GPU machine's
-    Python and platform, into ``dest``."""
+    Python and platform, into ``dest``; a distribution installed here is taken at the version
+    installed here (the one this checkout is tested with: e.g. the NMT task's tokeniser)."""
     dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("*.whl"):  # one version of each (two would stop the install)
+        old.unlink()
     if not names:
         return []
+    names = [f"{n}=={metadata.version(n)}" if _installed(n) else n for n in names]
     cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--python-version",
            python, "--implementation", "cp", *[a for p in platforms for a in ("--platform", p)],
            "-d", str(dest), *names]
@@ -170,7 +174,9 @@ def prepare(args: argparse.Namespace) -> int:
     size = sum(p.stat().st_size for p in [*wheels, *data]) / 2**20
     _say(f"{len(wheels)} wheels in {base / 'wheels'}, {len(data)} data files in "
          f"{base / 'data'}: {size:.1f} MiB to carry")
-    print(f"carry: {json.dumps(list(CARRIED))}")
+    carry = [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+             for p in (base / "wheels", base / "data")]
+    print(f"carry: {json.dumps(carry)}")
     return 0
 
 

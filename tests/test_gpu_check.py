@@ -280,3 +280,27 @@ def test_gpu_check_and_the_window_start_with_the_standard_library_alone():
             "window.parse_args(['watch', '--minutes', '2', '--out', 'x'])\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_path_that_raises_is_named_and_the_others_still_run(tmp_path, monkeypatch):
+    """A kernel that does not compile or launch is a failed path of the paths stage, with its
+    error's first line; the stage goes on with the other cells."""
+    from lstmablate.bench import gpu_stages
+
+    measured = accuracy.measure_accuracy
+
+    def measure(enc, *args, **kwargs):
+        if enc.cell_name == "lstm-srnn":
+            raise RuntimeError("PTX assembly aborted\nmore detail")
+        return measured(enc, *args, **kwargs)
+
+    stage = gpu_stages.Stage("paths-fp32", torch.device("cpu"), float("inf"),
+                             dict(shapes=["3x4x6x2"], cells=["lstm", "lstm-srnn"]),
+                             tmp_path / "rows.jsonl")
+    monkeypatch.setattr(accuracy, "measure_accuracy", measure)
+    outcome = gpu_stages.paths("fp32")(stage)
+    rows = gpu_check.read_rows(tmp_path / "rows.jsonl")
+    assert [(r["cell"], r["passed"], r.get("problem")) for r in rows] == [
+        ("lstm", True, None), ("lstm-srnn", False, "RuntimeError: PTX assembly aborted")]
+    assert outcome.status == "failed"
+    assert outcome.reason == "failed: lstm-srnn at 3x4x6x2 (RuntimeError: PTX assembly aborted)"

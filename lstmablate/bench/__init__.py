@@ -35,7 +35,7 @@ import importlib
 from typing import Any
 
 # (the standard library alone; bound now, since the module's own name is one of them)
-from .render import render, to_json, to_markdown
+from .render import render, to_json, to_markdown  # noqa: F401  (re-exported)
 
 #: each other public name and the submodule that defines it
 _HOMES = {

@@ -355,9 +355,11 @@ def markdown(doc: dict) -> str:
     if paths:
         lines += ["| shape | cell | precision | kernel | fast path | worst | error | allowed | "
                   "passed |", "|---|---|---|---|---|---|---|---|---|"]
+        taken = {True: "yes", False: "**no**", None: "?"}
         lines += [f"| {r['shape']} | {r['cell']} | {r['precision']} | {r['kernel']} | "
-                  f"{'yes' if r['fast_path'] else '**no**'} | {r['worst']} | {r['error']:.3g} | "
-                  f"{r['allowed']:.3g} | {'yes' if r['passed'] else '**no**'} |" for r in paths]
+                  f"{taken[r.get('fast_path')]} | {r.get('worst') or r.get('problem', '')} | "
+                  f"{_num(r.get('error'), '.3g')} | {_num(r.get('allowed'), '.3g')} | "
+                  f"{'yes' if r['passed'] else '**no**'} |" for r in paths]
         lines.append("")
     measured = [r for r in rows if r.get("kind") in ("cell", "model")]
     if measured:

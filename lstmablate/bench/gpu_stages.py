@@ -153,6 +153,12 @@ def _git() -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def first_line(err: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
+
+
 def _paper_cells() -> list[str]:
     from lstmablate.recipes import load_recipe
 
@@ -201,16 +207,24 @@ def paths(precision: str) -> Callable[[Stage], Outcome]:
                     continue
                 torch.manual_seed(0)
                 t0 = time.perf_counter()
-                enc = build_encoder(cell, shape.input_size, shape.hidden, num_layers=shape.layers,
-                                    bidirectional=shape.bidirectional,
-                                    dropout=PATHS_DROPOUT).to(stage.device).train()
-                x, lengths, state = _inputs(enc, shape, stage.device)
-                with float32_precision("fp32"):
-                    acc = measure_accuracy(enc, x, lengths, state, autocast=autocast)
-                kernel = _path(enc, stage.device, autocast or torch.float32, lengths is not None,
-                               shape.batch)
-                stage.emit(dict(kind="path", shape=shape.name, cell=cell, precision=precision,
-                                kernel=kernel, seconds=round(time.perf_counter() - t0, 2),
+                case = dict(kind="path", shape=shape.name, cell=cell, precision=precision)
+                try:
+                    enc = build_encoder(cell, shape.input_size, shape.hidden,
+                                        num_layers=shape.layers, bidirectional=shape.bidirectional,
+                                        dropout=PATHS_DROPOUT).to(stage.device).train()
+                    x, lengths, state = _inputs(enc, shape, stage.device)
+                    with float32_precision("fp32"):
+                        acc = measure_accuracy(enc, x, lengths, state, autocast=autocast)
+                    kernel = _path(enc, stage.device, autocast or torch.float32,
+                                   lengths is not None, shape.batch)
+                except Exception as err:  # noqa: BLE001  (named; the other paths still run)
+                    problem = first_line(err)
+                    stage.emit(dict(case, kernel="?", passed=False, problem=problem,
+                                    seconds=round(time.perf_counter() - t0, 2)))
+                    stage.log(f"{shape.name} {cell}: {problem}")
+                    failed.append(f"{cell} at {shape.name} ({problem})")
+                    continue
+                stage.emit(dict(case, kernel=kernel, seconds=round(time.perf_counter() - t0, 2),
                                 **acc.to_row()))
                 stage.log(f"{shape.name} {cell} ({kernel}): error {acc.error:.3g} of "
                           f"{acc.allowed:.3g} allowed in {acc.worst}"
@@ -221,10 +235,10 @@ def paths(precision: str) -> Callable[[Stage], Outcome]:
                     failed.append(f"{cell} at {shape.name} ({acc.worst}: {acc.error:.3g} > "
                                   f"{acc.allowed:.3g})")
         checked = len(stage.rows)
-        if precision == "bf16" and checked and len(slow) == checked:
+        if precision == "bf16" and checked and len(slow) == checked:  # (none raised)
             return Outcome("not-run", "not available in this version: under bfloat16 autocast "
                            "every cell ran the reference loop (no bf16 fast path)")
-        notes = [f"over the tolerance: {', '.join(failed)}" if failed else "",
+        notes = [f"failed: {', '.join(failed)}" if failed else "",
                  f"the reference loop ran (no fast path): {', '.join(slow)}" if slow else "",
                  f"not checked (deadline): {', '.join(left)}" if left else ""]
         reason = "; ".join(n for n in notes if n) or None
@@ -244,20 +258,24 @@ def cells(precision: str) -> Callable[[Stage], Outcome]:
         from .measure import float32_precision
 
         shapes = stage.options.get("shapes") or DEFAULT_SHAPES
-        left = []
+        failed, left = [], []
         for shape in shapes:
             if not stage.time_left():
                 left.append(shape)
                 continue
-            with float32_precision(precision):
-                for row in bench_cells(stage.options.get("cells"), [shape], threads=1,
+            try:
+                with float32_precision(precision):
+                    rows = bench_cells(stage.options.get("cells"), [shape], threads=1,
                                        device=str(stage.device),
                                        repeats=stage.options.get("repeats", 9), warmup=3,
-                                       reference=False, progress=stage.log):
-                    stage.emit(row)
-        if left:
-            return Outcome("partial", f"not timed (deadline): {', '.join(left)}")
-        return Outcome(summary=f"{len(stage.rows)} rows at {', '.join(shapes)}")
+                                       reference=False, progress=stage.log)
+            except Exception as err:  # noqa: BLE001  (named; the other shapes still run)
+                failed.append(f"{shape}: {first_line(err)}")
+                stage.log(failed[-1])
+                continue
+            for row in rows:
+                stage.emit(row)
+        return _outcome(failed, left, f"{len(stage.rows)} rows at {', '.join(shapes)}")
 
     return stage_fn
 
@@ -268,18 +286,22 @@ def models(stage: Stage) -> Outcome:
     from .models import bench_models
 
     sizes = stage.options.get("model_sizes") or ["medium", "small"]
-    left = []
+    failed, left = [], []
     for size in sizes:
         if not stage.time_left():
             left.append(size)
             continue
-        for row in bench_models(stage.options.get("cells"), threads=1, device=str(stage.device),
+        try:
+            rows = bench_models(stage.options.get("cells"), threads=1, device=str(stage.device),
                                 repeats=stage.options.get("repeats", 15), warmup=3, size=size,
-                                progress=stage.log):
+                                progress=stage.log)
+        except Exception as err:  # noqa: BLE001  (named; the other size still runs)
+            failed.append(f"PTB-{size}: {first_line(err)}")
+            stage.log(failed[-1])
+            continue
+        for row in rows:
             stage.emit(row)
-    if left:
-        return Outcome("partial", f"not timed (deadline): PTB-{', '.join(left)}")
-    return Outcome(summary=f"PTB-{', '.join(sizes)}")
+    return _outcome(failed, [f"PTB-{size}" for size in left], f"PTB-{', '.join(sizes)}")
 
 
 def steps(stage: Stage) -> Outcome:
@@ -306,6 +328,9 @@ def steps(stage: Stage) -> Outcome:
         except (UserError, ImportError) as err:  # no data here, a task's package missing
             problems.append(f"{recipe}: {err}")
             stage.log(problems[-1])
+        except Exception as err:  # noqa: BLE001  (named; the other recipes still run)
+            problems.append(f"{recipe}: {first_line(err)}")
+            stage.log(problems[-1])
     timed = {r["recipe"] for r in stage.rows}
     if problems and not timed:
         return Outcome("not-run", "; ".join(problems))
@@ -327,28 +352,42 @@ def profile(stage: Stage) -> Outcome:
     x = torch.randn(shape.batch, shape.steps, shape.input_size, generator=gen).to(dev)
     grad = torch.randn(shape.batch, shape.steps,
                        shape.hidden * (2 if shape.bidirectional else 1), generator=gen).to(dev)
-    left = []
+    failed, left = [], []
     for cell in stage.options.get("profile_cells") or PROFILE_CELLS:
         if not stage.time_left():
             left.append(cell)
             continue
         torch.manual_seed(0)
-        enc = (_TorchEncoder(cell, shape) if cell.startswith("nn.")
-               else _build_cell_encoder(cell, shape)).to(dev)
-        step = _encoder_step(enc, x.requires_grad_(True), None, grad)
-        for _ in range(5):  # compiled, captured, warm
-            step()
-        kernel = "cuDNN" if cell.startswith("nn.") and dev.type == "cuda" else (
-            "PyTorch" if cell.startswith("nn.") else _path(enc, dev, x.dtype, False, shape.batch))
-        table, total_ms = kernel_table(step, dev)
+        try:
+            enc = (_TorchEncoder(cell, shape) if cell.startswith("nn.")
+                   else _build_cell_encoder(cell, shape)).to(dev)
+            step = _encoder_step(enc, x.requires_grad_(True), None, grad)
+            for _ in range(5):  # compiled, captured, warm
+                step()
+            kernel = "cuDNN" if cell.startswith("nn.") and dev.type == "cuda" else (
+                "PyTorch" if cell.startswith("nn.") else _path(enc, dev, x.dtype, False,
+                                                               shape.batch))
+            table, total_ms = kernel_table(step, dev)
+        except Exception as err:  # noqa: BLE001  (named; the other cells still run)
+            failed.append(f"{cell}: {first_line(err)}")
+            stage.log(failed[-1])
+            continue
         for rank, entry in enumerate(table, 1):
             stage.emit(dict(kind="profile", shape=shape.name, cell=cell, kernel=kernel,
                             rank=rank, total_ms=total_ms, **entry))
         stage.log(f"{cell}: {total_ms:.3f} ms per forward+backward "
                   f"({'GPU kernels' if dev.type == 'cuda' else 'CPU operators'})")
-    if left:
-        return Outcome("partial", f"not profiled (deadline): {', '.join(left)}")
-    return Outcome(summary=f"{shape.name}, {'GPU kernels' if dev.type == 'cuda' else 'CPU operators'}")
+    return _outcome(failed, left, f"{shape.name}, "
+                    + ("GPU kernels" if dev.type == "cuda" else "CPU operators"))
+
+
+def _outcome(failed: list[str], left: list[str], summary: str) -> Outcome:
+    """``failed`` (units that raised: named), else ``partial`` (units ``left`` at the
+    deadline), else ``done``."""
+    notes = [f"failed: {'; '.join(failed)}" if failed else "",
+             f"not run (deadline): {', '.join(left)}" if left else ""]
+    status = "failed" if failed else "partial" if left else "done"
+    return Outcome(status, "; ".join(n for n in notes if n) or None, summary)
 
 
 #: the Python stages by name (gpu_check runs ``tests`` and ``trainer`` itself)

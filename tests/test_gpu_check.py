@@ -304,3 +304,18 @@ def test_a_path_that_raises_is_named_and_the_others_still_run(tmp_path, monkeypa
         ("lstm", True, None), ("lstm-srnn", False, "RuntimeError: PTX assembly aborted")]
     assert outcome.status == "failed"
     assert outcome.reason == "failed: lstm-srnn at 3x4x6x2 (RuntimeError: PTX assembly aborted)"
+
+
+def test_without_pytest_the_tests_stage_did_not_run_and_the_exit_says_so(tmp_path, capsys,
+                                                                          monkeypatch):
+    """The old gpu-check exited 0 when tests/gpu could not run (no pytest): now the stage is
+    "not-run", naming pytest, and the exit status is 1.  (A GPU is pretended: nothing runs
+    on it, the stage stops before pytest.)"""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Pretend GPU")
+    monkeypatch.setattr(gpu_check, "_missing", lambda *names: [n for n in names if n == "pytest"])
+    code = gpu_check.main(["--out", str(tmp_path), "--only", "tests"])
+    rows = gpu_check.read_rows(next(tmp_path.glob("gpu-check-pretend-gpu-*.jsonl")))
+    stage = next(r for r in rows if r.get("kind") == "stage")
+    assert code == 1 and stage["status"] == "not-run" and stage["reason"].startswith("needs pytest")
+    assert "tests not-run (needs pytest" in capsys.readouterr().err

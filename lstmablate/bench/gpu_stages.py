@@ -88,6 +88,22 @@ class Stage:
     def log(self, text: str) -> None:
         print(f"[{self.name}] {text}", flush=True)
 
+    def each(self, units: list[str], run: Callable[[str], None]) -> tuple[list[str], list[str]]:
+        """``run(unit)`` for each unit (a shape, a cell, a recipe) until the deadline;
+        returns (the units that raised, each with its error's first line: the others still
+        run; the units the deadline left)."""
+        failed, left = [], []
+        for unit in units:
+            if not self.time_left():
+                left.append(unit)
+                continue
+            try:
+                run(unit)
+            except Exception as err:  # noqa: BLE001  (named in the stage's outcome)
+                failed.append(f"{unit}: {first_line(err)}")
+                self.log(failed[-1])
+        return failed, left
+
 
 # ---------------------------------------------------------------------------------
 # the stages
@@ -258,23 +274,17 @@ def cells(precision: str) -> Callable[[Stage], Outcome]:
         from .measure import float32_precision
 
         shapes = stage.options.get("shapes") or DEFAULT_SHAPES
-        failed, left = [], []
-        for shape in shapes:
-            if not stage.time_left():
-                left.append(shape)
-                continue
-            try:
-                with float32_precision(precision):
-                    rows = bench_cells(stage.options.get("cells"), [shape], threads=1,
-                                       device=str(stage.device),
-                                       repeats=stage.options.get("repeats", 9), warmup=3,
-                                       reference=False, progress=stage.log)
-            except Exception as err:  # noqa: BLE001  (named; the other shapes still run)
-                failed.append(f"{shape}: {first_line(err)}")
-                stage.log(failed[-1])
-                continue
+
+        def one(shape: str) -> None:
+            with float32_precision(precision):
+                rows = bench_cells(stage.options.get("cells"), [shape], threads=1,
+                                   device=str(stage.device),
+                                   repeats=stage.options.get("repeats", 9), warmup=3,
+                                   reference=False, progress=stage.log)
             for row in rows:
                 stage.emit(row)
+
+        failed, left = stage.each(shapes, one)
         return _outcome(failed, left, f"{len(stage.rows)} rows at {', '.join(shapes)}")
 
     return stage_fn
@@ -286,57 +296,36 @@ def models(stage: Stage) -> Outcome:
     from .models import bench_models
 
     sizes = stage.options.get("model_sizes") or ["medium", "small"]
-    failed, left = [], []
-    for size in sizes:
-        if not stage.time_left():
-            left.append(size)
-            continue
-        try:
-            rows = bench_models(stage.options.get("cells"), threads=1, device=str(stage.device),
+
+    def one(size: str) -> None:
+        for row in bench_models(stage.options.get("cells"), threads=1, device=str(stage.device),
                                 repeats=stage.options.get("repeats", 15), warmup=3, size=size,
-                                progress=stage.log)
-        except Exception as err:  # noqa: BLE001  (named; the other size still runs)
-            failed.append(f"PTB-{size}: {first_line(err)}")
-            stage.log(failed[-1])
-            continue
-        for row in rows:
+                                progress=stage.log):
             stage.emit(row)
-    return _outcome(failed, [f"PTB-{size}" for size in left], f"PTB-{', '.join(sizes)}")
+
+    failed, left = stage.each(sizes, one)
+    return _outcome(failed, left, f"PTB-{', '.join(sizes)}")
 
 
 def steps(stage: Stage) -> Outcome:
     """Training steps of each recipe (``--step-recipe``; default the PTB-medium and NMT ones)
     on its own task and data, per cell (:func:`.steps.bench_task_steps`): what
     ``make gpu-window`` plans its runs with."""
-    from lstmablate.errors import UserError
-
     from .steps import bench_task_steps
 
+    def one(recipe: str) -> None:
+        for row in bench_task_steps(recipe, None, device=str(stage.device),
+                                    data_dir=stage.options.get("data_dir"),
+                                    steps=stage.options.get("step_repeats", 20),
+                                    deadline=stage.deadline, progress=stage.log):
+            stage.emit(row)
+
     recipes = stage.options.get("step_recipes") or ["ptb-medium", "nmt-multi30k"]
-    problems, left = [], []
-    for recipe in recipes:
-        if not stage.time_left():
-            left.append(recipe)
-            continue
-        try:
-            for row in bench_task_steps(recipe, stage.options.get("step_cells"),
-                                        device=str(stage.device),
-                                        data_dir=stage.options.get("data_dir"),
-                                        steps=stage.options.get("step_repeats", 20),
-                                        deadline=stage.deadline, progress=stage.log):
-                stage.emit(row)
-        except (UserError, ImportError) as err:  # no data here, a task's package missing
-            problems.append(f"{recipe}: {err}")
-            stage.log(problems[-1])
-        except Exception as err:  # noqa: BLE001  (named; the other recipes still run)
-            problems.append(f"{recipe}: {first_line(err)}")
-            stage.log(problems[-1])
-    timed = {r["recipe"] for r in stage.rows}
-    if problems and not timed:
-        return Outcome("not-run", "; ".join(problems))
-    notes = problems + ([f"not timed (deadline): {', '.join(left)}"] if left else [])
-    return Outcome("partial" if notes else "done", "; ".join(notes) or None,
-                   f"{len(stage.rows)} cells of {', '.join(sorted(timed))}")
+    failed, left = stage.each(recipes, one)  # (no data here, a task's package missing ...)
+    timed = sorted({r["recipe"] for r in stage.rows})
+    if failed and not timed:
+        return Outcome("not-run", "; ".join(failed))
+    return _outcome(failed, left, f"{len(stage.rows)} cells of {', '.join(timed)}")
 
 
 def profile(stage: Stage) -> Outcome:
@@ -352,31 +341,23 @@ def profile(stage: Stage) -> Outcome:
     x = torch.randn(shape.batch, shape.steps, shape.input_size, generator=gen).to(dev)
     grad = torch.randn(shape.batch, shape.steps,
                        shape.hidden * (2 if shape.bidirectional else 1), generator=gen).to(dev)
-    failed, left = [], []
-    for cell in stage.options.get("profile_cells") or PROFILE_CELLS:
-        if not stage.time_left():
-            left.append(cell)
-            continue
+    def one(cell: str) -> None:
         torch.manual_seed(0)
-        try:
-            enc = (_TorchEncoder(cell, shape) if cell.startswith("nn.")
-                   else _build_cell_encoder(cell, shape)).to(dev)
-            step = _encoder_step(enc, x.requires_grad_(True), None, grad)
-            for _ in range(5):  # compiled, captured, warm
-                step()
-            kernel = "cuDNN" if cell.startswith("nn.") and dev.type == "cuda" else (
-                "PyTorch" if cell.startswith("nn.") else _path(enc, dev, x.dtype, False,
-                                                               shape.batch))
-            table, total_ms = kernel_table(step, dev)
-        except Exception as err:  # noqa: BLE001  (named; the other cells still run)
-            failed.append(f"{cell}: {first_line(err)}")
-            stage.log(failed[-1])
-            continue
+        enc = (_TorchEncoder(cell, shape) if cell.startswith("nn.")
+               else _build_cell_encoder(cell, shape)).to(dev)
+        step = _encoder_step(enc, x.requires_grad_(True), None, grad)
+        for _ in range(5):  # compiled, captured, warm
+            step()
+        kernel = "cuDNN" if cell.startswith("nn.") and dev.type == "cuda" else (
+            "PyTorch" if cell.startswith("nn.") else _path(enc, dev, x.dtype, False, shape.batch))
+        table, total_ms = kernel_table(step, dev)
         for rank, entry in enumerate(table, 1):
             stage.emit(dict(kind="profile", shape=shape.name, cell=cell, kernel=kernel,
                             rank=rank, total_ms=total_ms, **entry))
         stage.log(f"{cell}: {total_ms:.3f} ms per forward+backward "
                   f"({'GPU kernels' if dev.type == 'cuda' else 'CPU operators'})")
+
+    failed, left = stage.each(stage.options.get("profile_cells") or PROFILE_CELLS, one)
     return _outcome(failed, left, f"{shape.name}, "
                     + ("GPU kernels" if dev.type == "cuda" else "CPU operators"))
 

@@ -14,7 +14,7 @@ Python and platform into ``.gpuwindow/wheels`` and copies the data the runs read
 ``.gpuwindow/data`` -- the two folders (git-ignored) that travel with the checkout.
 
 ``run`` (on the GPU machine; ``--minutes``: the command's length): installs from the carried
-wheels what is missing (into ``.gpuwindow/work/site``) and the checkout itself if it is not
+wheels what is missing (into ``.gpuwindow/local/site``) and the checkout itself if it is not
 installed; runs ``gpu-check`` within its budget (``--check-budget``); plans from the
 training steps it measured which paper-scale runs finish in the minutes left (this
 command's and the ``--then`` minutes of the watch command that follows at once) and starts
@@ -25,7 +25,7 @@ time is up one archive of every run's small records (``gpu-window.tar.gz``), a s
 ``watch`` (the next command, at once): watches the same runs until they end or its time is
 up, and writes the same files again.
 
-The runs live in ``.gpuwindow/work`` (not carried, so the second command finds them on the
+The runs live in ``.gpuwindow/local`` (not carried, so the second command finds them on the
 machine).  Only the standard library is imported before the install step; the project's
 modules are imported after it.
 """
@@ -51,7 +51,7 @@ from .gpu_check import paper_cells, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the window's folder in the checkout (git-ignored); its wheels/ and data/ travel with the
-#: checkout, its work/ stays on the GPU machine
+#: checkout, its local/ stays on the GPU machine
 FOLDER = ".gpuwindow"
 #: the GPU machine's Python and platform, for ``pip download`` (what the wheels are built for)
 DEVICE_PYTHON = "3.12"
@@ -106,7 +106,7 @@ def work_dir(base: Path) -> Path:
     """Where a window keeps its runs, gpu-check's record, its state and the installed wheels
     (``base``: the window's folder, :data:`FOLDER`): not carried, so on the GPU machine the
     second command finds what the first left."""
-    return base / "work"
+    return base / "local"
 
 
 def _now() -> str:
@@ -209,7 +209,7 @@ def project_dependencies() -> list[str]:
 
 def install(base: Path, env: dict[str, str]) -> dict[str, Any]:
     """Install what is missing: every carried wheel whose distribution is not installed
-    (``pip install --no-index --no-deps --target .gpuwindow/work/site``), then the checkout
+    (``pip install --no-index --no-deps --target .gpuwindow/local/site``), then the checkout
     (``pip install --no-deps --no-build-isolation -e .``) where ``lstmablate`` is not
     installed.  ``env`` (and this process's ``sys.path``) gets the site folder.  Returns
     what was installed and what is still missing."""

@@ -33,12 +33,16 @@ modules are imported after it.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import os
 import re
 import shutil
+import site as python_site
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 import time
@@ -210,8 +214,7 @@ def project_dependencies() -> list[str]:
 def install(base: Path, env: dict[str, str]) -> dict[str, Any]:
     """Install what is missing: every carried wheel whose distribution is not installed
     (``pip install --no-index --no-deps --target .gpuwindow/local/site``), then the checkout
-    (``pip install --no-deps --no-build-isolation -e .``) where ``lstmablate`` is not
-    installed.  ``env`` (and this process's ``sys.path``) gets the site folder.  Returns
+    (``pip install --no-deps --no-build-isolation -e .``) where it is not installed.  ``env`` (and this process's ``sys.path``) gets the site folder.  Returns
     what was installed and what is still missing."""
     site = work_dir(base) / "site"
     site.mkdir(parents=True, exist_ok=True)
@@ -222,10 +225,26 @@ def install(base: Path, env: dict[str, str]) -> dict[str, Any]:
     if todo:
         _pip(["install", "-q", "--no-index", "--no-deps", "--no-compile", "--target", str(site),
               *map(str, todo)], env, "the carried wheels")
-    if not _installed("lstmablate"):
-        _pip(["install", "-q", "--no-deps", "--no-build-isolation", "-e", str(ROOT)], env,
-             "the checkout")
-        report["project"] = "installed (pip install --no-deps -e .)"
+        importlib.invalidate_caches()
+    # (``lstmablate_tasks`` exists only installed: the checkout names its folder tasks/)
+    if importlib.util.find_spec("lstmablate_tasks") is None:
+        try:
+            _pip(["install", "-q", "--no-deps", "--no-build-isolation", "-e", str(ROOT)], env,
+                 "the checkout")
+            report["project"] = "installed (pip install --no-deps -e .)"
+        except WindowError as err:  # e.g. a setuptools too old for an editable install
+            _say(f"{err}\ninstalling it as a package instead")
+            _pip(["install", "-q", "--no-deps", "--no-build-isolation", str(ROOT)], env,
+                 "the checkout")
+            report["project"] = "installed (pip install --no-deps .)"
+        # this process sees it too (an editable install hooks in through a .pth file, which
+        # Python reads at start-up): the plan reads the recipes from the installed package
+        python_site.addsitedir(sysconfig.get_paths()["purelib"])
+        importlib.invalidate_caches()
+        if importlib.util.find_spec("lstmablate_tasks") is None:
+            raise WindowError("the checkout was installed, but this Python does not see it yet: "
+                              "run the same command again")
+    importlib.invalidate_caches()  # (what the installs added, for the checks below)
     report["missing"] = [d for d in project_dependencies() if not _installed(d)]
     return report
 

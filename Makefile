@@ -26,7 +26,7 @@ SWEEP_ARGS ?=   # e.g. SWEEP_ARGS="--device cuda"
 
 # (reproduce-% is a pattern rule, which .PHONY would switch off; no file has such a name.)
 .PHONY: install install-torch demo test readme-check recipe-snapshot bench gpu-check report \
-	clean-demo pages
+	clean-demo pages gpu-window-prepare gpu-window gpu-window-watch
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -76,14 +76,37 @@ pages:
 bench:
 	$(PY) -m lstmablate bench --threads $(THREADS)
 
-# On a GPU machine: tests/gpu/, the cell and PTB training-step benchmarks against cuDNN, 200
-# PTB-medium training steps per paper cell through the trainer (PTB data: LSTMABLATE_DATA);
-# writes benchmarks/results/gpu-check-<gpu>-<date>.json and .md (docs/performance.md).
-# Needs only PyTorch with CUDA (and Triton) and this checkout installed: it uses the
-# virtual environment's python if there is one, else $(PYTHON) (no `make install`).
+# On a GPU machine (docs/performance.md, "One command on a GPU machine"): tests/gpu/, every
+# fast path against the reference at the paper's shapes (float32, bfloat16), the cell
+# benchmark against cuDNN at FP32 and TF32, the recipes' training steps, the PTB model
+# benchmark and a profiler kernel table, each stage within its share of BUDGET seconds; the
+# record (.jsonl, .json, .md, .log) grows in OUT as each stage ends.  Needs only PyTorch with
+# CUDA (and Triton) and this checkout installed: it uses the virtual environment's python if
+# there is one, else $(PYTHON) (no `make install`).
 GPU_CHECK_PY = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+BUDGET ?= 480
 gpu-check:
-	$(GPU_CHECK_PY) -m lstmablate.bench.gpu_check --out benchmarks/results
+	$(GPU_CHECK_PY) -m lstmablate.bench.gpu_check --out $(or $(OUT),benchmarks/results) \
+	  --budget $(BUDGET)
+
+# A GPU window (docs/performance.md, "GPU window"): here, `make gpu-window-prepare` (the
+# wheels the GPU machine lacks, WHEELS, and the runs' data from LSTMABLATE_DATA or DATA, into
+# the git-ignored .gpuwindow/wheels and .gpuwindow/data that travel with the checkout); there,
+# `make gpu-window MINUTES=9 THEN=4 OUT=DIR`, then at once `make gpu-window-watch MINUTES=4
+# OUT=DIR`.
+MINUTES ?= 9
+THEN ?= 0
+WHEELS ?= sacremoses conllu
+gpu-window-prepare:
+	$(PY) -m lstmablate.bench.window prepare --wheels "$(WHEELS)" $(if $(DATA),--data-dir $(DATA))
+
+gpu-window:
+	$(GPU_CHECK_PY) -m lstmablate.bench.window run --minutes $(MINUTES) --then $(THEN) \
+	  --out $(or $(OUT),.gpuwindow/out)
+
+gpu-window-watch:
+	$(GPU_CHECK_PY) -m lstmablate.bench.window watch --minutes $(MINUTES) \
+	  --out $(or $(OUT),.gpuwindow/out)
 
 # The paper tables: `make reproduce-NAME` sweeps the recipe or table spec NAME (runs the runs
 # that are missing, resumes interrupted ones) and prints its table — for a set of tables (a

@@ -20,92 +20,22 @@ No fixed absolute tolerance: the summation order of a BLAS product differs betwe
 element; an error relative to the tensor's scale cannot be crossed
 that way, while any real mistake (a wrong block, a missing term, a gradient off by a
 factor) is of the order of the tensor itself, many orders above the tolerance.
+
+The runs and the rule are :mod:`lstmablate.bench.accuracy`'s: ``make gpu-check`` holds the
+fast paths on a GPU to the same rule, at the paper's shapes.
 """
 
 from __future__ import annotations
 
-import copy
 from contextlib import nullcontext
 
 import torch
 
+from lstmablate.bench.accuracy import (REL_F32, count_steps, float64_reference,
+                                       run_forward_backward, tolerance)
+from lstmablate.bench.accuracy import max_abs as _max_abs, max_err as _max_err
 from lstmablate.bench.measure import torch_threads
 from lstmablate.cells import reference_mode
-
-#: float32: the largest error may be this many times the float32 reference loop's own ...
-REF_FACTOR = 8.0
-#: ... or this fraction of the tensor's largest magnitude (about 200 float32 roundings)
-REL_F32 = 2e-5
-
-
-def count_steps(cells) -> list[int]:
-    """Make every cell count its reference ``step`` calls (the fast paths make none)."""
-    calls = [0]
-    for cell in cells:
-        def step(*a, _orig=cell.step, **k):
-            calls[0] += 1
-            return _orig(*a, **k)
-        cell.step = step
-    return calls
-
-
-def _loss_weights(shape, gen: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-    """Random loss weights, drawn in float32 on the CPU whatever the dtype and device (so a
-    float64 copy of a float32 run gets the same weights, widened)."""
-    return torch.randn(shape, generator=gen).to(dtype=like.dtype, device=like.device)
-
-
-def run_forward_backward(enc, x, lengths, state, reference, seed=5, masks=None):
-    """Forward + backward of a fixed random loss; returns every tensor to compare and the
-    number of reference ``step`` calls made.
-
-    The recurrent-dropout masks are drawn (``enc.sample_masks`` after seeding with
-    ``seed``) unless ``masks`` are given; they are returned as ``res["masks"]``."""
-    enc.zero_grad(set_to_none=True)
-    calls = count_steps(enc.cells())
-    xi = x.clone().requires_grad_(True)
-    st = tuple(s.clone().requires_grad_(True) for s in state)
-    if masks is None:
-        torch.manual_seed(seed)
-        masks = enc.sample_masks(x.shape[0], like=x)
-    with reference_mode(reference):
-        out, fin = enc(xi, lengths=lengths, state=st, masks=masks)
-    g = torch.Generator().manual_seed(99)
-    loss = (out * _loss_weights(out.shape, g, out)).sum()
-    for s in fin:
-        loss = loss + (s * _loss_weights(s.shape, g, s)).sum()
-    loss.backward()
-    res = {"out": out, **{f"final{k}": s for k, s in enumerate(fin)}, "dx": xi.grad}
-    res.update({f"dstate{k}": s.grad for k, s in enumerate(st)})
-    res.update({f"d{n}": p.grad for n, p in enc.named_parameters()})
-    return res, calls[0], masks
-
-
-def _widen(masks):
-    """The dropout masks of a float32 run as float64 (the same values)."""
-    def w(m):
-        return None if m is None else m.double()
-    return type(masks)([w(m) for m in masks.recurrent], [w(m) for m in masks.between])
-
-
-def float64_reference(enc, x, lengths, state, masks, seed=5):
-    """The reference loop of a float64 copy of ``enc`` on the widened inputs, state and
-    masks: what the float32 runs approximate.  Call before ``enc`` is run (a run patches
-    its cells' ``step``)."""
-    enc64 = copy.deepcopy(enc).double()
-    for cell in enc64.cells():  # a deep copy keeps a patched step bound to the original
-        cell.__dict__.pop("step", None)
-    res, _, _ = run_forward_backward(enc64, x.double(), lengths, tuple(s.double() for s in state),
-                                     reference=True, seed=seed, masks=_widen(masks))
-    return res
-
-
-def _max_abs(t: torch.Tensor) -> float:
-    return float(t.detach().abs().max()) if t.numel() else 0.0
-
-
-def _max_err(a: torch.Tensor, ref64: torch.Tensor) -> float:
-    return _max_abs(a.detach().double() - ref64.detach())
 
 
 def assert_reference_accurate(ref32: torch.Tensor, ref64: torch.Tensor, name: str) -> None:
@@ -118,7 +48,7 @@ def assert_reference_accurate(ref32: torch.Tensor, ref64: torch.Tensor, name: st
 
 def float32_tolerance(ref32: torch.Tensor, ref64: torch.Tensor) -> float:
     """What a float32 result may differ from ``ref64`` (see the module docstring)."""
-    return max(REF_FACTOR * _max_err(ref32, ref64), REL_F32 * _max_abs(ref64), 1e-30)
+    return tolerance(ref32, ref64)
 
 
 def assert_float32_close(a: torch.Tensor, ref32: torch.Tensor, ref64: torch.Tensor,

@@ -1,7 +1,12 @@
 """``make gpu-check`` (``lstmablate.bench.gpu_check``), the parts that need no GPU: the targets
-computed from its rows, the Markdown it writes, the trainer command it runs (for the recipe
-and task it is given), and that it refuses to run without a GPU; and the model benchmark it
-runs, which times the ``ptb`` task's own model (``lstmablate.bench.models``)."""
+computed from its rows (per precision), the Markdown it writes, the trainer command it runs
+(for the recipe and task it is given), that it refuses ``--device cuda`` without a GPU; its
+stages' records (a stage cut at its deadline keeps its rows, a stage whose packages are
+missing or that needs CUDA is named, and so is every stage that did not pass, in the exit
+status; the whole dry run on the CPU: tests/test_gpu_window.py); the accuracy rule
+its paths stages apply (``lstmablate.bench.accuracy``), the peak memory it measures after a
+reset with the graphs captured before dropped; and the model benchmark it runs, which times
+the ``ptb`` task's own model (``lstmablate.bench.models``)."""
 
 from __future__ import annotations
 
@@ -15,10 +20,11 @@ import torch
 
 from lstmablate import bench
 from lstmablate.bench import cells as bench_cells
-from lstmablate.bench import gpu_check, models
+from lstmablate.bench import accuracy, gpu_check, measure, models
 from lstmablate.cells import build_encoder
 from lstmablate.recipes import resolve_config
 from lstmablate.run.runs import RunFiles, RunResult, write_config, write_result
+from lstmablate.cells.kernels.switches import reference_forced
 from lstmablate.task import get_task
 
 
@@ -51,8 +57,8 @@ def test_the_targets_of_a_run():
     assert got["lstm-srnn PTB-medium training step >= 1.0x the nn.LSTM model"]["met"] is True
     trainer = got["lstm-srnn trainer tokens/s within 10% of the benchmarked step"]
     assert trainer["measured"] == 0.8 and trainer["met"] is False
-    doc = dict(started="now", seconds=1.0, environment=dict(gpu="Some GPU"), parts={
-        "tests": dict(status="passed", summary="3 passed", seconds=1.0)},
+    doc = dict(started="now", seconds=1.0, environment=dict(gpu="Some GPU"), stages={
+        "tests": dict(status="done", summary="3 passed", seconds=1.0)},
         rows=rows, targets=gpu_check.targets(rows))
     md = gpu_check.markdown(json.loads(json.dumps(doc)))
     assert md.startswith("# gpu-check: Some GPU") and "| lstm-srnn | 200 | 1.00 | 4,000 |" in md
@@ -118,7 +124,7 @@ def test_the_trainer_runs_the_task_and_recipe_it_is_given(tmp_path, monkeypatch)
     assert got == [f"{rows[0]['cell']} trainer tokens/s within 10% of the benchmarked step "
                    "(4,000 vs 4,000)"]
     assert "| ptb-small through the trainer |" in gpu_check.markdown(dict(
-        started="now", seconds=1.0, environment={}, parts={}, rows=rows, targets=[]))
+        started="now", seconds=1.0, environment={}, stages={}, rows=rows, targets=[]))
 
 
 def test_the_model_benchmark_times_the_task_model():
@@ -143,3 +149,181 @@ def test_without_a_gpu_it_says_so_and_stops(tmp_path):
                         str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "no CUDA device" in r.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_targets_are_compared_within_their_precision():
+    """cells-fp32 and cells-tf32 rows of the same shape and cell are two measurements: each
+    target is computed within one precision, and says which."""
+    rows = []
+    for precision, ratio, memory in (("fp32", 1.2, 9.0), ("tf32", 0.9, 11.0)):
+        for shape in ("ptb-650", "parser-400"):
+            rows.append(dict(_cell_row(shape, "nn.LSTM", 1.0), precision=precision))
+            rows.append(dict(_cell_row(shape, "lstm-srnn", ratio if shape == "ptb-650" else 0.6,
+                                       memory=memory), precision=precision))
+    got = {t["target"].split(" (")[0]: t for t in gpu_check.targets(rows)}
+    assert got["lstm-srnn >= 1.00x nn.LSTM at ptb-650, fp32"]["met"] is True
+    assert got["lstm-srnn >= 1.00x nn.LSTM at ptb-650, tf32"]["met"] is False
+    # parser-400 against ptb-650 of the same precision: 0.6 / 1.2 and 0.6 / 0.9
+    assert got["lstm-srnn at parser-400 within 10% of its ptb-650 ratio, fp32"]["measured"] == 0.5
+    assert got["lstm-srnn at parser-400 within 10% of its ptb-650 ratio, tf32"]["measured"] == \
+        pytest.approx(0.667, abs=1e-3)
+    # memory against nn.LSTM's (10 MB) of the same precision
+    assert got["lstm-srnn peak memory <= nn.LSTM's at ptb-650, fp32"]["met"] is True
+    assert got["lstm-srnn peak memory <= nn.LSTM's at ptb-650, tf32"]["met"] is False
+
+
+def test_the_peak_memory_counts_the_graph_slots_of_the_step_itself(monkeypatch):
+    """On CUDA the measurement drops the graphs captured before it (their slots sit in the
+    baseline and would hide the memory a graphed cell needs), unsets the gradients, resets
+    the peak, then runs the step: the figure is what the step allocates, its own slot
+    included.  A fake allocator stands in for the GPU's."""
+    mem = dict(now=100, peak=100, calls=[])
+    old_slots = 40  # captured by an earlier candidate, before the measurement
+
+    def alloc(n):
+        mem["now"] += n
+        mem["peak"] = max(mem["peak"], mem["now"])
+
+    def clear():
+        mem["calls"].append("release")
+        alloc(-old_slots)
+
+    monkeypatch.setattr(measure, "release_graphs", clear)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: (
+        mem["calls"].append("reset"), mem.update(peak=mem["now"])))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: mem["now"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: mem["peak"])
+    param = torch.nn.Parameter(torch.zeros(2))
+    param.grad = torch.ones(2)
+    slot = []
+
+    def step():  # 7 bytes held while it runs; its own graph slot (25) from its third call on
+        mem["calls"].append("step")
+        assert param.grad is None or mem["calls"].count("step") > 1
+        if mem["calls"].count("step") == 3:
+            slot.append(alloc(25))
+        alloc(7)
+        alloc(-7)
+
+    got = measure._memory_mb(step, torch.device("cuda"), [param])
+    assert mem["calls"] == ["release", "reset"] + ["step"] * measure.MEMORY_STEPS
+    assert got == pytest.approx(32 / 2**20)  # 25 + 7: the slot it made, not the 40 before
+
+
+def test_the_accuracy_rule_catches_a_wrong_fast_path():
+    """A fast path within float32 rounding of the float64 reference passes; one whose outputs
+    are off by 0.1% (far above rounding, far below a visible error) fails, naming them."""
+    torch.manual_seed(0)
+    enc = build_encoder("lstm-srnn", 5, 6, num_layers=2)
+    x = torch.randn(3, 4, 5)
+    state = (torch.zeros(2, 3, 6), torch.zeros(2, 3, 6))
+    ok = accuracy.measure_accuracy(enc, x, torch.tensor([4, 2, 3]), state)
+    assert ok.fast_path and ok.passed and ok.error <= ok.allowed
+    # the fast path's outputs (never the reference loop's) scaled by 1.001
+    enc.register_forward_hook(lambda mod, inputs, out: None if reference_forced() else (
+        out[0] * 1.001, out[1]))
+    bad = accuracy.measure_accuracy(enc, x, torch.tensor([4, 2, 3]), state)
+    assert bad.fast_path and not bad.passed and bad.error > bad.allowed > 0
+
+
+def _check_run(tmp_path, *args):
+    """gpu-check in this process, its record read back: (exit status, stages, rows, files)."""
+    code = gpu_check.main(["--out", str(tmp_path / "out"), "--device", "cpu", *args])
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    rows = gpu_check.read_rows(next((tmp_path / "out").glob("*.jsonl")))
+    stages = {r["stage"]: r for r in rows if r.get("kind") == "stage"}
+    return code, stages, rows, files
+
+
+def test_a_stage_whose_packages_are_missing_is_named(tmp_path, capsys, monkeypatch):
+    specs = tuple(gpu_check.replace(s, needs=("no-such-distribution",)) if s.name == "profile"
+                  else s for s in gpu_check.STAGES)
+    monkeypatch.setattr(gpu_check, "STAGES", specs)
+    code, stages, _, files = _check_run(tmp_path, "--only", "profile", "--only", "cells-tf32")
+    assert code == 1
+    assert stages["profile"]["status"] == "not-run"
+    assert "needs no-such-distribution" in stages["profile"]["reason"]
+    assert stages["cells-tf32"] == dict(stages["cells-tf32"], status="not-run",
+                                        reason="skipped: no CUDA (cpu)")
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "profile not-run" in last and "cells-tf32 not-run" in last
+    assert [f.rsplit(".", 1)[1] for f in files] == ["json", "jsonl", "md"]  # no stage ran: no log
+
+
+def test_a_stage_past_its_deadline_is_ended_and_keeps_its_rows(tmp_path, monkeypatch):
+    """A stage process that overruns is ended GRACE seconds after its deadline; what it
+    wrote stays in the record, the stage is "partial", and the .json and .md say so."""
+    fake = tmp_path / "fake_stage.py"
+    fake.write_text("import json, sys, time\n"
+                    "rows = sys.argv[sys.argv.index('--rows') + 1]\n"
+                    "with open(rows, 'a') as f:\n"
+                    "    f.write(json.dumps(dict(stage=sys.argv[1], kind='path', shape='s', "
+                    "cell='c', precision='fp32', kernel='k', fast_path=True, worst='out', "
+                    "error=1e-7, allowed=1e-6, scale=1.0, passed=True)) + '\\n')\n"
+                    "time.sleep(60)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(gpu_check, "STAGE_MODULE", "fake_stage")
+    monkeypatch.setattr(gpu_check, "GRACE", 0.5)
+    code, stages, rows, _ = _check_run(tmp_path, "--only", "paths-fp32", "--budget", "2")
+    assert code == 1
+    assert stages["paths-fp32"]["status"] == "partial"
+    assert "over its budget" in stages["paths-fp32"]["reason"]
+    assert stages["paths-fp32"]["seconds"] < 10
+    assert [r["cell"] for r in rows if r.get("kind") == "path"] == ["c"]
+    md = next((tmp_path / "out").glob("*.md")).read_text()
+    assert "| paths-fp32 | partial |" in md and "| s | c | fp32 | k | yes |" in md
+
+
+def test_gpu_check_and_the_window_start_with_the_standard_library_alone():
+    """On a bare GPU machine (no numpy, PyYAML, rich or typer yet) the orchestrator and the
+    window start: neither imports a package at start-up, not even PyTorch (gpu-check asks it
+    for CUDA in ``main``; the window installs the carried wheels before it imports the
+    project's modules)."""
+    code = ("import sys\n"
+            "for m in ('numpy', 'yaml', 'rich', 'typer', 'torch'):\n"
+            "    sys.modules[m] = None\n"
+            "from lstmablate.bench import gpu_check, window\n"
+            "gpu_check.parse_args(['--budget', '60', '--only', 'steps'])\n"
+            "window.parse_args(['watch', '--minutes', '2', '--out', 'x'])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_path_that_raises_is_named_and_the_others_still_run(tmp_path, monkeypatch):
+    """A kernel that does not compile or launch is a failed path of the paths stage, with its
+    error's first line; the stage goes on with the other cells."""
+    from lstmablate.bench import gpu_stages
+
+    measured = accuracy.measure_accuracy
+
+    def measure(enc, *args, **kwargs):
+        if enc.cell_name == "lstm-srnn":
+            raise RuntimeError("PTX assembly aborted\nmore detail")
+        return measured(enc, *args, **kwargs)
+
+    stage = gpu_stages.Stage("paths-fp32", torch.device("cpu"), float("inf"),
+                             dict(shapes=["3x4x6x2"], cells=["lstm", "lstm-srnn"]),
+                             tmp_path / "rows.jsonl")
+    monkeypatch.setattr(accuracy, "measure_accuracy", measure)
+    outcome = gpu_stages.paths("fp32")(stage)
+    rows = gpu_check.read_rows(tmp_path / "rows.jsonl")
+    assert [(r["cell"], r["passed"], r.get("problem")) for r in rows] == [
+        ("lstm", True, None), ("lstm-srnn", False, "RuntimeError: PTX assembly aborted")]
+    assert outcome.status == "failed"
+    assert outcome.reason == "failed: lstm-srnn at 3x4x6x2 (RuntimeError: PTX assembly aborted)"
+
+
+def test_without_pytest_the_tests_stage_did_not_run_and_the_exit_says_so(tmp_path, capsys,
+                                                                          monkeypatch):
+    """The old gpu-check exited 0 when tests/gpu could not run (no pytest): now the stage is
+    "not-run", naming pytest, and the exit status is 1.  (A GPU is pretended: nothing runs
+    on it, the stage stops before pytest.)"""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Pretend GPU")
+    monkeypatch.setattr(gpu_check, "_missing", lambda *names: [n for n in names if n == "pytest"])
+    code = gpu_check.main(["--out", str(tmp_path), "--only", "tests"])
+    rows = gpu_check.read_rows(next(tmp_path.glob("gpu-check-pretend-gpu-*.jsonl")))
+    stage = next(r for r in rows if r.get("kind") == "stage")
+    assert code == 1 and stage["status"] == "not-run" and stage["reason"].startswith("needs pytest")
+    assert "tests not-run (needs pytest" in capsys.readouterr().err

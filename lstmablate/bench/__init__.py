@@ -22,16 +22,35 @@ median.  Memory: on CUDA the peak allocated bytes of one iteration; on CPU the
 bytes an iteration keeps for its backward pass (every tensor saved for
 backward, distinct storages counted once), which is what grows with the model
 and the sequence; PyTorch offers no per-iteration peak on CPU.
+
+Nothing is imported until it is asked for (``bench.bench_cells`` imports
+:mod:`.cells` then): ``python -m lstmablate.bench.gpu_check`` and ``python -m
+lstmablate.bench.window`` start with the standard library alone, on a GPU machine where the
+project's other dependencies may not be installed yet.
 """
 
 from __future__ import annotations
 
-from .cells import DEFAULT_SHAPES, GPU_TARGETS, Shape, bench_cells, parse_shape
-from .measure import environment, machine_gflops, matrix_entries
-from .models import MODEL_SIZES, bench_models
-from .render import render, to_json, to_markdown
-from . import record
+import importlib
+from typing import Any
 
-__all__ = ["DEFAULT_SHAPES", "GPU_TARGETS", "MODEL_SIZES", "Shape", "bench_cells", "bench_models",
-           "environment", "machine_gflops", "matrix_entries", "parse_shape", "render", "to_json",
-           "to_markdown", "record"]
+# (the standard library alone; bound now, since the module's own name is one of them)
+from .render import render, to_json, to_markdown  # noqa: F401  (re-exported)
+
+#: each other public name and the submodule that defines it
+_HOMES = {
+    "DEFAULT_SHAPES": "cells", "GPU_TARGETS": "cells", "Shape": "cells", "bench_cells": "cells",
+    "parse_shape": "cells", "environment": "measure", "machine_gflops": "measure",
+    "matrix_entries": "measure", "MODEL_SIZES": "models", "bench_models": "models",
+}
+
+__all__ = sorted([*_HOMES, "record", "render", "to_json", "to_markdown"])
+
+
+def __getattr__(name: str) -> Any:
+    """The public names, each imported from its submodule at first use (PEP 562)."""
+    if name == "record":
+        return importlib.import_module(f"{__name__}.record")
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

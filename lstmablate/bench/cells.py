@@ -18,8 +18,8 @@ from lstmablate.errors import ConfigError
 from lstmablate.limits import check_int
 from lstmablate.run.runner import resource_guard
 
-from .measure import (_Candidate, _memory_mb, _path, torch_threads, _time_rounds,
-                      matrix_entries)
+from .measure import (_Candidate, _memory_mb, _path, precision_in_effect, torch_threads,
+                      _time_rounds, matrix_entries)
 from .options import check_bench_threads, check_cells, check_device, check_fits, check_repeats
 
 
@@ -62,8 +62,15 @@ SHAPES: dict[str, Shape] = {
     "ptb-650": Shape("ptb-650", batch=20, steps=35, hidden=650, layers=2),
     "parser-400": Shape("parser-400", batch=32, steps=50, hidden=400, layers=3, bidirectional=True,
                         min_length=10),
+    # PTB-large (the TF tutorial's LargeConfig) and Table 4's encoder (nmt-multi30k: 2 x 500,
+    # unidirectional, batches of 64 sentences of at most 50 tokens)
+    "ptb-1500": Shape("ptb-1500", batch=20, steps=35, hidden=1500, layers=2),
+    "nmt-500": Shape("nmt-500", batch=64, steps=50, hidden=500, layers=2, min_length=5),
 }
 DEFAULT_SHAPES = ["ptb-200", "ptb-650", "parser-400"]
+#: the shapes of the paper's experiments, where ``make gpu-check`` checks every fast path
+#: against the reference loop
+PAPER_SHAPES = ["ptb-650", "ptb-1500", "parser-400", "nmt-500"]
 
 #: the issue's targets (CPU, 2 threads, the PTB shapes): cell -> (baseline, minimum ratio of
 #: tokens/s); every other cell: at least OTHER_TARGET x its own reference step loop.
@@ -182,7 +189,8 @@ def bench_cells(cells: list[str] | None = None, shapes: list[str] | None = None,
     ms (median), ms_min, tokens_per_s, ratio_lstm, ratio_rnn, target, target_baseline,
     target_ratio (the measured ratio the target is about), target_met (None where
     no target applies), gflops, flops_per_token, memory_mb, memory_kind,
-    reference_ms, speedup_vs_reference, repeats.
+    reference_ms, speedup_vs_reference, repeats, precision (the float32 precision of the
+    products, both sides alike: :func:`~lstmablate.bench.measure.precision_in_effect`).
     """
     dev = check_device(device)
     check_bench_threads(threads)
@@ -276,10 +284,10 @@ def _bench_shape(cells, shape: Shape, dev, threads, repeats, warmup, reference, 
                    ms_min=mins[c.name] * 1e3, tokens_per_s=tokens / t,
                    ratio_lstm=med["nn.LSTM"] / t, ratio_rnn=med["nn.RNN"] / t,
                    flops_per_token=flops_tok, gflops=gflops,
-                   memory_mb=_memory_mb(c.step, dev),
+                   memory_mb=_memory_mb(c.step, dev, c.params),
                    memory_kind="peak" if dev.type == "cuda" else "saved",
                    reference_ms=ref_ms, speedup_vs_reference=(ref_ms / (t * 1e3)) if ref_ms else None,
-                   repeats=nrep[c.name])
+                   repeats=nrep[c.name], precision=precision_in_effect(dev))
         row.update(_target(c.name, shape, row))
         rows.append(row)
     return rows

@@ -4,6 +4,7 @@ which kernel path an encoder takes."""
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import time
@@ -34,6 +35,36 @@ def torch_threads(n: int):
         yield
     finally:
         torch.set_num_threads(old)
+
+
+#: the float32 precisions the benchmarks compare at, both sides alike: strict float32, and
+#: TF32 tensor cores for cuBLAS's products and cuDNN's RNNs (CUDA only)
+PRECISIONS = ("fp32", "tf32")
+
+
+@contextmanager
+def float32_precision(name: str):
+    """Run the block with cuBLAS and cuDNN at the same float32 precision: ``fp32`` (TF32 off
+    for both) or ``tf32`` (on for both).  PyTorch's defaults differ (cuDNN's RNNs may use
+    TF32, cuBLAS's products may not), which would compare precision along with design."""
+    if name not in PRECISIONS:
+        raise ValueError(f"precision {name!r}: expected one of {', '.join(PRECISIONS)}")
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = name == "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def precision_in_effect(device: torch.device) -> str:
+    """The float32 precision of a CUDA computation as PyTorch's flags stand: ``fp32``,
+    ``tf32``, or ``mixed`` (cuDNN's RNNs at TF32, cuBLAS's products at strict float32:
+    PyTorch's default); ``fp32`` on any other device."""
+    if device.type != "cuda":
+        return "fp32"
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    return "tf32" if matmul and cudnn else "fp32" if not (matmul or cudnn) else "mixed"
 
 
 def _sync(device: torch.device) -> None:
@@ -93,19 +124,77 @@ def _time_rounds(cands: list[_Candidate], warmup: int, repeats: int, device: tor
             break
 
 
-def _memory_mb(step: Callable[[], Any], device: torch.device) -> float:
-    """Peak allocated MB of one step on CUDA; MB saved for backward on CPU (see module doc)."""
+#: training steps run while a CUDA step's memory is measured: enough for a graph cache that
+#: captures a shape on its third sighting to capture and then replay it inside the measurement
+MEMORY_STEPS = 4
+
+
+def release_graphs() -> None:
+    """Drop every CUDA graph the kernels captured so far (their slots' buffers are freed once
+    nothing else holds them); the next calls capture again as a fresh process would."""
+    from lstmablate.cells.kernels.common import graphs
+
+    graphs.CACHE.clear()
+
+
+def _memory_mb(step: Callable[[], Any], device: torch.device, params: list[Tensor] = ()) -> float:
+    """Peak allocated MB of a training step on CUDA; MB saved for backward on CPU (see the
+    package doc).
+
+    On CUDA the measurement starts clean: the gradients of ``params`` are unset and the
+    captured CUDA graphs dropped (:func:`release_graphs`), then the peak statistics reset, and
+    :data:`MEMORY_STEPS` steps run.  So the figure counts what the step itself allocates,
+    the cell's own graph slots included (captured during those steps); slots captured before
+    the measurement would otherwise sit in the baseline it subtracts, and a graphed cell would
+    look smaller than it is."""
     if device.type == "cuda":
+        for p in params:
+            p.grad = None
+        release_graphs()
+        gc.collect()
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
-        step()
+        for _ in range(MEMORY_STEPS):
+            step()
         torch.cuda.synchronize(device)
         return (torch.cuda.max_memory_allocated(device) - base) / 2**20
     counter = _SavedBytes()
     with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
         step()
     return counter.megabytes
+
+
+def kernel_table(step: Callable[[], Any], device: torch.device, steps: int = 5,
+                 top: int = 12) -> tuple[list[dict], float]:
+    """Where the time of ``steps`` calls of ``step`` goes, by ``torch.profiler``: on CUDA the
+    GPU kernels (each kernel's own device time), elsewhere PyTorch's operators (their own CPU
+    time).  Returns (the ``top`` entries, most time first: name, calls and milliseconds per
+    step, share of the total; the total milliseconds per step).  On CUDA the total is the
+    time the GPU was busy per step, which set against the step's wall time says how much of
+    the GPU a step leaves idle."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    _sync(device)
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        _sync(device)
+
+    def own_us(e: Any) -> float:  # (the name changed in PyTorch 2.4: cuda -> device)
+        if not cuda:
+            return float(e.self_cpu_time_total)
+        return float(getattr(e, "self_device_time_total", None)
+                     or getattr(e, "self_cuda_time_total", 0.0))
+
+    entries = [(e.key, e.count, own_us(e)) for e in prof.key_averages()]
+    entries = sorted((x for x in entries if x[2] > 0), key=lambda x: -x[2])
+    total = sum(us for _, _, us in entries)
+    rows = [dict(name=name, calls=round(count / steps, 2), ms=us / steps / 1e3,
+                 share=us / total if total else None) for name, count, us in entries[:top]]
+    return rows, total / steps / 1e3
 
 
 def matrix_entries(module: nn.Module) -> int:

@@ -21,7 +21,7 @@ from lstmablate.errors import ConfigError
 from lstmablate.run.runner import resource_guard
 from lstmablate.task import get_task
 
-from .measure import _Candidate, _path, torch_threads, _time_rounds
+from .measure import _Candidate, _path, precision_in_effect, torch_threads, _time_rounds
 from .options import check_bench_threads, check_cells, check_device, check_repeats
 
 #: the recipe whose task's model the benchmark times (at the tutorial's sizes, below)
@@ -95,7 +95,7 @@ def bench_models(cells: list[str] | None = None, threads: int = 2, device: str =
     batch 20.  ``cells`` defaults to the LSTM family and the GRU.  Returns one dict
     per cell with ``kind="model"``: shape ("ptb-<size>-model"), cell, kernel, device,
     threads, vocab, hidden, layers, batch, steps, ms, ms_min, tokens_per_s, ratio_lstm,
-    repeats.
+    repeats, precision.
     """
     check_model_sizes([size])
     check_bench_threads(threads)
@@ -151,5 +151,6 @@ def bench_models(cells: list[str] | None = None, threads: int = 2, device: str =
                          device=dev.type, threads=threads, vocab=vocab, hidden=hidden,
                          layers=layers, batch=batch, steps=steps, tokens=batch * steps,
                          ms=t * 1e3, ms_min=min(c.times) * 1e3, tokens_per_s=batch * steps / t,
-                         ratio_lstm=base / t, repeats=len(c.times)))
+                         ratio_lstm=base / t, repeats=len(c.times),
+                         precision=precision_in_effect(dev)))
     return rows

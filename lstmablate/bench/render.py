@@ -11,13 +11,15 @@ from typing import Any
 # output
 # ---------------------------------------------------------------------------------
 
+def json_safe(row: dict) -> dict:
+    """``row`` with every non-finite float (NaN, infinity: not JSON) replaced by None."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+            for k, v in row.items()}
+
+
 def to_json(rows: list[dict], **extra: Any) -> str:
     """The rows (and e.g. ``environment=...``) as an indented JSON document."""
-    def clean(v: Any) -> Any:
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        return v
-    doc = dict(extra, rows=[{k: clean(v) for k, v in r.items()} for r in rows])
+    doc = dict(extra, rows=[json_safe(r) for r in rows])
     return json.dumps(doc, indent=2)
 
 
@@ -96,8 +98,8 @@ def to_markdown(rows: list[dict]) -> str:
     if cell_rows:
         mem = "peak MB" if cell_rows[0]["device"] == "cuda" else "saved MB"
         out.append(f"| shape | cell | kernel | ms/iter | tokens/s | vs nn.LSTM | vs nn.RNN | target "
-                   f"| met | GFLOP/s | x ref | {mem} |")
-        out.append("|" + "---|" * 12)
+                   f"| met | GFLOP/s | x ref | {mem} | precision |")
+        out.append("|" + "---|" * 13)
         for r in cell_rows:
             tgt = ""
             if r.get("target") is not None:
@@ -107,13 +109,15 @@ def to_markdown(rows: list[dict]) -> str:
             out.append(f"| {r['shape']} | {r['cell']} | {r['kernel']} | {_fmt(r['ms'], '.1f')} | "
                        f"{_fmt(r['tokens_per_s'], ',.0f')} | {_fmt(r['ratio_lstm'])} | "
                        f"{_fmt(r['ratio_rnn'])} | {tgt} | {met} | {_fmt(r['gflops'], '.1f')} | "
-                       f"{_fmt(r.get('speedup_vs_reference'))} | {_fmt(r['memory_mb'], '.1f')} |")
+                       f"{_fmt(r.get('speedup_vs_reference'))} | {_fmt(r['memory_mb'], '.1f')} | "
+                       f"{r.get('precision', '')} |")
     if model_rows:
         if out:
             out.append("")
-        out.append("| model | cell | kernel | ms/iter | tokens/s | vs nn.LSTM |")
-        out.append("|---|---|---|---|---|---|")
+        out.append("| model | cell | kernel | ms/iter | tokens/s | vs nn.LSTM | precision |")
+        out.append("|---|---|---|---|---|---|---|")
         for r in model_rows:
             out.append(f"| {r['shape']} | {r['cell']} | {r['kernel']} | {_fmt(r['ms'], '.1f')} | "
-                       f"{_fmt(r['tokens_per_s'], ',.0f')} | {_fmt(r['ratio_lstm'])} |")
+                       f"{_fmt(r['tokens_per_s'], ',.0f')} | {_fmt(r['ratio_lstm'])} | "
+                       f"{r.get('precision', '')} |")
     return "\n".join(out)

@@ -1,0 +1,183 @@
+"""How close a fast path is to the reference step loop: one forward and backward of a fixed
+random loss through an encoder, fast and reference, each compared with the same encoder run
+through the reference loop in float64 (the exact function the lower precisions approximate).
+
+Shared by the test suite (``tests/fast_path_harness.py`` asserts with it) and ``make
+gpu-check`` (its ``paths`` stages report with it on the GPU, at the paper's shapes), so that
+the rule a kernel passes on CPU is the rule it is held to on a GPU.
+
+The rule: a result of the fast path passes when its largest error against the float64
+reference is within
+
+    max(REF_FACTOR * (largest error of the reference loop in the same precision),
+        REL_F32 * (largest magnitude of the tensor))
+
+so what is allowed scales with the tensor and with the rounding the plain loop itself makes
+in that precision on that machine (float32; or bfloat16 / float16 under autocast, where the
+loop's own error is large and sets the bound).  No fixed absolute tolerance: the summation
+order of a product differs between machines, and one rounding can cross any fixed bound on a
+small element; an error relative to the tensor's scale cannot be crossed that way, while any
+real mistake (a wrong block, a missing term, a gradient off by a factor) is of the order of
+the tensor itself, many orders above the bound.
+
+Only PyTorch and :mod:`lstmablate.cells` are imported: gpu-check's stages run this on a
+machine where the project's other dependencies may be missing.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lstmablate.cells import reference_mode
+
+#: a fast result may be this many times as far from the float64 reference as the reference
+#: loop in the same precision is ...
+REF_FACTOR = 8.0
+#: ... or this fraction of the tensor's largest magnitude (about 200 float32 roundings)
+REL_F32 = 2e-5
+
+
+def count_steps(cells) -> list[int]:
+    """Make every cell count its reference ``step`` calls (the fast paths make none); the
+    count is ``returned[0]``."""
+    calls = [0]
+    for cell in cells:
+        def step(*a, _orig=cell.step, **k):
+            calls[0] += 1
+            return _orig(*a, **k)
+        cell.step = step
+    return calls
+
+
+def _loss_weights(shape, gen: torch.Generator, like: Tensor) -> Tensor:
+    """Random loss weights, drawn in float32 on the CPU whatever the dtype and device (so a
+    float64 copy of a float32 run gets the same weights, widened)."""
+    return torch.randn(shape, generator=gen).to(dtype=like.dtype, device=like.device)
+
+
+def run_forward_backward(enc, x, lengths, state, reference, seed=5, masks=None,
+                         autocast: torch.dtype | None = None):
+    """Forward + backward of a fixed random loss; returns (every tensor to compare by name,
+    the number of reference ``step`` calls made, the dropout masks used).
+
+    The recurrent-dropout masks are drawn (``enc.sample_masks`` after seeding with
+    ``seed``) unless ``masks`` are given.  ``autocast``: run the forward under
+    ``torch.autocast`` in that dtype (bfloat16, float16), as mixed-precision training does."""
+    enc.zero_grad(set_to_none=True)
+    calls = count_steps(enc.cells())
+    xi = x.clone().requires_grad_(True)
+    st = tuple(s.clone().requires_grad_(True) for s in state)
+    if masks is None:
+        torch.manual_seed(seed)
+        masks = enc.sample_masks(x.shape[0], like=x)
+    mixed = (torch.autocast(x.device.type, dtype=autocast) if autocast is not None
+             else nullcontext())
+    with reference_mode(reference), mixed:
+        out, fin = enc(xi, lengths=lengths, state=st, masks=masks)
+    g = torch.Generator().manual_seed(99)
+    loss = (out * _loss_weights(out.shape, g, out)).sum()
+    for s in fin:
+        loss = loss + (s * _loss_weights(s.shape, g, s)).sum()
+    loss.backward()
+    res = {"out": out, **{f"final{k}": s for k, s in enumerate(fin)}, "dx": xi.grad}
+    res.update({f"dstate{k}": s.grad for k, s in enumerate(st)})
+    res.update({f"d{n}": p.grad for n, p in enc.named_parameters()})
+    return res, calls[0], masks
+
+
+def _widen(masks):
+    """The dropout masks of a float32 run as float64 (the same values)."""
+    def w(m):
+        return None if m is None else m.double()
+    return type(masks)([w(m) for m in masks.recurrent], [w(m) for m in masks.between])
+
+
+def float64_reference(enc, x, lengths, state, masks, seed=5):
+    """The reference loop of a float64 copy of ``enc`` on the widened inputs, state and
+    masks: what the float32 (and mixed-precision) runs approximate.  Call before ``enc`` is
+    run (a run patches its cells' ``step``)."""
+    enc64 = copy.deepcopy(enc).double()
+    for cell in enc64.cells():  # a deep copy keeps a patched step bound to the original
+        cell.__dict__.pop("step", None)
+    res, _, _ = run_forward_backward(enc64, x.double(), lengths, tuple(s.double() for s in state),
+                                     reference=True, seed=seed, masks=_widen(masks))
+    return res
+
+
+def max_abs(t: Tensor) -> float:
+    """The largest magnitude of ``t`` (0 for an empty tensor)."""
+    return float(t.detach().abs().max()) if t.numel() else 0.0
+
+
+def max_err(a: Tensor, ref64: Tensor) -> float:
+    """The largest difference between ``a`` (any dtype) and the float64 ``ref64``."""
+    return max_abs(a.detach().double() - ref64.detach())
+
+
+def tolerance(ref_same: Tensor, ref64: Tensor) -> float:
+    """What a fast result may differ from ``ref64``, given ``ref_same``, the reference loop's
+    result in the fast result's precision (see the module docstring)."""
+    return max(REF_FACTOR * max_err(ref_same, ref64), REL_F32 * max_abs(ref64), 1e-30)
+
+
+def compared(fast: dict, ref: dict):
+    """(name, fast tensor, reference tensor) for every result both runs have; a missing
+    gradient counts as a zero one (a cell may leave a parameter it does not use untouched)."""
+    for k in ref:
+        a, b = fast.get(k), ref[k]
+        if a is None or b is None:
+            a = torch.zeros_like(b) if a is None and b is not None else a
+            b = torch.zeros_like(a) if b is None and a is not None else b
+        if a is not None:
+            yield k, a, b
+
+
+@dataclass
+class Accuracy:
+    """One fast path against the float64 reference.  ``fast_path``: the fast path was taken
+    (no reference ``step`` call was made); ``worst``: the tensor with the largest error
+    relative to what it is allowed; ``error`` / ``allowed`` / ``scale``: that tensor's
+    largest error, its bound and its largest magnitude; ``passed``: every tensor within its
+    bound."""
+
+    fast_path: bool
+    worst: str
+    error: float
+    allowed: float
+    scale: float
+    passed: bool
+
+    def to_row(self) -> dict[str, Any]:
+        return dict(fast_path=self.fast_path, worst=self.worst, error=self.error,
+                    allowed=self.allowed, scale=self.scale, passed=self.passed)
+
+
+def measure_accuracy(enc, x: Tensor, lengths: Tensor | None, state: tuple[Tensor, ...],
+                     autocast: torch.dtype | None = None) -> Accuracy:
+    """Run ``enc`` (float32 parameters and inputs) fast and through the reference loop, both
+    in the same precision (float32, or ``autocast``'s), and each output, final state and
+    gradient of the fast run against the float64 reference (:func:`tolerance`)."""
+    torch.manual_seed(5)
+    masks = enc.sample_masks(x.shape[0], like=x)
+    ref64 = float64_reference(enc, x, lengths, state, masks)
+    fast, n_fast, _ = run_forward_backward(enc, x, lengths, state, reference=False, masks=masks,
+                                           autocast=autocast)
+    same, _, _ = run_forward_backward(enc, x, lengths, state, reference=True, masks=masks,
+                                      autocast=autocast)
+    worst = ("", 0.0, 0.0, 0.0, -1.0)
+    passed = True
+    for name, a, b in compared(fast, same):
+        err, allowed = max_err(a, ref64[name]), tolerance(b, ref64[name])
+        passed = passed and err <= allowed  # (a NaN error fails)
+        ratio = err / allowed if math.isfinite(err) else math.inf
+        if ratio > worst[4]:
+            worst = (name, err, allowed, max_abs(ref64[name]), ratio)
+    return Accuracy(fast_path=n_fast == 0, worst=worst[0], error=worst[1], allowed=worst[2],
+                    scale=worst[3], passed=passed)

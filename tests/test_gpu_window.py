@@ -1,0 +1,304 @@
+"""``make gpu-window`` (``lstmablate.bench.window``) on the CPU, so that nothing in it is first
+run on a GPU: the plan (which runs fit the minutes left, sharing the GPU, shortened where
+allowed, never at the cost of a run planned before), the state of a run read from its folder,
+log and process, the archive of the small records (never a checkpoint), the install from
+carried wheels, the data ``prepare`` copies, and the whole window end to end with the tiny
+Dyck recipe and the CPU as its device: prepare, install, gpu-check's stages (the CUDA-only
+ones "skipped: no CUDA"), the runs started detached, watched by the first command and the
+second, collected into the archive."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from lstmablate.bench import window
+from lstmablate.run.runs import RunFiles
+
+from conftest import TINY_DYCK
+
+NMT_CELLS = ["lstm", "lstm-srnn", "lstm-srnn-out", "lstm-srnn-hidden", "lstm-gates"]
+
+
+def _step(recipe, task, cell, ms, gpu_ms, steps_per_epoch, epochs):
+    return dict(kind="step", recipe=recipe, task=task, cell=cell, ms=ms, gpu_ms=gpu_ms,
+                steps_per_epoch=steps_per_epoch, epochs=epochs,
+                run_steps=steps_per_epoch * epochs, setup_s=0.0, eval_s=0.0)
+
+
+#: NMT: 450 steps x 13 epochs of 40 ms, the GPU busy 8 ms of each (a share of 0.2);
+#: PTB-medium: 1327 x 39 steps of 4 ms (6 ms for lstm-gates), a share of 0.1
+ROWS = ([_step("nmt-multi30k", "nmt", c, 40.0, 8.0, 450, 13) for c in NMT_CELLS]
+        + [_step("ptb-medium", "ptb", c, 6.0 if c == "lstm-gates" else 4.0,
+                 0.6 if c == "lstm-gates" else 0.4, 1327, 39) for c in NMT_CELLS])
+#: the default plan with no start-up or final evaluation: an estimate is then SAFETY x steps x
+#: seconds per step x the slowdown (the sum of the GPU shares of every run, at least 1)
+PLAN = [[dict(g, start_s=0, final_s=0) for g in slot] for slot in window.DEFAULT_PLAN]
+
+
+def _plan(seconds, rows=ROWS):
+    runs, skipped = window.plan_runs(PLAN, [dict(r) for r in rows], seconds)
+    return {r.key: r for r in runs}, {s["group"]: s["reason"] for s in skipped}
+
+
+def test_table4_and_the_gates_learning_rates_when_both_fit():
+    # 5 NMT runs (share 1.0) + 3 gates runs (0.3): every step 1.3x as long as alone
+    runs, skipped = _plan(480.0)
+    assert skipped == {}
+    assert sorted(runs) == sorted([f"nmt-multi30k/{c}/seed-1" for c in NMT_CELLS] + [
+        f"ptb-medium-lstm-gates-lr{lr}/lstm-gates/seed-1" for lr in ("0.1", "0.2", "0.3")])
+    nmt = runs["nmt-multi30k/lstm/seed-1"]
+    assert (nmt.epochs, nmt.shortened, nmt.sets) == (13, False, [])
+    assert nmt.estimate_s == pytest.approx(1.15 * 5850 * 0.040 * 1.3, abs=0.1)  # 349.8
+    gates = runs["ptb-medium-lstm-gates-lr0.2/lstm-gates/seed-1"]
+    assert gates.sets == ["train.lr=0.2"] and not gates.shortened
+    assert gates.estimate_s == pytest.approx(1.15 * 51753 * 0.006 * 1.3, abs=0.1)  # 464.2
+
+
+def test_else_table1_medium_for_the_epochs_that_fit():
+    # the gates runs need 464.2 s of the 420; Table 1 medium's five cells (share 0.5): every
+    # step 1.5x, Table 4 then takes 403.6 s (fits); lstm-gates, 1.15 x 1327 x 0.006 x 1.5 =
+    # 13.73 s an epoch, fits 30 of its 39 epochs
+    runs, skipped = _plan(420.0)
+    assert skipped == {"gates-lr": "lstm-gates needs about 7.7 min (with 8 runs sharing the "
+                                   "GPU), 7.0 min are left"}
+    assert runs["nmt-multi30k/lstm-srnn/seed-1"].estimate_s == pytest.approx(403.65, abs=0.1)
+    lstm = runs["ptb-medium/lstm/seed-1"]
+    assert (lstm.epochs, lstm.shortened, lstm.sets) == (39, False, [])
+    gates = runs["ptb-medium/lstm-gates/seed-1"]
+    assert (gates.epochs, gates.shortened) == (30, True)
+    assert gates.sets == [f"train.max_steps={30 * 1327}"]
+    assert gates.estimate_s <= 420.0 < window.estimate(gates, ROWS[-1], 1.5, 31)
+
+
+def test_nothing_is_added_that_would_make_table4_miss_the_end():
+    # Table 4 alone: 269.1 s of 300; with the gates runs (1.3x) it would need 349.8 s
+    runs, skipped = _plan(300.0)
+    assert sorted(runs) == sorted(f"nmt-multi30k/{c}/seed-1" for c in NMT_CELLS)
+    assert runs["nmt-multi30k/lstm/seed-1"].estimate_s == pytest.approx(269.1, abs=0.1)
+    assert skipped == dict.fromkeys(("gates-lr", "table1-medium"), (
+        "beside the runs already planned, they would no longer finish in 5.0 min"))
+
+
+def test_table4_shortened_when_its_13_epochs_do_not_fit():
+    # 1.15 x 450 x 0.040 = 20.7 s an epoch: 9 epochs in 200 s
+    runs, _ = _plan(200.0)
+    assert {(r.epochs, r.shortened, tuple(r.sets)) for r in runs.values()} == {
+        (9, True, (f"train.max_steps={9 * 450}",))}
+
+
+def test_a_cell_not_timed_is_planned_at_the_slowest_step_timed():
+    rows = [r for r in ROWS if (r["recipe"], r["cell"]) != ("nmt-multi30k", "lstm-srnn-out")]
+    runs, _ = _plan(480.0, rows)
+    run = runs["nmt-multi30k/lstm-srnn-out/seed-1"]
+    assert run.timed_as == "lstm" and runs["nmt-multi30k/lstm/seed-1"].timed_as is None
+    runs, skipped = _plan(480.0, [])
+    assert runs == {} and skipped["table4"] == (
+        "no training step of nmt-multi30k was measured (gpu-check's steps stage)")
+
+
+def _run_files(base: Path, experiment="exp", cell="lstm") -> RunFiles:
+    return RunFiles.of(window.work_dir(base) / "runs", experiment, cell, 1)
+
+
+def _run(pid, experiment="exp", cell="lstm") -> window.Run:
+    return window.Run(group="g", recipe="r", recipe_name="r", task="dyck", cell=cell, seed=1,
+                      experiment=experiment, sets=[], epochs=3, full_epochs=3, steps_per_epoch=4,
+                      estimate_s=10.0, pid=pid, state="running")
+
+
+def test_a_run_read_from_its_folder_log_and_process_then_collected(tmp_path):
+    """A run still training (another command started it: only its pid is known), one that
+    stopped without a result and one that finished: each one's state, progress and last
+    evaluation; the archive holds their small records and the end of their logs, never a
+    checkpoint, and the summary says how far each got."""
+    base = tmp_path / "gpuwindow"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                "lstmablate"], start_new_session=True)
+    cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
+    for _ in range(500):  # (just after the start the kernel may still show the parent's)
+        if b"lstmablate" in cmdline.read_bytes():
+            break
+        time.sleep(0.01)
+    try:
+        runs = [_run(sleeper.pid, cell="lstm"), _run(2**22 + 1, cell="lstm-srnn"),
+                _run(None, cell="lstm-gates")]
+        for run in runs:
+            files = _run_files(base, cell=run.cell)
+            files.root.mkdir(parents=True)
+            files.config.write_text("task: dyck\n")
+            files.metrics.write_text(json.dumps(dict(step=4, epoch=1, accuracy=50.0)) + "\n")
+            files.last.write_bytes(b"checkpoint")
+            files.log.write_text("eval step 4 epoch 1\nepoch 2 batch 3/4 step 7: train loss "
+                                 "1.2500  1,234 tokens/s  lr 0.02  epoch ETA 1s\n")
+        gates = _run_files(base, cell="lstm-gates")
+        gates.result.write_text(json.dumps(dict(steps=12, test={"accuracy": 75.0},
+                                                shortened=False, train_time_s=3.0)))
+        (gates.root / RunFiles.SCORES).mkdir()
+        gates.scores("test").write_text("{}\n")
+        for run in runs:
+            window.update(run, base)
+        assert [r.state for r in runs] == ["running", "stopped", "finished"]
+        assert runs[0].progress["step"] == 7 and runs[0].progress["tokens_per_s"] == 1234
+        assert runs[0].progress["last_eval"]["accuracy"] == 50.0
+        assert runs[1].progress["log_end"][-1].startswith("epoch 2 batch 3/4")
+        assert runs[2].progress["test"] == {"accuracy": 75.0}
+        state = dict(gpu="cpu", calls=[dict(mode="run", started="now", minutes=3)],
+                     runs=[asdict(r) for r in runs], not_started=[
+                         dict(group="later", reason="no time")])
+        archive = window.collect(state, base, tmp_path / "out")
+        with tarfile.open(archive) as tar:
+            names = set(tar.getnames())
+            saved = json.loads(tar.extractfile(window.STATE).read())
+        base_name = "runs/exp/{}/seed-1"
+        for cell in ("lstm", "lstm-srnn", "lstm-gates"):
+            assert {f"{base_name.format(cell)}/config.yaml", f"{base_name.format(cell)}/metrics.jsonl",
+                    f"{base_name.format(cell)}.log"} <= names
+        assert f"{base_name.format('lstm-gates')}/result.json" in names
+        assert f"{base_name.format('lstm-gates')}/scores/test.jsonl" in names
+        assert not [n for n in names if n.endswith(".pt")]
+        assert [r["state"] for r in saved["runs"]] == ["running", "stopped", "finished"]
+        text = (tmp_path / "out" / window.SUMMARY).read_text()
+        assert "| exp/lstm/seed-1 | 3 epochs | 0.2 min | running | step 7 (epoch 2, 1,234 " \
+               "tokens/s) | epoch 1: accuracy 50 |  |" in text
+        assert "accuracy 75" in text and "not started: later: no time" in text
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    window.update(runs[0], base)
+    assert runs[0].state == "stopped"
+
+
+def _wheel(folder: Path, name: str, version: str = "1.0") -> Path:
+    """A minimal pure-Python wheel: one module ``name`` with ``VALUE = 42``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": "VALUE = 42\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(path, "w") as z:
+        for f, text in files.items():
+            z.writestr(f, text)
+    return path
+
+
+def test_install_takes_the_missing_wheels_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    base = tmp_path / "gpuwindow"
+    probe = _wheel(base / "wheels", "gpuwindow_probe")
+    _wheel(base / "wheels", "pytest", "0.0.1")  # installed here already: left alone
+    env = {"PATH": "/usr/bin:/bin"}
+    report = window.install(base, env)
+    site = window.work_dir(base) / "site"
+    assert report["installed"] == [probe.name] and report["missing"] == []
+    assert env["PYTHONPATH"] == str(site) and str(site) in sys.path
+    assert (site / "gpuwindow_probe.py").is_file() and not (site / "pytest").exists()
+    r = subprocess.run([sys.executable, "-c", "import gpuwindow_probe; print(gpuwindow_probe.VALUE)"],
+                       env=env, capture_output=True, text=True)
+    assert r.stdout.strip() == "42", r.stderr
+    assert window.install(base, dict(env))["installed"] == []  # the second command: nothing
+
+
+def test_prepare_copies_the_data_the_plan_reads(tmp_path, real_data_dir):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps([[dict(name="small", recipe="ptb-small")]]))
+    base = tmp_path / "gpuwindow"
+    assert window.main(["prepare", "--wheels", "", "--folder", str(base), "--plan", str(plan),
+                        "--data-dir", str(real_data_dir)]) == 0
+    copied = sorted(p.relative_to(base / "data").as_posix() for p in (base / "data").rglob("*")
+                    if p.is_file())
+    assert [c.removesuffix(".gz") for c in copied] == [
+        "ptb/ptb.test.txt", "ptb/ptb.train.txt", "ptb/ptb.valid.txt"]
+    assert (base / "wheels").is_dir() and not list((base / "wheels").iterdir())
+
+
+def test_a_watch_without_a_window_says_what_happened(tmp_path, capsys):
+    assert window.main(["watch", "--minutes", "1", "--out", str(tmp_path / "out"),
+                        "--folder", str(tmp_path / "gpuwindow")]) == 1
+    assert "no window on this machine" in capsys.readouterr().err
+
+
+def _window(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lstmablate.bench.window", *args],
+                          cwd=window.ROOT, capture_output=True, text=True, timeout=600)
+
+
+def _archive(out: Path) -> tuple[set[str], dict]:
+    with tarfile.open(out / window.ARCHIVE) as tar:
+        return set(tar.getnames()), json.loads(tar.extractfile(window.STATE).read())
+
+
+@pytest.mark.slow
+def test_a_window_end_to_end_on_the_cpu(tmp_path):
+    """The whole window with the CPU as its device and the tiny Dyck recipe as its plan:
+    prepare; the first command installs the carried wheel, runs gpu-check's stages (a dry
+    run: tiny shapes; the CUDA-only stages skipped), plans from the steps it timed, starts
+    the runs detached and watches them; the second command watches and collects again."""
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(TINY_DYCK)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps([[dict(name="tiny", recipe=str(recipe), shorten=True, start_s=5,
+                                      final_s=5)]]))
+    base = tmp_path / "gpuwindow"
+    r = _window("prepare", "--wheels", "", "--folder", str(base), "--plan", str(plan))
+    assert r.returncode == 0, r.stderr
+    probe = _wheel(base / "wheels", "gpuwindow_probe")
+    stages = ["environment", "tests", "paths-fp32", "paths-bf16", "cells-fp32", "cells-tf32",
+              "steps", "profile"]
+    r = _window("run", "--minutes", "5", "--then", "2", "--out", str(tmp_path / "out1"),
+                "--device", "cpu", "--folder", str(base), "--plan", str(plan),
+                "--check-budget", "200", *[a for s in stages for a in ("--check-stage", s)],
+                "--check-cell", "lstm", "--check-cell", "lstm-srnn",
+                "--check-arg=--shape=3x4x6x2", "--check-arg=--repeats=1")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out1 = sorted(p.name for p in (tmp_path / "out1").iterdir())
+    assert out1[-2:] == [window.SUMMARY, window.ARCHIVE] and len(out1) == 4
+    assert out1[0].startswith("gpu-check-cpu-") and out1[0].endswith(".json")
+    names, state = _archive(tmp_path / "out1")
+    assert state["install"]["installed"] == [probe.name]
+    # gpu-check's dry run: what can run on a CPU ran; the CUDA-only stages were skipped
+    check = state["check"]
+    assert check["exit"] == 1 and list(check["stages"]) == stages
+    for name in ("environment", "paths-fp32", "cells-fp32", "steps", "profile"):
+        assert check["stages"][name]["status"] == "done", check["stages"][name]
+    for name in ("tests", "cells-tf32"):
+        assert check["stages"][name]["reason"] == "skipped: no CUDA (cpu)"
+    record = [n for n in names if n.startswith("check/")]
+    assert sorted(n.rsplit(".", 1)[1] for n in record) == ["json", "jsonl", "log", "md"]
+    rows = json.loads((tmp_path / "out1" / out1[0]).read_text())["rows"]
+    assert [(r["cell"], r["passed"]) for r in rows if r["kind"] == "path"
+            and r["precision"] == "fp32"] == [("lstm", True), ("lstm-srnn", True)]
+    if not any(r["fast_path"] for r in rows if r["kind"] == "path" and r["precision"] == "bf16"):
+        assert "not available in this version" in check["stages"]["paths-bf16"]["reason"]
+    assert [(r["cell"], r["steps_per_epoch"], r["epochs"]) for r in rows if r["kind"] == "step"
+            ] == [("lstm", 4, 2), ("lstm-srnn", 4, 2)]  # 64 sequences in batches of 16
+    assert {r["cell"] for r in rows if r["kind"] == "profile"} == {
+        "nn.LSTM", "lstm-srnn", "lstm-srnn-hidden"}
+    # the runs: planned whole, started, watched
+    assert [(r["cell"], r["epochs"], r["shortened"]) for r in state["runs"]] == [
+        ("lstm", 2, False), ("lstm-srnn", 2, False)]
+    assert all(r["pid"] and r["state"] in ("running", "finished") for r in state["runs"])
+    r = _window("watch", "--minutes", "3", "--out", str(tmp_path / "out2"), "--folder", str(base))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    names, state = _archive(tmp_path / "out2")
+    assert [c["mode"] for c in state["calls"]] == ["run", "watch"]
+    assert [r["state"] for r in state["runs"]] == ["finished", "finished"]
+    for cell in ("lstm", "lstm-srnn"):
+        folder = f"runs/tiny/{cell}/seed-1"
+        assert {f"{folder}/{n}" for n in ("config.yaml", "env.json", "metrics.jsonl",
+                                          "result.json", "scores/test.jsonl")} <= names
+        assert f"{folder}.log" in names
+    assert not [n for n in names if n.endswith(".pt")]
+    summary = (tmp_path / "out2" / window.SUMMARY).read_text()
+    assert "| tiny/lstm/seed-1 | 2 epochs |" in summary and "| finished |" in summary

@@ -116,3 +116,22 @@ def test_the_kernel_record_counts_paths_per_cell():
     assert paths.get("reference") == 2 and sum(paths.values()) == 4, paths
     interface.reset_kernel_record()
     assert interface.kernel_record()["paths"] == {}
+
+
+def test_the_benchmark_times_both_sides_at_one_precision():
+    """``bench_cells(precision=...)``: our cells and the cuDNN baselines with the float32
+    products alike, the precision in every row, the flags as they were afterwards."""
+    from lstmablate import bench
+
+    before = flags.products_precision()
+    for precision in ("fp32", "tf32"):
+        rows = bench.bench_cells(cells=["lstm-srnn"], shapes=["2x3x4x1"], threads=1, repeats=1,
+                                 warmup=0, precision=precision)
+        assert {r["cell"] for r in rows} >= {"nn.LSTM", "lstm-srnn"}
+        assert {r["precision"] for r in rows} == {precision}
+    assert flags.products_precision() == before
+    rows = bench.bench_cells(cells=["lstm-srnn"], shapes=["2x3x4x1"], threads=1, repeats=1,
+                             warmup=0)
+    assert {r["precision"] for r in rows} == {flags.products_label()}
+    with pytest.raises(ConfigError, match="fp32 or tf32"):
+        bench.bench_cells(cells=["lstm-srnn"], shapes=["2x3x4x1"], precision="bf16")

@@ -379,7 +379,8 @@ class KernelFamily:
         """The fast path of one call, or None: the caller (``Cell.forward``) then runs the
         reference loop.  Parameters, state or mask of another dtype or device than ``x``
         are not the kernels' business: the reference loop runs (and raises or promotes as
-        it always did)."""
+        it always did); under autocast every floating tensor on x's device will do (they
+        are cast, see the module docstring)."""
         from .switches import reference_forced
 
         if reference_forced() or x.dim() != 3:
@@ -398,11 +399,8 @@ class KernelFamily:
         T, B = x.shape[0], x.shape[1]
         state = tuple(cell.initial_state(B, x) if state is None else state)
         tensors = [*cell.parameters(), *state] + ([h_mask] if h_mask is not None else [])
-        if low is None and any(t.dtype != x.dtype or t.device != x.device for t in tensors):
-            note_path(cell, KernelPath.REFERENCE)
-            return None
-        if low is not None and any(t.device != x.device or not t.is_floating_point()
-                                   for t in tensors):
+        if not all(t.device == x.device and (t.is_floating_point() if low else t.dtype == x.dtype)
+                   for t in tensors):
             note_path(cell, KernelPath.REFERENCE)
             return None
         if T == 0:

@@ -1,7 +1,9 @@
 """What every Triton kernel here shares: the jit helpers (activations, padding, the
-writing of h_t, the assembling of dh_t), launching, and the loops' common buffers and
-binding (``RecurrentLoops``), used by the families' ``triton_kernels.py`` (``lstm/``, ``gru/``
-and ``second_order/``).
+writing of h_t, the assembling of dh_t, int64 offsets of a step: ``step_base``), launching
+(a failure is raised as ``interface.KernelFailure``, naming the kernel, for the fallback),
+and the loops' common buffers and binding (``RecurrentLoops``: the memory cell in float32
+for float16 / bfloat16 calls, the recurrent weights of captured loops in 16-byte rows),
+used by the families' ``triton_kernels.py`` (``lstm/``, ``gru/`` and ``second_order/``).
 
 Padding (prefix masks: the encoder reverses each sequence within its length for the
 backward direction, so both directions are prefix masks here): the forward kernels carry

@@ -73,7 +73,8 @@ def torch_or_ours(kind: str | None, ours: KernelPath, call: Call, native: Callab
                   runners: Callable[[calibrate.ShapeClass], dict]) -> KernelPath:
     """``torch-<kind>`` (PyTorch's fused kernel), ``ours`` on Triton (``triton-<ours>``) or
     ``ours`` (``recurrent``, ``scan``) for a call that PyTorch's kernel ``kind`` could run
-    (None: it cannot)."""
+    (None: it cannot).  Under autocast off CUDA only the Triton kernels (the interpreter)
+    have a low precision: without them, ``reference`` (before any calibration is timed)."""
     triton = triton_runs(call)
     if call.autocast and call.device_type != "cuda" and not triton:
         return KernelPath.REFERENCE  # off CUDA only the Triton kernels have a low precision

@@ -30,6 +30,10 @@ MAX_WIDTH = 32_768  # a hidden, embedding or MLP size (4 x the widest LSTM of Jo
 MAX_BATCH = 8_192  # sentences (sequences, questions) per batch
 MAX_BATCH_TOKENS = 1_000_000  # tokens per batch, or per window of a token stream
 SCHEDULES = ("constant", "epoch_decay", "plateau", "exponential")
+#: train.precision: fp32 (strict float32 products everywhere, cuDNN's included), tf32 (TF32
+#: products everywhere, CUDA only), bf16 / fp16 (autocast; fp16 with a gradient scaler);
+#: lstmablate/train/precision.py, docs/usage.md
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 #: the largest learning rate (and Adagrad's initial accumulator): the largest published rates
 #: are tens (SGD on language models); far larger ones only overflow PyTorch's float32
 #: arithmetic (a traceback from inside the optimiser) or give NaN at the first step
@@ -86,10 +90,14 @@ class TrainConfig:
     # which checkpoint the final test evaluation uses: best (best dev metric) or last (the
     # state at the end of training, as the TF PTB tutorial reports its numbers)
     test_checkpoint: str = "best"
+    # the precision of training and evaluation: fp32 | tf32 | bf16 | fp16 (PRECISIONS)
+    precision: str = "fp32"
 
     def validate(self) -> None:
         if self.optimizer not in OPTIMIZERS:
             raise UnknownNameError("train.optimizer", self.optimizer, OPTIMIZERS)
+        if self.precision not in PRECISIONS:
+            raise UnknownNameError("train.precision", self.precision, PRECISIONS)
         if self.schedule not in SCHEDULES:
             raise UnknownNameError("train.schedule", self.schedule, SCHEDULES)
         if self.test_checkpoint not in ("best", "last"):

@@ -12,7 +12,8 @@ the test process the kernels are interpreted functions, which do not compile):
 
 By default every kernel is compiled for each of its layouts with all its switches on (and
 with a projection), in float32, and once more in bfloat16 (the kernels compute in float32
-registers; the loads and stores convert); ``--all`` adds every combination of recurrent
+registers; the loads and stores convert; the memory cell's pointers stay float32, as the
+loops allocate it); ``--all`` adds every combination of recurrent
 dropout and lengths on and off, in both dtypes (about a minute).  Prints one line per
 compiled variant and ``compiled N kernels`` at the end.
 """
@@ -36,6 +37,9 @@ from lstmablate.cells.kernels.second_order import triton_kernels as triton_secon
 SCALARS = {"t", "n", "H", "P", "T", "KT"}
 #: pointers to int32 (the lengths); the rest point at the buffers' dtype
 INT_POINTERS = {"LEN"}
+#: the memory cell and its carried gradient: float32 in a float16 / bfloat16 call
+#: (``triton_common.memory_dtype``) when the layout has a memory cell (else they are h's)
+MEMORY_POINTERS = {"C", "C0", "C1", "DCR", "DCN", "DC0"}
 
 LSTM_LAYOUTS = [dict(NB=4, NG=3, FI=1, OI=2, MEMORY=True, SRNN=True),  # lstm
                 dict(NB=3, NG=2, FI=1, OI=-1, MEMORY=True, SRNN=False),  # lstm-srnn-out
@@ -83,8 +87,12 @@ def signature(kernel, constexprs: dict, dtype: str) -> tuple[dict, dict]:
             sig[name] = "constexpr"
         elif name in SCALARS:
             sig[name] = "i32"
+        elif name in INT_POINTERS:
+            sig[name] = "*i32"
+        elif name in MEMORY_POINTERS and constexprs.get("MEMORY", True):
+            sig[name] = "*fp32"
         else:
-            sig[name] = "*i32" if name in INT_POINTERS else f"*{dtype}"
+            sig[name] = f"*{dtype}"
     return sig, consts
 
 

@@ -55,3 +55,16 @@ def assert_close(actual, expected, *, dtype: torch.dtype = torch.float32, scale:
     assert math.isfinite(err) and err <= allowed, (
         f"{msg} differs by {err:.3g}; {roundings} roundings of {dtype} at scale {scale:.3g} "
         f"allow {allowed:.3g}")
+
+
+#: the unit roundoff of the low precisions (half their ``eps``): a rounding's relative error
+ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+
+def low_precision_tolerance(dtype: torch.dtype, T: int, scale: float) -> float:
+    """What a ``dtype`` (bfloat16, float16) result of a T-step recurrence may differ from the
+    exact one: ``u (2 T + 16)`` times its scale — every value kept between operations is
+    rounded (at most u relative), an error enters at every step and is carried on (two
+    roundings per step), and the products around the loop add a fixed number (sixteen)
+    (tests/test_kernels_low_precision.py)."""
+    return ROUNDOFF[dtype] * (2 * T + 16) * abs(scale)

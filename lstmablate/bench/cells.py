@@ -4,6 +4,7 @@ bidirectional shape, with memory, achieved GFLOP/s and each row's target ratio."
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from lstmablate.cells import available_cells, build_encoder, reference_mode
+from lstmablate.cells.kernels.common.precision import same_precision
 from lstmablate.config import MAX_BATCH, MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH
 from lstmablate.errors import ConfigError
 from lstmablate.limits import check_int
@@ -174,14 +176,18 @@ def _build_cell_encoder(cell: str, shape: Shape) -> nn.Module | None:
 def bench_cells(cells: list[str] | None = None, shapes: list[str] | None = None, threads: int = 2,
                 device: str = "cpu", repeats: int = 7, quick: bool = False, warmup: int = 2,
                 reference: bool | None = None, seed: int = 0,
-                progress: Callable[[str], None] | None = None) -> list[dict]:
+                progress: Callable[[str], None] | None = None,
+                precision: str | None = None) -> list[dict]:
     """Forward+backward tokens/s of each cell against torch.nn.LSTM / nn.RNN, per shape.
 
     ``cells``: registry names (default: every registered cell); ``shapes``: names of
     :data:`SHAPES` or ``"BxTxHxL[xbi]"`` (default: :data:`DEFAULT_SHAPES`);
     ``quick``: 3 repeats, 1 warm-up, and only the first two default shapes unless
     shapes are given; ``reference``: also time each cell's reference step loop (default:
-    only for the cells without a ratio target in :data:`TARGETS`).
+    only for the cells without a ratio target in :data:`TARGETS`); ``precision``: ``"fp32"``
+    or ``"tf32"`` times every candidate, the cuDNN baselines included, with cuBLAS's and
+    cuDNN's float32 products at that precision alike (``common/precision.same_precision``),
+    None with PyTorch's flags as they are (by default cuDNN in TF32, cuBLAS in float32).
 
     Returns one dict per (shape, candidate) with ``kind="cell"``; the baselines have
     ``cell`` = ``"nn.LSTM"`` / ``"nn.RNN"``.  Keys: shape, cell, kernel, device,
@@ -199,8 +205,12 @@ def bench_cells(cells: list[str] | None = None, shapes: list[str] | None = None,
     shape_list = cell_shapes(shapes, dev, quick)
     if quick:
         repeats, warmup = min(repeats, 3), min(warmup, 1)
+    if precision not in (None, "fp32", "tf32"):
+        raise ConfigError(f"precision must be fp32 or tf32 (or None: PyTorch's flags as they "
+                          f"are), got {precision!r}")
     rows: list[dict] = []
-    with torch_threads(threads):
+    flags = same_precision(precision == "tf32") if precision else contextlib.nullcontext()
+    with torch_threads(threads), flags:  # (each row names the precision in effect)
         for shape in shape_list:
             with resource_guard(f"timing the cells at shape {shape.name} on {dev}"):
                 rows.extend(_bench_shape(cells, shape, dev, threads, repeats, warmup, reference,

@@ -124,8 +124,7 @@ def environment(stage: Stage) -> Outcome:
         float32_matmul_precision=torch.get_float32_matmul_precision(),
         c_compiler=next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None),
         python_h=(Path(sysconfig.get_paths()["include"]) / "Python.h").is_file(),
-        triton_interpret=os.environ.get("TRITON_INTERPRET"),
-        kernel_fallbacks="not available in this version")
+        triton_interpret=os.environ.get("TRITON_INTERPRET"))
     for name in DISTRIBUTIONS:
         try:
             row[f"version_{name}"] = metadata.version(name)
@@ -250,10 +249,14 @@ def paths(precision: str) -> Callable[[Stage], Outcome]:
                 elif not acc.passed:
                     failed.append(f"{cell} at {shape.name} ({acc.worst}: {acc.error:.3g} > "
                                   f"{acc.allowed:.3g})")
-        checked = len(stage.rows)
+        from lstmablate.cells.kernels.interface import kernel_record
+
+        # which path each cell took, and every Triton kernel that failed and fell back
+        stage.emit(dict(kind="kernels", precision=precision, **kernel_record()))
+        checked = len([r for r in stage.rows if r.get("kind") == "path"])
         if precision == "bf16" and checked and len(slow) == checked:  # (none raised)
-            return Outcome("not-run", "not available in this version: under bfloat16 autocast "
-                           "every cell ran the reference loop (no bf16 fast path)")
+            return Outcome("not-run", "under bfloat16 autocast "
+                           "every cell ran the reference loop (no bf16 fast path ran)")
         notes = [f"failed: {', '.join(failed)}" if failed else "",
                  f"the reference loop ran (no fast path): {', '.join(slow)}" if slow else "",
                  f"not checked (deadline): {', '.join(left)}" if left else ""]

@@ -42,29 +42,28 @@ def torch_threads(n: int):
 PRECISIONS = ("fp32", "tf32")
 
 
-@contextmanager
 def float32_precision(name: str):
     """Run the block with cuBLAS and cuDNN at the same float32 precision: ``fp32`` (TF32 off
-    for both) or ``tf32`` (on for both).  PyTorch's defaults differ (cuDNN's RNNs may use
-    TF32, cuBLAS's products may not), which would compare precision along with design."""
+    for both) or ``tf32`` (on for both) — ``common.precision.same_precision``.  PyTorch's
+    defaults differ (cuDNN's RNNs may use TF32, cuBLAS's products may not), which would compare
+    precision along with design."""
     if name not in PRECISIONS:
         raise ValueError(f"precision {name!r}: expected one of {', '.join(PRECISIONS)}")
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = name == "tf32"
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    from lstmablate.cells.kernels.common.precision import same_precision
+
+    return same_precision(name == "tf32")
 
 
 def precision_in_effect(device: torch.device) -> str:
-    """The float32 precision of a CUDA computation as PyTorch's flags stand: ``fp32``,
-    ``tf32``, or ``mixed`` (cuDNN's RNNs at TF32, cuBLAS's products at strict float32:
-    PyTorch's default); ``fp32`` on any other device."""
+    """The float32 precision of a computation on ``device`` as PyTorch's flags stand: on CUDA,
+    ``common.precision.products_label`` (``fp32``, ``tf32``, or the mix: cuDNN's RNNs at TF32
+    and cuBLAS's products at strict float32, PyTorch's default); ``fp32`` on any other device
+    (TF32 is a CUDA format)."""
     if device.type != "cuda":
         return "fp32"
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    return "tf32" if matmul and cudnn else "fp32" if not (matmul or cudnn) else "mixed"
+    from lstmablate.cells.kernels.common.precision import products_label
+
+    return products_label()
 
 
 def _sync(device: torch.device) -> None:

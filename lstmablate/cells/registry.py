@@ -49,7 +49,9 @@ class CellSpec:
 
     def build(self, input_size: int, hidden_size: int, **options: Any) -> Cell:
         self.check_options(options)
-        return self.cls(input_size, hidden_size, **self.preset, **options)
+        cell = self.cls(input_size, hidden_size, **self.preset, **options)
+        cell.cell_name = self.name  # what the record of the kernel paths calls it
+        return cell
 
     def option_names(self) -> set[str]:
         params = inspect.signature(self.cls.__init__).parameters

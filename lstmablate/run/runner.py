@@ -28,6 +28,7 @@ from rich.console import Console
 from lstmablate.console import escape
 
 from lstmablate.cells import build_encoder, get_cell
+from lstmablate.cells.kernels.interface import kernel_record, reset_kernel_record
 from lstmablate.config import RunConfig, with_eval_overrides
 from lstmablate.recipes import resolve_config
 from lstmablate.data import resolve_data_dir
@@ -45,6 +46,7 @@ from lstmablate.runfolder import check_output
 from lstmablate.limits import (check_float, check_threads,  # noqa: F401 - (re-exported: sweep, cli)
                                max_threads)
 from lstmablate.train.checkpoint import check_model_state, load_checkpoint
+from lstmablate.train.precision import Precision, check_precision, in_effect
 from lstmablate.train.trainer import check_resume_checkpoint, data_generator
 
 
@@ -234,6 +236,7 @@ def train_run(
 
         require_tensorboard()
     dev = pick_device(device)
+    check_precision(cfg.train.precision, dev)  # e.g. tf32 on a CPU: refused before any write
     with resource_guard(f"running {cfg.experiment}/{cfg.cell}/seed-{cfg.seed}"):
         return _start(cfg, dev, out, threads, resume, force, data_dir, console, progress,
                       deterministic, tensorboard, log_interval)
@@ -272,6 +275,7 @@ def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, re
             best = load_checkpoint(files.best, expect=cfg.checkpoint_key(), hint=RESUME_HINT)
             check_model_state(best.get("model"), model, files.best, RESUME_HINT)
     lock = RunLock(files.root).acquire() if dist.is_main else None  # one writer per run
+    env: dict[str, Any] | None = None
     try:
         if lock is not None:
             if inspect_run_dir(files, cfg, resume=resume, force=force) != start:
@@ -284,15 +288,28 @@ def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, re
             env = environment(dev, torch.get_num_threads())
             env["world_size"] = dist.world_size
             env["deterministic"] = note
+            env["precision"] = in_effect(cfg.train.precision, dev)
             write_env(files, env, resume=start.resume)
             if built:
                 write_artefacts(files, artefacts)
         distributed.barrier(dist)
+        reset_kernel_record()
         return _train(cfg, task_obj, model, files, dev, dist, start, checkpoint, console, progress,
                       tensorboard, log_interval)
     finally:
+        if env is not None:  # however training ended: which path each cell took, what failed
+            record_kernels(files, env)
         if lock is not None:  # (the OS releases it too, however the process ends)
             lock.release()
+
+
+def record_kernels(files: RunFiles, env: dict[str, Any]) -> None:
+    """Add to the run's ``env.json`` (``env``: what was written at its start) the record of
+    its cells' kernel paths: the calls per cell and path, and every fallback of a GPU path
+    (``interface.kernel_record``).  A failed write is let go: it is a diagnostic record, and
+    the run's outcome (or its error) is what the user must see."""
+    with contextlib.suppress(OSError):
+        write_env(files, {**env, "kernels": kernel_record()})
 
 
 def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFiles,
@@ -413,12 +430,25 @@ def evaluate_run_task(run_path: Path, split: str = "test", checkpoint: str | Non
         cfg, task, model = load_run_model(run_path, checkpoint, data_dir, device, splits=(split,),
                                           eval_overrides=eval_overrides)
         name = split_name(task, split)
-        with torch.no_grad():
+        amp = evaluation_precision(cfg, model)
+        with amp.products(), torch.no_grad(), amp.autocast():
             if write_predictions is not None:
                 metrics = task.write_predictions(model, name, Path(write_predictions))
             else:
                 metrics = task.evaluate(model, name, final=True)
     return task, {k: float(v) for k, v in metrics.items()}
+
+
+def evaluation_precision(cfg: RunConfig, model: torch.nn.Module) -> Precision:
+    """The precision an evaluation of a run computes in: the run's ``train.precision`` (so
+    its final numbers are recomputed as they were made), or fp32 on a device that cannot run
+    it (tf32 off CUDA, a dtype this device's autocast lacks)."""
+    first = next(model.parameters(), None)
+    device = first.device if first is not None else torch.device("cpu")
+    try:
+        return Precision(cfg.train.precision, device)
+    except ConfigError:
+        return Precision("fp32", device)
 
 
 @dataclass
@@ -459,7 +489,8 @@ def score_run(run_path: Path, split: str = "test", data_dir: str | None = None,
         set_threads(threads)
         cfg, task, model = load_run_model(files.root, checkpoint, data_dir, device, splits=(split,))
         name = split_name(task, split)
-        with torch.no_grad():
+        amp = evaluation_precision(cfg, model)
+        with amp.products(), torch.no_grad(), amp.autocast():
             metrics, records = task.evaluate_items(model, name)
         if records is None:
             raise UserError(f"the {cfg.task} task does not score test items one by one (its "

@@ -1,7 +1,9 @@
 """The training loop. It knows nothing about tasks beyond the Task interface.
 
 Per optimiser step: the task's loss (threading its ``carry``), backward,
-global-norm clipping, a NaN/inf guard, the optimiser step and the schedule.
+global-norm clipping, a NaN/inf guard, the optimiser step and the schedule; the forward
+passes of training and evaluation in ``train.precision`` (``precision.py``: autocast for
+bf16 / fp16, a gradient scaler for fp16, the float32 products' flags for the whole run).
 On CUDA (one process, ``nonfinite: stop``, no TensorBoard) a step reads nothing back to
 the host: the running loss and the NaN/inf guard live on the device and are read every
 ``log_interval`` seconds and before every evaluation and checkpoint, so the GPU never
@@ -42,6 +44,7 @@ from .checkpoint import (check_carry, check_model_state, check_optimizer_state, 
 from .distributed import DistInfo, all_reduce_sum, barrier
 from .optim import Schedule, ScheduleState, build_optimizer, clip_scope_parameters
 from .position import Position
+from .precision import Precision
 from .progress import ProgressLine, Running
 
 
@@ -137,6 +140,7 @@ class Trainer:
         self.show_progress = self.console.is_terminal if progress is None else progress
         self.primary: Metric = task.primary
         self.optimizer = build_optimizer(cfg, model)
+        self.precision = Precision(cfg.precision, device)
         self.clipped = clip_scope_parameters(model, cfg.clip_scope)
         self.schedule = Schedule(cfg, self.optimizer)
         self.pos = Position()
@@ -182,7 +186,7 @@ class Trainer:
             self.pos.train_time_s = time.perf_counter() - self._t_start
         if not self.dist.is_main:
             return
-        save_checkpoint(self.last_path, {
+        state = {
             "run": self.identity,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -190,7 +194,10 @@ class Trainer:
             "position": vars(self.pos).copy(),
             "rng": rng_state(),
             "carry": self.carry,
-        }, again=self._again())
+        }
+        if self.precision.state_dict() is not None:  # fp16's gradient scaler
+            state["scaler"] = self.precision.state_dict()
+        save_checkpoint(self.last_path, state, again=self._again())
 
     def _save_best(self, metrics: dict[str, float]) -> None:
         if not self.dist.is_main:
@@ -214,6 +221,7 @@ class Trainer:
         self.schedule.load_state_dict(ckpt["schedule"])
         self.pos = Position(**ckpt["position"])
         self.carry = ckpt.get("carry")
+        self.precision.load_state_dict(ckpt.get("scaler"))
         # metrics written after this checkpoint are redone, so the file ends up
         # exactly as an uninterrupted run's
         self._truncate_metrics(self.pos.metrics_lines)
@@ -262,7 +270,7 @@ class Trainer:
     # -- one evaluation -------------------------------------------------------------------
     def _evaluate(self, split: str, final: bool = False) -> dict[str, float]:
         self.model.eval()
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), self.precision.autocast():
             metrics = self.task.evaluate(self.model, split, final=final)
         self.model.train()
         return {k: float(v) for k, v in metrics.items()}
@@ -272,7 +280,7 @@ class Trainer:
         """``evaluate(split, final=True)`` through ``Task.evaluate_items``: its records (if the
         task scores items) go to ``items[split]``."""
         self.model.eval()
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), self.precision.autocast():
             metrics, records = self.task.evaluate_items(self.model, split)
         self.model.train()
         if records is not None:
@@ -312,7 +320,12 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------
     def fit(self, resume: bool = False, checkpoint: dict[str, Any] | None = None) -> TrainResult:
-        """Train; with ``resume``, continue from ``last.pt`` (or ``checkpoint``, already loaded)."""
+        """Train; with ``resume``, continue from ``last.pt`` (or ``checkpoint``, already loaded).
+        The float32 products follow ``train.precision`` throughout (restored afterwards)."""
+        with self.precision.products():
+            return self._fit(resume, checkpoint)
+
+    def _fit(self, resume: bool, checkpoint: dict[str, Any] | None) -> TrainResult:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         old_handlers = self._install_signal_handlers()  # from here on Ctrl-C saves and stops
@@ -524,17 +537,21 @@ class Trainer:
         cfg, pos, acc = self.cfg, self.pos, self._acc
         batch = self.task.batch_to(self.task.shard(batch, self.dist), self.device)
         self.optimizer.zero_grad(set_to_none=True)
-        out = self.task.loss(self.train_model, batch, self.carry)
+        with self.precision.autocast():
+            out = self.task.loss(self.train_model, batch, self.carry)
         loss = out.loss
         logged = (out.logged if out.logged is not None else loss).detach()
+        amp = self.precision
         if acc.deferred:
             # nothing is read on the host: a non-finite loss or norm is remembered on the
             # device (its step, the last finite loss) and raised at the next _sync, before
-            # anything is evaluated or saved
-            loss.backward()
+            # anything is evaluated or saved (fp16: an overflowed gradient is the scaler's,
+            # which skips that step; only the loss is watched)
+            amp.backward(loss)
+            amp.unscale(self.optimizer)
             norm = self._clip_and_norm()
-            acc.watch(logged, norm, pos.step + 1)
-            self.optimizer.step()
+            acc.watch(logged, logged if amp.overflow_skips() else norm, pos.step + 1)
+            amp.step(self.optimizer)
             self.carry = out.carry
             pos.step += 1
             acc.add(logged, out.tokens if out.tokens is not None else out.weight)
@@ -550,7 +567,8 @@ class Trainer:
             loss_value = all_reduce_sum(loss_value * weight, self.dist, self.device) / total
         finite = math.isfinite(loss_value) and math.isfinite(float(loss.detach()))
         if finite or cfg.nonfinite == "zero":
-            loss.backward()
+            amp.backward(loss)
+            amp.unscale(self.optimizer)
             if cfg.nonfinite == "zero":  # counted here; _clip_and_norm sets the entries to 0
                 bad = any(not bool(torch.isfinite(p.grad).all())
                           for p in self.model.parameters() if p.grad is not None)
@@ -559,7 +577,8 @@ class Trainer:
                     self.console.print(f"[yellow]non-finite gradient at step {pos.step + 1}: its "
                                        f"non-finite entries set to 0 ({pos.skipped_nonfinite} so far)[/]")
             norm = self._clip_and_norm()
-            finite = bool(torch.isfinite(norm))
+            # fp16: an overflowed gradient skips its step in the scaler (which lowers its scale)
+            finite = bool(torch.isfinite(norm)) or (finite and amp.overflow_skips())
             what = "gradient norm"
         else:
             what = "loss"
@@ -572,7 +591,7 @@ class Trainer:
                                    f"({pos.skipped_nonfinite} so far)[/]")
                 return None
             raise self._diverged(what, pos.step + 1)
-        self.optimizer.step()
+        amp.step(self.optimizer)
         self.carry = out.carry
         pos.step += 1
         if math.isfinite(loss_value):  # (nonfinite: zero takes the step of a non-finite loss)

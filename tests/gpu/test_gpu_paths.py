@@ -5,7 +5,11 @@ them, and ``pytest tests/gpu`` on any machine with one).
   every family; float32 against a float64 reference with dtype-derived tolerances, the
   harness of the CPU tests; padded bidirectional batches, recurrent dropout);
 * the CUDA-graph capture of their loops: captured, replayed with new inputs and updated
-  parameters, the same numbers as eager launches;
+  parameters, the same numbers as eager launches, and no capture emptying the allocator's
+  cache;
+* bfloat16 under autocast: the Triton kernels and cuDNN against a float64 reference, with the
+  CPU tests' tolerance (u (2T + 16) of each tensor's scale);
+* a Triton kernel whose launch fails: the same numbers on the next path, one warning;
 * cuDNN with our parameters kept in its flat layout (no per-call compaction) and a whole
   stacked bidirectional encoder in one call, against the layer-by-layer reference;
 * ``lstmablate bench --device cuda`` names the path of every row.
@@ -31,6 +35,7 @@ from lstmablate.cells.kernels.second_order import factored, multi_matrix
 from lstmablate.cells.kernels.interface import kernel_name_of
 
 from fast_path_harness import assert_fast_matches_reference
+from tolerance import low_precision_tolerance
 
 DEVICE = os.environ.get("LSTMABLATE_GPU_DEVICE", "cuda")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -73,8 +78,9 @@ def test_triton_kernels_match_the_reference(name, opts, monkeypatch):
 @needs_triton
 @pytest.mark.parametrize("name", ["lstm-srnn", "lstm-srnn-hidden", "gru", "mlstm", "mmlstm"])
 def test_captured_loops_replay_the_eager_numbers(name, monkeypatch):
-    """Three training steps of the same shapes, captured from the second on: outputs and
-    gradients equal those of eager launches (LSTMABLATE_CUDA_GRAPHS=0)."""
+    """Three training steps of the same shapes (two layers: two sightings of a shape per
+    step), captured from the second step on: outputs and gradients equal those of eager
+    launches (LSTMABLATE_CUDA_GRAPHS=0)."""
     monkeypatch.setattr(graphs, "CACHE", graphs.GraphCache())
     runs = {}
     for setting in ("0", "auto"):
@@ -155,3 +161,97 @@ def test_the_benchmark_names_each_path():
         assert kernel[cell] == ("triton-recurrent (CUDA graphs)" if triton else
                                 "recurrent (pytorch)"), kernel
     assert all(r["memory_kind"] == "peak" and r["memory_mb"] >= 0 for r in rows)
+
+
+@needs_triton
+def test_captures_never_empty_the_allocator_cache(monkeypatch):
+    """Training steps that capture new shapes: no synchronize / empty_cache per capture
+    (``graphs.CudaGraphs``), and the captures happen."""
+    monkeypatch.setattr(graphs, "CACHE", graphs.GraphCache())
+
+    def forbidden(*a, **k):
+        raise AssertionError("a capture emptied the allocator cache")
+    monkeypatch.setattr(torch.cuda, "empty_cache", forbidden)
+    enc = build_encoder("lstm-srnn", 16, 32, num_layers=2).to(DEVICE).train()
+    for step in range(4):
+        for T in (7, 9):  # two shapes
+            x, _ = _inputs(enc, 5, T, 16, torch.float32, seed=step)
+            enc(x)[0].square().sum().backward()
+    assert graphs.CACHE.captures >= 2
+
+
+def _low_precision_matches_the_reference(enc, dtype, T=9, B=6):
+    """enc under autocast in ``dtype`` against its float64 reference loop, on the GPU."""
+    import copy
+
+    x, _ = _inputs(enc, B, T, enc.input_size, torch.float32)
+    lengths = torch.tensor([T, 3, 1, 5, T, 2])
+    ref = copy.deepcopy(enc).double()
+    xi = x.clone().requires_grad_(True)
+    with torch.autocast("cuda", dtype=dtype):
+        out, fin = enc(xi, lengths)
+    assert out.dtype == dtype
+    w = torch.randn(out.shape, device=DEVICE, dtype=torch.float64)
+    (out.double() * w).sum().backward()
+    xr = x.double().requires_grad_(True)
+    with reference_mode():
+        out_r, _ = ref(xr, lengths)
+    (out_r * w).sum().backward()
+    pairs = [("out", out, out_r), ("dx", xi.grad, xr.grad)]
+    pairs += [(n, p.grad, q.grad) for (n, p), q in zip(enc.named_parameters(), ref.parameters())]
+    for name, got, want in pairs:
+        scale = float(want.detach().abs().max())
+        err = float((got.detach().double() - want.detach()).abs().max())
+        assert err <= low_precision_tolerance(dtype, T, scale), (name, err, scale)
+
+
+@needs_triton
+@pytest.mark.parametrize("name", ["lstm-srnn", "lstm-srnn-hidden", "gru", "mlstm"])
+def test_triton_kernels_in_bfloat16(name, monkeypatch):
+    monkeypatch.setenv("LSTMABLATE_TRITON", "1")
+    if not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bfloat16")
+    torch.manual_seed(0)
+    enc = build_encoder(name, 24, 40, num_layers=2, bidirectional=True).to(DEVICE).train()
+    assert kernel_name_of(enc.layers[0][0], device_type="cuda", dtype=torch.bfloat16,
+                          autocast=True).startswith("triton-")
+    _low_precision_matches_the_reference(enc, torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_cudnn_in_low_precision(dtype):
+    """``lstm`` under autocast: cuDNN's kernels in the autocast dtype itself (PyTorch's own
+    autocast would run them in float16 even under bfloat16), one stacked call."""
+    from lstmablate.cells.kernels import interface
+
+    if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bfloat16")
+    torch.manual_seed(0)
+    enc = build_encoder("lstm", 24, 40, num_layers=2, bidirectional=True).to(DEVICE).eval()
+    interface.reset_kernel_record()
+    _low_precision_matches_the_reference(enc, dtype)
+    paths = interface.kernel_record()["paths"]["lstm"]
+    assert paths == {"torch-lstm": 4, "reference": 4}, paths  # 4 cells; then the reference
+    assert not interface.kernel_record()["fallbacks"]
+
+
+@needs_triton
+def test_a_failing_launch_falls_back_on_the_gpu(monkeypatch):
+    from lstmablate.cells.kernels import interface
+    from lstmablate.cells.kernels.lstm import triton_kernels
+
+    monkeypatch.setenv("LSTMABLATE_TRITON", "1")
+    interface.forget_failures()
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("injected: Triton Error [CUDA]: launch failed")
+    monkeypatch.setattr(triton_kernels.lstm_step, "run", failing)
+    torch.manual_seed(0)
+    enc = build_encoder("lstm-srnn", 24, 40, num_layers=2, bidirectional=True).to(DEVICE).train()
+    x, state = _inputs(enc, 6, 9, 24, torch.float32)
+    try:
+        with pytest.warns(RuntimeWarning, match="lstm_step.*LSTMABLATE_TRITON=0"):
+            assert_fast_matches_reference(enc, x, torch.tensor([9, 3, 0, 5, 9, 1]), state, None,
+                                          none_is_zero=True)
+    finally:
+        interface.forget_failures()

@@ -13,7 +13,9 @@ The contract, and the environment
                         cell, its paths, its C source, its test cases) and implements
                         (``choose``, ``run``); ``KernelPath``, the paths (an enum, checked
                         at dispatch); ``Call`` and ``mask_kind``, what the dispatch knows
-                        of a call; the shared forward code, written once; the registry
+                        of a call; the shared forward code, written once (autocast, the
+                        fallback of a GPU path that fails); the record of the paths taken
+                        (``kernel_record``); the registry
     ``switches.py``     ``reference_mode()`` and every environment variable the kernels
                         read (``SWITCHES``, listed in docs/performance.md)
 
@@ -49,6 +51,12 @@ What several families share: ``common/``
     ``triton_common.py``   the jit helpers every Triton kernel shares (padding, h_t, dh_t),
                         launching, the loops' common buffers
     ``graphs.py``       running the Triton time loops eagerly or captured in CUDA graphs
+                        (the capture policy: after three sightings, bounded slots)
+    ``guard.py``        a Triton backward that fails: its gradients recomputed on the
+                        PyTorch function of the same inputs (the forward's fallback is
+                        ``interface.KernelFamily._run``)
+    ``precision.py``    the float32 products' TF32 flags, read and set alike for cuBLAS and
+                        cuDNN (what ``train.precision`` and a fair benchmark need)
 
 A family's folder imports ``common/``, ``interface.py`` and ``switches.py``, and no other
 family's folder, except that ``second_order/`` builds on the LSTM cell's arithmetic of

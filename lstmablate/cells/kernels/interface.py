@@ -27,10 +27,35 @@ and implements two methods:
   (:meth:`KernelFamily.unknown`) instead of falling through to another kernel.
 
 Everything else — classifying the mask, the initial state, empty sequences, the
-parameters of another dtype or device than the input, the forced reference loop — is
-written once here (:meth:`KernelFamily.forward`), and so are ``plan``, ``kernel_name``
-(the path as ``lstmablate bench`` shows it) and ``available``.  A family may also run a
-whole stacked (bidirectional) encoder in one call (:meth:`KernelFamily.stack`).
+parameters of another dtype or device than the input, the forced reference loop, autocast
+(mixed precision), a GPU path that fails, the record of the paths taken — is written once
+here (:meth:`KernelFamily.forward`), and so are ``plan``, ``kernel_name`` (the path as
+``lstmablate bench`` shows it) and ``available``.  A family may also run a whole stacked
+(bidirectional) encoder in one call (:meth:`KernelFamily.stack`).
+
+**Under autocast** (``torch.autocast``, what ``train.precision: bf16 | fp16`` turns on) a
+call is described with the autocast dtype (:func:`autocast_dtype`) and runs a fast path only
+where that path has a low-precision kernel (:func:`runs_low_precision`): the Triton kernels
+(which carry the memory cell and its gradient in float32) and, on CUDA, PyTorch's cuDNN
+kernels; the input, h and the parameters are cast to the autocast dtype (differentiably:
+the gradients reach the float32 parameters) and the kernel runs with autocast off.  Every
+other path (the native loops, the PyTorch loops, a third-party family's) leaves the call to
+the reference loop, which runs under autocast as any PyTorch code does.
+
+**A GPU path that fails** (:func:`guarded`: the Triton kernels, and cuDNN under autocast):
+any exception from compiling, loading or launching it (or capturing its CUDA graph) — a
+missing C compiler or ``Python.h`` for Triton's launcher, a driver error — makes the family
+fall back to its next correct path for the rest of the process (Triton: cuDNN where the
+cell has one, else the PyTorch loops; cuDNN under autocast: the reference loop), with one
+warning naming the kernel, the error's first line and ``LSTMABLATE_TRITON=0``
+(:func:`report_failure`).  The forward is re-run on that path; a failure inside a Triton
+backward is recomputed through the PyTorch function of the same inputs and gradients
+(``common/guard.py``).  Out-of-memory errors are not recovered: another path needs memory
+too, and the trainer names them.  A wrong *result* is no exception: ``make gpu-check``
+compares every fast path with the reference loop on the GPU.
+
+**What ran** (:func:`kernel_record`): every call's path is counted per cell, and every
+fallback is listed; a run writes it to its ``env.json`` (``lstmablate/run/runner.py``).
 
 A cell declares its family with ``fast_kernels = FastKernels("package.module:NAME", ...)``
 (``lstmablate/cells/base.py``); the module is imported on the cell's first run and its
@@ -44,7 +69,8 @@ the registry without pulling in any kernel code.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, fields
+import warnings
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 from pathlib import Path
 from types import SimpleNamespace
@@ -173,14 +199,39 @@ class Call:
 
 def refused(call: Call) -> bool:
     """True when no fast path may run the call (the reference loop runs it): forced
-    (``switches``), under autocast, a mask with holes, a non-float dtype, and on CPU a
-    dtype other than float32 / float64 (what the CPU kernels are written for)."""
+    (``switches``), a mask with holes, a non-float dtype, and on CPU outside autocast a dtype
+    other than float32 / float64 (what the CPU kernels are written for).  Under autocast
+    the family's choice is kept only where it has a low-precision kernel
+    (:func:`runs_low_precision`)."""
     from .switches import reference_forced
 
     reference = reference_forced() if call.reference is None else call.reference
-    if reference or call.autocast or call.mask == "other" or not call.dtype.is_floating_point:
+    if reference or call.mask == "other" or not call.dtype.is_floating_point:
         return True
-    return call.device_type == "cpu" and call.dtype not in CPU_DTYPES
+    return call.device_type == "cpu" and call.dtype not in CPU_DTYPES and not call.autocast
+
+
+def runs_low_precision(path: Any, call: Call) -> bool:
+    """Does ``path`` run a call under autocast in its low precision: the Triton kernels
+    (float32 memory cell), and on CUDA PyTorch's cuDNN kernels (their half-precision
+    paths)?  No other path has a low-precision kernel: the reference loop runs the call."""
+    if getattr(path, "is_triton", False):
+        return True
+    return call.device_type == "cuda" and getattr(path, "torch_kind", None) is not None
+
+
+def guarded(path: Any, call: Call) -> bool:
+    """Is ``path`` one whose failure falls back instead of ending the process: the Triton
+    kernels (compiled at first use on the user's GPU) and cuDNN under autocast?"""
+    return getattr(path, "is_triton", False) or (call.autocast and runs_low_precision(path, call))
+
+
+def recoverable(err: BaseException) -> bool:
+    """May a failure of a guarded path fall back?  Any exception but a programming error of
+    the dispatch (:class:`KernelPathError`) and running out of memory (another path needs
+    memory as well; the trainer names the shape that did not fit)."""
+    oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+    return isinstance(err, Exception) and not isinstance(err, (KernelPathError, oom))
 
 
 def mask_kind(mask: Tensor | None) -> tuple[str, Tensor | None]:
@@ -212,6 +263,30 @@ def autocast_on(x: Tensor) -> bool:
         if x.device.type == "cpu":
             return bool(torch.is_autocast_cpu_enabled())
         return bool(torch.is_autocast_enabled())
+
+
+def autocast_dtype(x: Tensor) -> torch.dtype | None:
+    """The dtype autocast runs x's device's products in (float16, bfloat16), or None when
+    autocast is off there."""
+    if not autocast_on(x):
+        return None
+    get = getattr(torch, "get_autocast_dtype", None)
+    if get is not None:
+        return get(x.device.type)
+    return torch.get_autocast_cpu_dtype() if x.device.type == "cpu" else \
+        torch.get_autocast_gpu_dtype()  # PyTorch < 2.4
+
+
+def lowered(v: SimpleNamespace, dtype: torch.dtype) -> SimpleNamespace:
+    """A cell's view with every floating tensor (also in a list, e.g. a ParameterList)
+    cast to ``dtype``; differentiable, so the gradients reach the cell's own parameters."""
+    def cast(a: Any) -> Any:
+        if isinstance(a, Tensor):
+            return a.to(dtype) if a.is_floating_point() else a
+        if isinstance(a, (list, tuple, torch.nn.ParameterList)):
+            return [cast(t) for t in a]
+        return a
+    return SimpleNamespace(**{k: cast(a) for k, a in vars(v).items()})
 
 
 class KernelFamily:
@@ -259,7 +334,18 @@ class KernelFamily:
         return self._plan(self.view(cell), Call.of(**call))
 
     def _plan(self, v: SimpleNamespace, call: Call) -> PathEnum:
-        return KernelPath.REFERENCE if refused(call) else self.checked(self.choose(v, call))
+        """The family's choice after the shared refusals, past the paths that failed in this
+        process (:func:`report_failure`: Triton's next choice is made as if Triton did not
+        run here; any other failed path leaves the call to the reference loop) and, under
+        autocast, only a path with a low-precision kernel."""
+        if refused(call):
+            return KernelPath.REFERENCE
+        path = self.checked(self.choose(v, call))
+        if getattr(path, "is_triton", False) and has_failed(self.name, path):
+            path = self.checked(self.choose(v, replace(call, triton=False)))
+        if has_failed(self.name, path) or (call.autocast and not runs_low_precision(path, call)):
+            return KernelPath.REFERENCE
+        return path
 
     def checked(self, path: Any) -> PathEnum:
         """``path`` if it is ``KernelPath.REFERENCE`` or one of the family's ``paths`` (the
@@ -293,29 +379,65 @@ class KernelFamily:
         """The fast path of one call, or None: the caller (``Cell.forward``) then runs the
         reference loop.  Parameters, state or mask of another dtype or device than ``x``
         are not the kernels' business: the reference loop runs (and raises or promotes as
-        it always did)."""
+        it always did); under autocast every floating tensor on x's device will do (they
+        are cast, see the module docstring)."""
         from .switches import reference_forced
 
         if reference_forced() or x.dim() != 3:
+            note_path(cell, KernelPath.REFERENCE)
             return None
         kind, lengths = mask_kind(mask)
         v = self.view(cell)
-        call = Call(device_type=x.device.type, dtype=x.dtype, mask=kind,
-                    h_mask=h_mask is not None, autocast=autocast_on(x), batch=x.shape[1],
+        low = autocast_dtype(x)
+        call = Call(device_type=x.device.type, dtype=low or x.dtype, mask=kind,
+                    h_mask=h_mask is not None, autocast=low is not None, batch=x.shape[1],
                     grad=torch.is_grad_enabled())
         path = self._plan(v, call)
         if path is KernelPath.REFERENCE:
+            note_path(cell, path)
             return None
         T, B = x.shape[0], x.shape[1]
         state = tuple(cell.initial_state(B, x) if state is None else state)
         tensors = [*cell.parameters(), *state] + ([h_mask] if h_mask is not None else [])
-        if any(t.dtype != x.dtype or t.device != x.device for t in tensors):
+        if not all(t.device == x.device and (t.is_floating_point() if low else t.dtype == x.dtype)
+                   for t in tensors):
+            note_path(cell, KernelPath.REFERENCE)
             return None
         if T == 0:
             return x.new_zeros(0, B, cell.output_size), state
         if lengths is not None:
             lengths = lengths.to(x.device)
-        return self.run(path, v, x, state, lengths, h_mask)
+        if low is None:
+            return self._run(cell, path, v, call, x, state, lengths, h_mask)
+        # autocast: the input, h and the parameters in the low precision (the other states,
+        # e.g. the memory cell, as they are: the kernels keep c in float32), autocast off
+        # inside (every operand already has its dtype)
+        state = (state[0].to(low), *state[1:])
+        h_mask = h_mask.to(low) if h_mask is not None else None
+        with torch.autocast(x.device.type, enabled=False):
+            return self._run(cell, path, lowered(v, low), call, x.to(low), state, lengths,
+                             h_mask)
+
+    def _run(self, cell, path: PathEnum, v: SimpleNamespace, call: Call, x: Tensor,
+             state: State, lengths: Tensor | None, h_mask: Tensor | None) -> Result | None:
+        """Run ``path``; when a guarded path fails (:func:`guarded`), report it and run the
+        family's next path (None: the reference loop)."""
+        if not guarded(path, call):
+            note_path(cell, path)
+            return self.run(path, v, x, state, lengths, h_mask)
+        try:
+            result = self.run(path, v, x, state, lengths, h_mask)
+        except Exception as err:  # noqa: BLE001  (any failure of a GPU path: see the module doc)
+            if not recoverable(err):
+                raise
+            report_failure(self.name, path, err)
+            nxt = self._plan(v, call)
+            if nxt is KernelPath.REFERENCE:
+                note_path(cell, nxt)
+                return None
+            return self._run(cell, nxt, v, call, x, state, lengths, h_mask)
+        note_path(cell, path)
+        return result
 
 
 # ---------------------------------------------------------------------------------------
@@ -404,3 +526,109 @@ def kernel_name_of(cell, **call: Any) -> str:
     """The path a call of any cell takes, as ``lstmablate bench`` names it."""
     fam = family_of(cell)
     return str(KernelPath.REFERENCE) if fam is None else fam.kernel_name(cell, **call)
+
+
+# ---------------------------------------------------------------------------------------
+# what ran: the paths taken, the paths that failed
+# ---------------------------------------------------------------------------------------
+
+#: (cell, path) -> calls since the last :func:`reset_kernel_record`
+_TAKEN: dict[tuple[str, str], int] = {}
+#: family name -> the failed paths' kinds ("triton" for any Triton path, else the path)
+_FAILED: dict[str, set[str]] = {}
+#: every failure of this process, in order (what :func:`kernel_record` lists)
+_FAILURES: list[dict[str, str]] = []
+
+
+class KernelFailure(RuntimeError):
+    """A kernel's launch (its compilation included) raised: names the kernel, so that the
+    fallback's warning can (``common/triton_common.launch`` raises it)."""
+
+    def __init__(self, kernel: str, err: BaseException):
+        super().__init__(f"{type(err).__name__}: {first_line(err)}")
+        self.kernel, self.error = kernel, err
+
+
+def first_line(err: BaseException) -> str:
+    """The first non-empty line of an error's message (Triton's compile errors quote whole
+    kernels after it)."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return lines[0] if lines else "(no message)"
+
+
+def cell_label(cell) -> str:
+    """The registered name a cell was built under (``CellSpec.build``), else its class."""
+    return getattr(cell, "cell_name", None) or type(cell).__name__
+
+
+def note_path(cell, path: Any) -> None:
+    """Count one call of ``cell`` on ``path`` (:func:`kernel_record`)."""
+    key = (cell_label(cell), str(path))
+    _TAKEN[key] = _TAKEN.get(key, 0) + 1
+
+
+def _failure_kind(path: Any) -> str:
+    return "triton" if getattr(path, "is_triton", False) else str(path)
+
+
+def has_failed(family: str, path: Any) -> bool:
+    """Did ``path`` (any Triton path, for a Triton one) of ``family`` fail in this process?"""
+    failed = _FAILED.get(family)
+    return bool(failed) and _failure_kind(path) in failed
+
+
+def report_failure(family: str, path: Any, err: BaseException) -> None:
+    """Record that ``path`` of ``family`` failed with ``err`` (every later plan of the family
+    passes it by: :meth:`KernelFamily._plan`) and warn, once per family and kind of path,
+    naming the kernel, the error's first line and the switch that avoids it."""
+    kind = _failure_kind(path)
+    if has_failed(family, path):
+        return
+    _FAILED.setdefault(family, set()).add(kind)
+    kernel = err.kernel if isinstance(err, KernelFailure) else f"{path} ({family})"
+    cause = err.error if isinstance(err, KernelFailure) else err
+    message = f"{type(cause).__name__}: {first_line(cause)}"
+    note_fallback(family, str(path), kernel, message)
+    if kind == "triton":
+        then = ("cuDNN where the cell has a cuDNN kernel, else the PyTorch loops (the same "
+                "numbers)")
+        advice = ("set LSTMABLATE_TRITON=0 to run without the Triton kernels from the start "
+                  "(Triton builds its launcher with the host's C compiler and needs Python.h: "
+                  "docs/performance.md, \"When a GPU kernel fails\")")
+    else:
+        then = "the reference loop (under autocast)"
+        advice = ("LSTMABLATE_TRITON=0 does not avoid this one; train.precision: fp32 does "
+                  "(docs/performance.md, \"When a GPU kernel fails\")")
+    warnings.warn(f"the kernel {kernel} of the {family} cells failed ({message}); for the rest "
+                  f"of this process they run {then}. To avoid it, {advice}.", RuntimeWarning,
+                  stacklevel=2)
+
+
+def note_fallback(family: str, path: str, kernel: str, error: str) -> None:
+    """List one fallback in :func:`kernel_record` (``common/graphs.py`` lists a failed
+    capture this way: its loops run eagerly, the family keeps its path)."""
+    _FAILURES.append({"family": family, "path": path, "kernel": kernel, "error": error})
+
+
+def kernel_record() -> dict[str, Any]:
+    """What the fast paths did: ``paths``, per cell (its registered name) the calls per path
+    since the last :func:`reset_kernel_record`; ``fallbacks``, every path that failed in
+    this process (family, path, kernel, error), in order.  A run writes it to ``env.json``;
+    ``make gpu-check`` may show it per cell."""
+    cells: dict[str, dict[str, int]] = {}
+    for (label, path), n in sorted(_TAKEN.items()):
+        cells.setdefault(label, {})[path] = n
+    return {"paths": cells, "fallbacks": [dict(f) for f in _FAILURES]}
+
+
+def reset_kernel_record() -> None:
+    """Start counting the paths taken afresh (a run does at its start); the failures stay:
+    a family that fell back stays so for the rest of the process."""
+    _TAKEN.clear()
+
+
+def forget_failures() -> None:
+    """Forget every failure (the families try their Triton kernels again): for tests, and
+    for a long-lived process after the cause was fixed."""
+    _FAILED.clear()
+    _FAILURES.clear()

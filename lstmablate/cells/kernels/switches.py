@@ -55,10 +55,12 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("LSTMABLATE_TRITON", "`auto`, `1`, `0`", "`auto`",
            "`auto`: the Triton kernels on CUDA for the cells without a cuDNN kernel; `1`: for "
            "every call they can run (on CUDA the cuDNN cells too; CPU tensors as well under "
-           "`TRITON_INTERPRET=1`); `0`: never"),
+           "`TRITON_INTERPRET=1`); `0`: never (a Triton kernel that fails to build or launch "
+           "falls back by itself, with a warning)"),
     Switch("LSTMABLATE_CUDA_GRAPHS", "`auto`, `0`", "`auto`",
-           "`auto`: the Triton kernels' time loops are captured in CUDA graphs for a call "
-           "shape seen twice (`common/graphs.py`); `0`: eager launches"),
+           "`auto`: the Triton kernels' recurrent time loops are captured in CUDA graphs for a "
+           "call shape seen three times, within a bound on the slots and their memory "
+           "(`common/graphs.py`); `0`: eager launches"),
     Switch("LSTMABLATE_KERNEL_CACHE", "a directory", "`$XDG_CACHE_HOME/lstmablate/kernels`",
            "where the native libraries and the calibrated choices are cached (used only if "
            "private to this user; `common/native_build.py`)"),

@@ -268,7 +268,9 @@ def torch_lstm(v, x: Tensor, state: State, lengths: Tensor | None) -> tuple[Tens
     """Levy et al. eqs 2-7 (and a projection) as torch.nn.LSTM computes them."""
     h0, c0 = state
     ws = fused_weights("lstm", [v], v.weight_ih, v.input_size)
-    out, hn, cn = _run_vf("lstm", x, (h0.unsqueeze(0), c0.unsqueeze(0)), ws, True, lengths)
+    # (under autocast c_0 may come in float32: cuDNN takes h and c in one dtype)
+    out, hn, cn = _run_vf("lstm", x, (h0.unsqueeze(0), c0.to(h0.dtype).unsqueeze(0)), ws, True,
+                          lengths)
     return out, (hn[0], cn[0])
 
 
@@ -301,10 +303,18 @@ def stackable(encoder, masks) -> bool:
 
 
 def stacked(family, kind: str, encoder, x: Tensor, lengths: Tensor | None,
-            state: State | None) -> tuple[Tensor, State]:
+            state: State | None, low: torch.dtype | None = None) -> tuple[Tensor, State]:
     """The whole encoder as one ``torch._VF`` call (x time-major); ``family``: the cells'
-    kernel family (for their views)."""
+    kernel family (for their views); ``low``: the autocast dtype, which the input, the state
+    and the weights are cast to (cuDNN's half-precision kernels; the caller turned autocast
+    off)."""
+    from ..interface import lowered
+
     views = [family.view(c) for c in encoder.cells()]
+    if low is not None:
+        views = [lowered(v, low) for v in views]
+        x = x.to(low)
+        state = None if state is None else tuple(s.to(low) for s in state)
     v0 = views[0]
     B = x.shape[1]
     n = len(views)
@@ -339,12 +349,26 @@ class CudnnStack:
     def stack(self, encoder, x, lengths, state, masks):
         if x.device.type != "cuda":
             return None
-        from ..interface import autocast_on
+        from ..interface import autocast_dtype, note_path, recoverable, report_failure
 
         mask = "none" if lengths is None else (
             "prefix0" if bool((lengths == 0).any()) else "prefix")
-        path = self.stack_plan(encoder, masks, device_type="cuda", dtype=x.dtype, mask=mask,
-                               autocast=autocast_on(x), batch=x.shape[1])
+        low = autocast_dtype(x)
+        path = self.stack_plan(encoder, masks, device_type="cuda", dtype=low or x.dtype,
+                               mask=mask, autocast=low is not None, batch=x.shape[1])
         if path is None:
             return None
-        return stacked(self, path.torch_kind, encoder, x, lengths, state)
+        if low is None:
+            result = stacked(self, path.torch_kind, encoder, x, lengths, state)
+        else:  # cuDNN's half-precision kernels: a GPU path that may fail (interface.guarded)
+            try:
+                with torch.autocast("cuda", enabled=False):
+                    result = stacked(self, path.torch_kind, encoder, x, lengths, state, low)
+            except Exception as err:  # noqa: BLE001  (the layers then run one by one)
+                if not recoverable(err):
+                    raise
+                report_failure(self.name, path, err)
+                return None
+        for cell in encoder.cells():
+            note_path(cell, path)
+        return result

@@ -73,8 +73,11 @@ def torch_or_ours(kind: str | None, ours: KernelPath, call: Call, native: Callab
                   runners: Callable[[calibrate.ShapeClass], dict]) -> KernelPath:
     """``torch-<kind>`` (PyTorch's fused kernel), ``ours`` on Triton (``triton-<ours>``) or
     ``ours`` (``recurrent``, ``scan``) for a call that PyTorch's kernel ``kind`` could run
-    (None: it cannot)."""
+    (None: it cannot).  Under autocast off CUDA only the Triton kernels (the interpreter)
+    have a low precision: without them, ``reference`` (before any calibration is timed)."""
     triton = triton_runs(call)
+    if call.autocast and call.device_type != "cuda" and not triton:
+        return KernelPath.REFERENCE  # off CUDA only the Triton kernels have a low precision
     if kind is not None and not (triton and triton_setting() == "1"):
         if call.device_type != "cpu":
             return KernelPath.torch(kind)
@@ -91,16 +94,27 @@ def native_loops(family, call: Call) -> bool:
                                                       call.dtype) is not None
 
 
+def graphed(path: KernelPath, call: Call) -> bool:
+    """Are the path's time loops captured in CUDA graphs (once a call shape has been seen
+    ``graphs.CACHE.capture_after`` times)?  Only ``triton-recurrent``'s, on CUDA, with
+    ``LSTMABLATE_CUDA_GRAPHS`` not ``0``: ``triton-scan`` is one launch per direction, with
+    nothing to capture."""
+    return (path is KernelPath.TRITON_RECURRENT and call.device_type == "cuda"
+            and graphs_setting() != "0")
+
+
 def describe(path: KernelPath, call: Call, native_loops: bool, torch_could: bool = False) -> str:
     """A path as ``lstmablate bench`` shows it: ``torch-lstm (cuDNN)`` /
-    ``torch-lstm (calibrated)``, ``triton-recurrent (CUDA graphs)``, ``recurrent (native)``,
-    ``recurrent (native, calibrated)``, ``scan (pytorch)``, ...; ``native_loops``: the
-    native (C) loops run this call; ``torch_could``: PyTorch's kernel could run it (so on
-    CPU the calibrated timing chose between the two)."""
+    ``torch-lstm (calibrated)``, ``triton-recurrent (CUDA graphs)``, ``triton-scan (one
+    launch)``, ``recurrent (native)``, ``recurrent (native, calibrated)``, ``scan
+    (pytorch)``, ...; ``native_loops``: the native (C) loops run this call; ``torch_could``:
+    PyTorch's kernel could run it (so on CPU the calibrated timing chose between the two)."""
     if path.is_triton:
-        graphed = call.device_type == "cuda" and graphs_setting() != "0"
-        where = "interpreter" if call.device_type == "cpu" else "CUDA graphs" if graphed else ""
-        return f"{path}" + (f" ({where})" if where else "")
+        if call.device_type == "cpu":
+            return f"{path} (interpreter)"
+        if path is KernelPath.TRITON_SCAN:
+            return f"{path} (one launch)"
+        return f"{path} ({'CUDA graphs' if graphed(path, call) else 'eager'})"
     if path.torch_kind and call.device_type == "cuda":
         return f"{path}" + (" (cuDNN, stacked)" if call.stacked else " (cuDNN)")
     calibrated = (call.device_type == "cpu" and call.batch is not None and native_loops

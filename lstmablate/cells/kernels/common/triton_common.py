@@ -1,7 +1,9 @@
 """What every Triton kernel here shares: the jit helpers (activations, padding, the
-writing of h_t, the assembling of dh_t), launching, and the loops' common buffers and
-binding (``RecurrentLoops``), used by the families' ``triton_kernels.py`` (``lstm/``, ``gru/``
-and ``second_order/``).
+writing of h_t, the assembling of dh_t, int64 offsets of a step: ``step_base``), launching
+(a failure is raised as ``interface.KernelFailure``, naming the kernel, for the fallback),
+and the loops' common buffers and binding (``RecurrentLoops``: the memory cell in float32
+for float16 / bfloat16 calls, the recurrent weights of captured loops in 16-byte rows),
+used by the families' ``triton_kernels.py`` (``lstm/``, ``gru/`` and ``second_order/``).
 
 Padding (prefix masks: the encoder reverses each sequence within its length for the
 backward direction, so both directions are prefix masks here): the forward kernels carry
@@ -18,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..interface import KernelFailure, recoverable
 from . import graphs
 from .sequences import input_products
 from .triton_support import block
@@ -83,15 +86,47 @@ def grad_h(DOUT, DHN, G, MASK, CARRY, offs, m, live, last, HAS_MASK: tl.constexp
 
 
 
+@triton.jit
+def step_base(t, size):
+    """The offset of step ``t`` in a time-major buffer of ``size`` elements per step, in
+    int64: T x B x nb*H passes 2**31 in long batches (a Billion Word or character-level
+    batch), where ``t * size`` in int32 would wrap around to a negative offset."""
+    return tl.cast(t, tl.int64) * size
+
+
 def acc(dtype: torch.dtype):
     """The dtype the kernels compute in: float64 for float64, else float32."""
     return tl.float64 if dtype == torch.float64 else tl.float32
 
 
+def memory_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the memory cell and its carried gradient are kept in: float64 for float64,
+    else float32 (in float16 / bfloat16 a cell summed over hundreds of steps would drift by
+    a rounding of its own size at every step)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def launch_grid(kernel, grid: tuple[int, ...], *args, **kwargs) -> None:
+    """Launch ``kernel`` (compiled on its first launch); any failure is raised as
+    ``interface.KernelFailure`` naming the kernel (what the fallback's warning shows)."""
+    try:
+        kernel[grid](*args, **kwargs)
+    except Exception as err:  # noqa: BLE001  (compile, launcher build, driver: all the same)
+        if not recoverable(err):
+            raise
+        name = getattr(getattr(kernel, "fn", None), "__name__", None) or repr(kernel)
+        raise KernelFailure(name, err) from err
+
+
 def launch(kernel, n: int, *args, **constexprs) -> None:
     """``kernel`` over n elements (BLOCK elements per program)."""
     size = block(n)
-    kernel[(triton.cdiv(n, size),)](*args, BLOCK=size, **constexprs)
+    launch_grid(kernel, (triton.cdiv(n, size),), *args, BLOCK=size, **constexprs)
+
+
+#: the weights only cuBLAS's products read (the Triton kernels index their other inputs as
+#: plain row-major memory), whose rows captured loops pad to 16 bytes
+CUBLAS_ONLY = frozenset({"w_hh", "w_hr", "w_mh", "w_hm"})
 
 
 class RecurrentLoops(graphs.Loops):
@@ -101,7 +136,8 @@ class RecurrentLoops(graphs.Loops):
     ``Z`` (T, B, width) the input products (+ bias), then what the step kernels write
     back; ``Hs`` (T+1, B, P) the state h (Hs[0] = h_0, carried through padding); ``HM``
     (T+1, B, P) h * mask (with recurrent dropout: what the products read); ``OUT``
-    (T, B, P) the outputs; ``C`` (T+1, B, H) the memory cell (cells that have one); ``G``
+    (T, B, P) the outputs; ``C`` (T+1, B, H) the memory cell (cells that have one; float32
+    for float16 / bfloat16 calls, :func:`memory_dtype`, as is its carried gradient); ``G``
     (B, P) the backward's last product (what h'_{t-1} receives).  Inputs bound per call:
     the weights, ``mask``, ``lengths``, ``dout``, ``dhn``, ``dcn``.
     """
@@ -115,8 +151,9 @@ class RecurrentLoops(graphs.Loops):
         self.Z = new(T, B, width)
         self.Hs, self.OUT, self.G = new(T + 1, B, P), new(T, B, P), new(B, P)
         self.HM = new(T + 1, B, P) if mask else None
-        self.C = new(T + 1, B, H) if memory else None
-        self.DCR = new(B, H)  # the carried dc (or the GRU's direct path)
+        self.C = new(T + 1, B, H, dtype=memory_dtype(like.dtype)) if memory else None
+        # the carried dc (in the memory cell's dtype), or the GRU's direct path
+        self.DCR = new(B, H, dtype=memory_dtype(like.dtype) if memory else like.dtype)
         self.dummy = self.DCR  # passed for pointers a kernel does not read
         self.acc = acc(like.dtype)
 
@@ -125,8 +162,8 @@ class RecurrentLoops(graphs.Loops):
         self.Hs[0].copy_(h0)
         if self.C is not None:
             self.C[0].copy_(c0)
-        for name, w in weights.items():
-            self.put(name, w)
+        for name, w in weights.items():  # (rows padded in captured loops: graphs.Loops.put)
+            self.put(name, w, align=name in CUBLAS_ONLY)
         if self.has_mask:
             self.put("mask", h_mask.expand(self.B, self.P))
             torch.mul(self.Hs[0], self.mask, out=self.HM[0])

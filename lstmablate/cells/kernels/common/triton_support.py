@@ -58,10 +58,11 @@ def runs(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and interpreting() and x.dtype in CPU_DTYPES
 
 
-#: the dtypes the kernels run in on CUDA (float16/bfloat16 computed in float32 registers;
-#: float64 takes the PyTorch loops there) and under the interpreter
+#: the dtypes the kernels run in on CUDA (float16/bfloat16 computed in float32 registers,
+#: the memory cell kept in float32; float64 takes the PyTorch loops there) and under the
+#: interpreter (float16/bfloat16 there only under autocast: ``interface.refused``)
 CUDA_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-CPU_DTYPES = (torch.float32, torch.float64)
+CPU_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
 def dtypes(device_type: str) -> tuple[torch.dtype, ...]:

@@ -24,8 +24,10 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from ..common.guard import GuardedFunction
 from ..common.triton_common import (RecurrentLoops, emit, grad_h, last_rows, launch, live_rows,
                                     run_grads, run_loops, sigmoid, tanh)
+from ..interface import KernelPath
 from .recurrent import RecurrentGRU
 
 
@@ -181,12 +183,16 @@ class GRULoops(RecurrentLoops):
                 self.G.addmm_(self.GB[t][:, :2 * H], self.w_hh[:2 * H])
 
 
-class TritonGRU(torch.autograd.Function):
+class TritonGRU(GuardedFunction):
     """The GRU recurrence on the Triton kernels; the inputs and gradients of
-    ``gru.RecurrentGRU`` (whose weight-gradient products it shares)."""
+    ``gru.RecurrentGRU`` (whose weight-gradient products it shares, and which computes the
+    gradients if this backward fails: ``common/guard.py``)."""
+
+    family, path, fallback = "gru", KernelPath.TRITON_RECURRENT, RecurrentGRU
 
     @staticmethod
     def forward(ctx, reset_after, x, h0, w_ih, w_hh, bias, bias_hh, h_mask, lengths):
+        GuardedFunction.keep(ctx, reset_after, x, h0, w_ih, w_hh, bias, bias_hh, h_mask, lengths)
         T, B, _ = x.shape
         H = h0.shape[-1]
         key = ("gru", reset_after, T, B, H, x.dtype, x.device, h_mask is not None,
@@ -203,6 +209,10 @@ class TritonGRU(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dout, dhn):
+        return TritonGRU.guard(ctx, (dout, dhn), lambda: TritonGRU._backward(ctx, dout, dhn))
+
+    @staticmethod
+    def _backward(ctx, dout, dhn):
         x, w_ih, w_hh, bias, bias_hh = ctx.saved_tensors
         lp = run_grads(ctx, lambda lp: lp.bind_grads(dout, dhn))
         dh0, _ = lp.initial_grads(carry=lp.DCR)

@@ -34,10 +34,13 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from ..common.guard import GuardedFunction
 from ..common.sequences import input_products, input_side_grads
 from ..common.triton_common import (RecurrentLoops, acc, emit, grad_h, last_rows, launch, live_rows,
-                                    run_grads, run_loops, sigmoid, tanh)
+                                    memory_dtype, run_grads, run_loops, sigmoid, step_base, tanh)
+from ..interface import KernelPath
 from .recurrent import Layout, RecurrentLSTM, apply_recurrence
+from .scan import ScanLSTM
 
 # ---------------------------------------------------------------------------------------
 # the LSTM cell (also mLSTM's and mmLSTM's)
@@ -220,14 +223,14 @@ def lstm_scan(Z, C, OUT, HN, H0, LEN, T, n, H, NB: tl.constexpr, NG: tl.constexp
     c = tl.load(C + offs, mask=m, other=0.0).to(ACC)
     hfin = tl.load(H0 + offs, mask=m, other=0.0).to(ACC)
     for t in range(0, T):
-        z = Z + t * (n * NB) + j
+        z = Z + step_base(t, n * NB) + j
         zi, zf, zo, zg = load_blocks(z, H, m, NG, FI, OI, ACC)
         i, f, o, g, c_new, tc, hh = lstm_cell(zi, zf, zo, zg, c, FI >= 0, OI >= 0, SRNN)
         store_blocks(z, H, m, i, f, o, g, NG, FI, OI)
         live = live_rows(LEN, b, m, t, HAS_LEN)
         c = tl.where(live, c_new, c)
-        tl.store(C + (t + 1) * n + offs, c, mask=m)
-        tl.store(OUT + t * n + offs, tl.where(live, hh, 0.0), mask=m)
+        tl.store(C + step_base(t + 1, n) + offs, c, mask=m)
+        tl.store(OUT + step_base(t, n) + offs, tl.where(live, hh, 0.0), mask=m)
         hfin = tl.where(live, hh, hfin)
     tl.store(HN + offs, hfin, mask=m)
 
@@ -246,15 +249,16 @@ def lstm_scan_grad(A, C, DOUT, DHN, DCN, DZ, DC0, LEN, T, n, H, NB: tl.constexpr
         t = T - 1 - s
         live = live_rows(LEN, b, m, t, HAS_LEN)
         last = last_rows(LEN, b, m, t, T, HAS_LEN)
-        dhh = tl.where(live, tl.load(DOUT + t * n + offs, mask=m, other=0.0).to(ACC), 0.0)
+        dhh = tl.where(live, tl.load(DOUT + step_base(t, n) + offs, mask=m,
+                                     other=0.0).to(ACC), 0.0)
         dhh += tl.where(last, dhn, 0.0)
         dc += tl.where(last, dcn, 0.0)
-        i, f, o, g = load_blocks(A + t * (n * NB) + j, H, m, NG, FI, OI, ACC)
-        c_prev = tl.load(C + t * n + offs, mask=m, other=0.0).to(ACC)
-        tc = tanh(tl.load(C + (t + 1) * n + offs, mask=m, other=0.0).to(ACC))
+        i, f, o, g = load_blocks(A + step_base(t, n * NB) + j, H, m, NG, FI, OI, ACC)
+        c_prev = tl.load(C + step_base(t, n) + offs, mask=m, other=0.0).to(ACC)
+        tc = tanh(tl.load(C + step_base(t + 1, n) + offs, mask=m, other=0.0).to(ACC))
         di, df, do, dg, dc = lstm_cell_grad(dhh, dc, i, f, o, g, c_prev, tc, FI >= 0, OI >= 0,
                                             SRNN)
-        store_blocks(DZ + t * (n * NB) + j, H, m, di, df, do, dg, NG, FI, OI)
+        store_blocks(DZ + step_base(t, n * NB) + j, H, m, di, df, do, dg, NG, FI, OI)
     if HAS_LEN:
         dc = tl.where(tl.load(LEN + b, mask=m, other=0) == 0, dcn, dc)
     tl.store(DC0 + offs, dc, mask=m)
@@ -331,14 +335,19 @@ class StepLoops(RecurrentLoops):
 
 
 
-class TritonRecurrentLSTM(torch.autograd.Function):
+class TritonRecurrentLSTM(GuardedFunction):
     """The LSTM-family recurrence on the Triton kernels; the same inputs and gradients as
-    ``recurrent.RecurrentLSTM`` (whose weight-gradient products it shares)."""
+    ``recurrent.RecurrentLSTM`` (whose weight-gradient products it shares, and which
+    computes the gradients if this backward fails: ``common/guard.py``)."""
+
+    family, path, fallback = "lstm_family", KernelPath.TRITON_RECURRENT, RecurrentLSTM
 
     @staticmethod
     def forward(ctx, L, x, h0, c0, w_ih, w_hh, bias, w_hr, h_mask, lengths):
+        GuardedFunction.keep(ctx, L, x, h0, c0, w_ih, w_hh, bias, w_hr, h_mask, lengths)
         T, B, _ = x.shape
-        key = ("lstm", L, T, B, x.dtype, x.device, h_mask is not None, lengths is not None)
+        key = ("lstm_family", L, T, B, x.dtype, x.device, h_mask is not None,
+               lengths is not None)
         ws = dict(w_hh=w_hh) if w_hr is None else dict(w_hh=w_hh, w_hr=w_hr)
         slot = run_loops(key, lambda static: StepLoops(static, L, T, B, x, h_mask is not None,
                                                        lengths is not None),
@@ -351,6 +360,11 @@ class TritonRecurrentLSTM(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dout, dhn, dcn):
+        return TritonRecurrentLSTM.guard(ctx, (dout, dhn, dcn),
+                                         lambda: TritonRecurrentLSTM._backward(ctx, dout, dhn, dcn))
+
+    @staticmethod
+    def _backward(ctx, dout, dhn, dcn):
         x, w_ih, w_hh, bias, w_hr = ctx.saved_tensors
         lp = run_grads(ctx, lambda lp: lp.bind_grads(dout, dhn, dcn))
         dh0, dc0 = lp.initial_grads()
@@ -371,16 +385,20 @@ def recurrent(v, L: Layout, x, state, lengths, h_mask):
 # ---------------------------------------------------------------------------------------
 
 
-class TritonScanLSTM(torch.autograd.Function):
+class TritonScanLSTM(GuardedFunction):
     """``lstm-srnn-hidden`` / ``-out``: one launch per direction of the whole sequence
-    (no loop to capture: the input products and at most the projection surround it)."""
+    (no loop to capture: the input products and at most the projection surround it); the
+    inputs and gradients of ``scan.ScanLSTM``, its fallback (``common/guard.py``)."""
+
+    family, path, fallback = "lstm_family", KernelPath.TRITON_SCAN, ScanLSTM
 
     @staticmethod
     def forward(ctx, L, x, h0, c0, w_ih, bias, w_hr, lengths):
+        GuardedFunction.keep(ctx, L, x, h0, c0, w_ih, bias, w_hr, lengths)
         T, B, _ = x.shape
         H = L.H
         Z = input_products(x, w_ih, bias)
-        C = x.new_empty(T + 1, B, H)
+        C = x.new_empty(T + 1, B, H, dtype=memory_dtype(x.dtype))  # float32 in low precision
         C[0] = c0
         OUT, hfin = x.new_empty(T, B, H), x.new_empty(B, H)
         lens = lengths.to(torch.int32) if lengths is not None else C
@@ -402,6 +420,11 @@ class TritonScanLSTM(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dout, dhn, dcn):
+        return TritonScanLSTM.guard(ctx, (dout, dhn, dcn),
+                                    lambda: TritonScanLSTM._backward(ctx, dout, dhn, dcn))
+
+    @staticmethod
+    def _backward(ctx, dout, dhn, dcn):
         L: Layout = ctx.L
         x, w_ih, bias, w_hr, lengths, A, C, HH, hfin = ctx.saved_tensors
         T, B, _ = x.shape
@@ -409,7 +432,7 @@ class TritonScanLSTM(torch.autograd.Function):
         need = ctx.needs_input_grad  # (L, x, h0, c0, w_ih, bias, w_hr, lengths)
         dout = dout.contiguous() if dout is not None else x.new_zeros(T, B, P)
         dhn = dhn if dhn is not None else x.new_zeros(B, P)
-        dcn = dcn.contiguous() if dcn is not None else x.new_zeros(B, H)
+        dcn = dcn.contiguous() if dcn is not None else C.new_zeros(B, H)
         dw_hr = None
         if w_hr is not None:  # back through the projection: dh W_hr for every step
             if need[6]:
@@ -420,7 +443,7 @@ class TritonScanLSTM(torch.autograd.Function):
         else:
             dhh_out, dhh_fin = dout, dhn.contiguous()
         dZ = torch.empty_like(A)
-        dc0 = x.new_empty(B, H)
+        dc0 = C.new_empty(B, H)  # the carried dc: in the memory cell's dtype
         lens = lengths.to(torch.int32) if lengths is not None else dc0
         launch(lstm_scan_grad, B * H, A, C, dhh_out.contiguous(), dhh_fin.contiguous(), dcn, dZ,
                dc0, lens, T, B * H, H, NB=L.nb, NG=L.nG, FI=L.fi, OI=L.oi, SRNN=L.srnn,

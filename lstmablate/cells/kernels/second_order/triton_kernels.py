@@ -24,9 +24,12 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
+from ..common.guard import GuardedFunction
 from ..common.sequences import input_products
-from ..common.triton_common import RecurrentLoops, emit, grad_h, run_grads, run_loops, tanh
+from ..common.triton_common import (RecurrentLoops, emit, grad_h, launch_grid, run_grads,
+                                    run_loops, tanh)
 from ..common.triton_support import pow2
+from ..interface import KernelPath
 from ..lstm.recurrent import Layout
 from ..lstm.triton_kernels import StepLoops, load_blocks, lstm_cell, lstm_cell_grad, store_blocks
 from .shared import factored_weight_grads, multi_weight_grads
@@ -69,12 +72,16 @@ class FactoredLoops(StepLoops):
         torch.mm(self.DP[t], self.w_mh, out=self.G)
 
 
-class TritonFactored(torch.autograd.Function):
+class TritonFactored(GuardedFunction):
     """mRNN / mLSTM on the Triton kernels; the inputs and gradients of
-    ``factored.FactoredRecurrence``."""
+    ``factored.FactoredRecurrence`` (its fallback: ``common/guard.py``)."""
+
+    family, path = "factored", KernelPath.TRITON_RECURRENT
+    fallback = f"{__package__}.factored:FactoredRecurrence"
 
     @staticmethod
     def forward(ctx, memory, F, x, h0, c0, w_ih, w_mh, w_hm, bias, h_mask, lengths):
+        GuardedFunction.keep(ctx, memory, F, x, h0, c0, w_ih, w_mh, w_hm, bias, h_mask, lengths)
         T, B, _ = x.shape
         L = factored_layout(h0.shape[-1], memory)
         key = ("factored", L, F, T, B, x.dtype, x.device, h_mask is not None, lengths is not None)
@@ -90,6 +97,11 @@ class TritonFactored(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dout, dhn, dcn):
+        return TritonFactored.guard(ctx, (dout, dhn, dcn),
+                                    lambda: TritonFactored._backward(ctx, dout, dhn, dcn))
+
+    @staticmethod
+    def _backward(ctx, dout, dhn, dcn):
         x, w_ih, w_hm = ctx.saved_tensors
         lp = run_grads(ctx, lambda lp: lp.bind_grads(dout, dhn, dcn))
         dh0, dc0 = lp.initial_grads()
@@ -301,10 +313,10 @@ class MultiMatrixLoops(RecurrentLoops):
         hm, C = self.hprev(), self.C if self.C is not None else self.Hs
         for t in range(self.T):
             torch.mm(hm[t], self.w_hh.t(), out=self.R[t])  # keys' h-columns, every W_g[j] h'
-            mm_step[(self.B,)](self.XK[t], self.R[t], self.V[t], self.V[t + 1], self.Z[t], self.bd,
-                               C[t], C[t + 1], self.Hs[t], self.Hs[t + 1], hm[t + 1], self.OUT[t],
-                               self.mask, self.lengths, t, self.H, self.Kt, **self.consts,
-                               **self.flags())
+            launch_grid(mm_step, (self.B,), self.XK[t], self.R[t], self.V[t], self.V[t + 1],
+                        self.Z[t], self.bd, C[t], C[t + 1], self.Hs[t], self.Hs[t + 1], hm[t + 1],
+                        self.OUT[t], self.mask, self.lengths, t, self.H, self.Kt, **self.consts,
+                        **self.flags())
 
     def backward_loop(self) -> None:
         C = self.C if self.C is not None else self.Hs
@@ -312,11 +324,11 @@ class MultiMatrixLoops(RecurrentLoops):
         self.DCR.zero_()
         self.DVC[self.T].zero_()
         for t in range(self.T - 1, -1, -1):
-            mm_step_grad[(self.B,)](self.Z[t], self.R[t], self.V[t + 1], C[t], C[t + 1],
-                                    self.dout[t], self.dhn, self.dcn, self.G, self.mask, self.DCR,
-                                    self.DPRE[t], self.DR[t], self.DL[t], self.DVC[t],
-                                    self.DVC[t + 1], self.dvn, self.bd, self.lengths, t, self.T,
-                                    self.H, self.Kt, **self.consts, **self.flags())
+            launch_grid(mm_step_grad, (self.B,), self.Z[t], self.R[t], self.V[t + 1], C[t],
+                        C[t + 1], self.dout[t], self.dhn, self.dcn, self.G, self.mask, self.DCR,
+                        self.DPRE[t], self.DR[t], self.DL[t], self.DVC[t], self.DVC[t + 1],
+                        self.dvn, self.bd, self.lengths, t, self.T, self.H, self.Kt,
+                        **self.consts, **self.flags())
             torch.mm(self.DR[t], self.w_hh, out=self.G)  # [d logits, dR_t] W_hh
 
     def initial_key_grad(self) -> torch.Tensor:
@@ -325,12 +337,17 @@ class MultiMatrixLoops(RecurrentLoops):
             else dv0
 
 
-class TritonMultiMatrix(torch.autograd.Function):
+class TritonMultiMatrix(GuardedFunction):
     """mmRNN / mmLSTM on the Triton kernels; the inputs and gradients of
-    ``multi_matrix.MultiMatrixRecurrence``."""
+    ``multi_matrix.MultiMatrixRecurrence`` (its fallback: ``common/guard.py``)."""
+
+    family, path = "multi_matrix", KernelPath.TRITON_RECURRENT
+    fallback = f"{__package__}.multi_matrix:MultiMatrixRecurrence"
 
     @staticmethod
     def forward(ctx, memory, Ks, x, h0, c0, v0, w_ih, w_hh, bd, bias, h_mask, lengths):
+        GuardedFunction.keep(ctx, memory, Ks, x, h0, c0, v0, w_ih, w_hh, bd, bias, h_mask,
+                             lengths)
         T, B, _ = x.shape
         H = h0.shape[-1]
         key = ("multi_matrix", memory, Ks, T, B, H, x.dtype, x.device, h_mask is not None,
@@ -348,6 +365,12 @@ class TritonMultiMatrix(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dout, dhn, dcn, dvn):
+        return TritonMultiMatrix.guard(ctx, (dout, dhn, dcn, dvn),
+                                       lambda: TritonMultiMatrix._backward(ctx, dout, dhn, dcn,
+                                                                           dvn))
+
+    @staticmethod
+    def _backward(ctx, dout, dhn, dcn, dvn):
         x, w_ih, w_hh, bias = ctx.saved_tensors
         lp = run_grads(ctx, lambda lp: lp.bind_grads(dout, dhn, dcn, dvn))
         dh0, dc0 = lp.initial_grads()

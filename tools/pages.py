@@ -68,7 +68,7 @@ from lstmablate.run.runs import RunFiles
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the pages whose marked blocks are generated, relative to the repository root
-PAGES = ("README.md", "docs/results/*.md")
+PAGES = ("README.md", "docs/results/*.md", "docs/reporting.md")
 #: the command that regenerates every block, as the check's message gives it
 FIX = "make pages"
 BLOCK = re.compile(r"^<!-- generated: (?P<command>[^\n]+?) -->\n(?P<body>.*?)^<!-- /generated -->$",

@@ -188,10 +188,33 @@ def decisions() -> dict[str, Decision]:
     return {sc.key(): d for sc, d in _decisions.items()}
 
 
+def choose_among(key: str, runners: Callable[[], dict[str, Callable[[], None]]]) -> str:
+    """The fastest of several named runs for ``key`` (``runners()``: name -> run):
+    remembered, read from the cache file, or timed now (:func:`measure`; the record keeps
+    every run's time).  For choices other than ours against PyTorch's kernel
+    (``common/gemm.py``: which GEMM runs the products of all steps)."""
+    if key in _among:
+        return _among[key]
+    rec = _read_cache().get(key)
+    if isinstance(rec, dict) and isinstance(rec.get("choice"), str):
+        _among[key] = rec["choice"]
+        return rec["choice"]
+    times = measure(runners())
+    choice = min(times, key=times.get)
+    _among[key] = choice
+    _write_record(key, dict(choice=choice, **{f"{k}_ms": round(t * 1e3, 4)
+                                              for k, t in times.items()}))
+    return choice
+
+
+_among: dict[str, str] = {}
+
+
 def forget() -> None:
     """Forget every decision, in memory and on disk (the next call times again)."""
     _decisions.clear()
     _step_gemm.clear()
+    _among.clear()
     try:
         _cache_file().unlink()
     except OSError:

@@ -7,7 +7,8 @@ width, ``sru-2017``, ``mingru``, ``minlstm``) keeps one memory updated element-w
 
 with keep, write and content known before the recurrence runs.  So a whole call is
 
-1. ``project_inputs(x)``: every matrix product of every step, one GEMM (ordinary autograd);
+1. ``project_inputs(x)``: every matrix product of every step, one GEMM (ordinary autograd;
+   on CPU on the faster of MKL's and oneDNN's GEMM here, ``common/gemm.py``);
 2. ``sequence_terms(xp, state)``: keep, write, content (and what the readout needs) of every
    step at once, element-wise (ordinary autograd);
 3. the memory: ONE element-wise pass over time, and its reverse pass for the backward,
@@ -53,6 +54,7 @@ import torch
 from torch import Tensor
 
 from ..common.dispatch import describe, native_loops, triton_runs
+from ..common.gemm import faster_products
 from ..common.sequences import final, masked_outputs
 from ..interface import Call, KernelFamily, KernelPath, NativeSource, register
 from .loops import LIBRARY, LinearScan
@@ -98,7 +100,8 @@ def scan_sequence(v, function, x: Tensor, state: tuple[Tensor, ...], lengths: Te
     """One call of a linear-scan cell (``v``: its view) with the memory's pass ``function``
     (``LinearScan`` or its Triton twin); see the module docstring.  ``h_mask`` has no part
     in it: no product reads h_{t-1}."""
-    xp = v.project_inputs(x)  # every matrix product, all steps at once
+    with faster_products():  # on CPU, on the faster GEMM here (common/gemm.py)
+        xp = v.project_inputs(x)  # every matrix product, all steps at once
     terms = v.sequence_terms(xp, state)  # keep, write, content, ... of every step
     C = function.apply(terms["keep"], terms["write"], terms["content"], state[v.memory_index])
     memory = C[1:]

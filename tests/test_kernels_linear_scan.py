@@ -24,6 +24,8 @@ from lstmablate.cells.kernels.common import native, triton_support
 from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
 from lstmablate.cells.kernels.linear_scan import family
 from lstmablate.cells.kernels.linear_scan.loops import LIBRARY, LinearScan
+from lstmablate.cells._elementwise import SCAN_KERNELS, SCAN_MATH, ElementwiseCell
+from lstmablate.cells.base import FastKernels
 from lstmablate.cells.minrnn import MinGRUCell
 
 from fast_path_harness import (assert_fast_matches_reference,
@@ -200,6 +202,47 @@ def test_a_subclass_that_changes_the_arithmetic_runs_the_reference_loop():
     with reference_mode():
         want, _ = cell(x)
     torch.testing.assert_close(cell(x)[0], want, atol=0, rtol=0)
+
+
+class _Decay(ElementwiseCell):
+    """A cell of another author's: keep = σ(W_k x), write = 1 - keep, content = W_c x,
+    h = tanh(c); it declares the shared scan and writes no kernel."""
+
+    fast_kernels = FastKernels(SCAN_KERNELS, math=SCAN_MATH)
+
+    def __init__(self, input_size, hidden_size):
+        super().__init__(input_size, hidden_size)
+        self.weight_ih = torch.nn.Parameter(torch.randn(2 * hidden_size, input_size))
+
+    def project_inputs(self, x):
+        return x @ self.weight_ih.t()
+
+    def scan_terms(self, xp, state):
+        zk, content = xp.split(self.hidden_size, dim=-1)
+        keep = torch.sigmoid(zk)
+        return {"keep": keep, "write": 1 - keep, "content": content}
+
+    def readout(self, memory, terms):
+        return torch.tanh(memory)
+
+
+def test_a_third_party_elementwise_cell_runs_on_the_shared_scan():
+    torch.manual_seed(0)
+    cell = _Decay(3, 4).double()
+    assert plan_of(cell) == "scan"
+    x = torch.randn(6, 3, 3, dtype=F64, requires_grad=True)
+    c0 = torch.randn(3, 4, dtype=F64, requires_grad=True)
+    mask = (torch.arange(6).unsqueeze(1) < torch.tensor([6, 2, 0])).to(F64)
+    results = []
+    for reference in (False, True):
+        with reference_mode(reference):
+            out, (h, c) = cell(x, (torch.zeros(3, 4, dtype=F64), c0), mask)
+        grads = torch.autograd.grad((out.sum() + h.sum() + (c * c).sum()),
+                                    (x, c0, cell.weight_ih))
+        results.append((out, h, c, *grads))
+    assert "LinearScanBackward" in autograd_functions(results[0][0])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
 
 
 @pytest.mark.parametrize("name", ["qrnn", "minlstm"])

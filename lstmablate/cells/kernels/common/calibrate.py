@@ -214,6 +214,11 @@ def choose_among(key: str, runners: Callable[[], dict[str, Callable[[], None]]])
 _among: dict[str, str] = {}
 
 
+def choices() -> dict[str, str]:
+    """The choices of :func:`choose_among` this process has made or read (key -> name)."""
+    return dict(_among)
+
+
 def forget() -> None:
     """Forget every decision, in memory and on disk (the next call times again)."""
     _decisions.clear()

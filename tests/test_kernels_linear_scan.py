@@ -148,9 +148,9 @@ def test_the_pass_by_hand(loops):
 
 def _gradcheck(function):
     gen = torch.Generator().manual_seed(0)
-    keep = torch.rand(5, 3, 4, generator=gen, dtype=F64)
-    write, content = (torch.randn(5, 3, 4, generator=gen, dtype=F64) for _ in range(2))
-    c0 = torch.randn(3, 4, generator=gen, dtype=F64)
+    keep = torch.rand(4, 2, 3, generator=gen, dtype=F64)
+    write, content = (torch.randn(4, 2, 3, generator=gen, dtype=F64) for _ in range(2))
+    c0 = torch.randn(2, 3, generator=gen, dtype=F64)
     inputs = tuple(t.requires_grad_(True) for t in (keep, write, content, c0))
     assert torch.autograd.gradcheck(function.apply, inputs, eps=1e-6, atol=1e-9, rtol=1e-7)
 
@@ -294,6 +294,15 @@ def test_triton_matches_the_reference(name, opts, dtype, monkeypatch):
     assert kernel_name_of(cell, dtype=dtype, mask="prefix0") == "triton-scan (interpreter)"
     out, _ = cell(torch.randn(3, 2, 5, dtype=dtype))
     assert "TritonLinearScanBackward" in autograd_functions(out)
+
+
+@interpreted
+@pytest.mark.parametrize("name,opts", [("qrnn", {"window": 2}), ("minlstm", {})],
+                         ids=["qrnn-window=2", "minlstm"])
+def test_triton_full_batches(name, opts, monkeypatch):
+    """All rows as long as the call."""
+    monkeypatch.setenv("LSTMABLATE_TRITON", "1")
+    _compare(name, opts, F64, FULL)
 
 
 @interpreted

@@ -45,10 +45,13 @@ Paths (``interface.KernelPath``):
 
 ``lstm-srnn-hidden(-out)`` are linear scans too, but keep the LSTM family's own scan
 (``lstm/``): its C loop fuses the gates' activations, the memory and tanh(c_t) into the same
-pass (and its backward), which this kernel, given the terms already activated, cannot.
+pass (and its backward), which this kernel, given the terms already activated, cannot (with
+the same GEMM the LSTM's took 254 ms where this one took 268 ms: docs/performance.md).
 """
 
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor
@@ -100,7 +103,7 @@ def scan_sequence(v, function, x: Tensor, state: tuple[Tensor, ...], lengths: Te
     """One call of a linear-scan cell (``v``: its view) with the memory's pass ``function``
     (``LinearScan`` or its Triton twin); see the module docstring.  ``h_mask`` has no part
     in it: no product reads h_{t-1}."""
-    with faster_products():  # on CPU, on the faster GEMM here (common/gemm.py)
+    with faster_products() if x.device.type == "cpu" else nullcontext():  # (common/gemm.py)
         xp = v.project_inputs(x)  # every matrix product, all steps at once
     terms = v.sequence_terms(xp, state)  # keep, write, content, ... of every step
     C = function.apply(terms["keep"], terms["write"], terms["content"], state[v.memory_index])

@@ -30,6 +30,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from lstmablate.cells.kernels.gru import triton_kernels as triton_gru
+from lstmablate.cells.kernels.linear_scan import triton_kernels as triton_linear_scan
 from lstmablate.cells.kernels.lstm import triton_kernels as triton_lstm
 from lstmablate.cells.kernels.second_order import triton_kernels as triton_second_order
 
@@ -39,7 +40,7 @@ SCALARS = {"t", "n", "H", "P", "T", "KT"}
 INT_POINTERS = {"LEN"}
 #: the memory cell and its carried gradient: float32 in a float16 / bfloat16 call
 #: (``triton_common.memory_dtype``) when the layout has a memory cell (else they are h's)
-MEMORY_POINTERS = {"C", "C0", "C1", "DCR", "DCN", "DC0"}
+MEMORY_POINTERS = {"C", "C0", "C1", "DCR", "DCN", "DC0", "DC"}
 
 LSTM_LAYOUTS = [dict(NB=4, NG=3, FI=1, OI=2, MEMORY=True, SRNN=True),  # lstm
                 dict(NB=3, NG=2, FI=1, OI=-1, MEMORY=True, SRNN=False),  # lstm-srnn-out
@@ -73,6 +74,8 @@ def variants():
             yield triton_second_order.mm_step_grad, dict(mm, BLOCK_H=256, **flags)
     yield triton_gru.gru_gates, {}
     yield triton_gru.gru_reset_grad, {}
+    yield triton_linear_scan.linear_scan, {}
+    yield triton_linear_scan.linear_scan_grad, {}
 
 
 def signature(kernel, constexprs: dict, dtype: str) -> tuple[dict, dict]:

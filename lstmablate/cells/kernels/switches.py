@@ -48,6 +48,11 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("LSTMABLATE_STEP_GEMM", "`auto`, `blas`, `mkl-packed`, `own-packed`", "`auto`",
            "how the native kernels' float32 per-step products run; `auto`: the fastest here, "
            "by a short timing (`common/native.py`)"),
+    Switch("LSTMABLATE_CPU_GEMM", "`auto`, `mkl`, `onednn`", "`auto`",
+           "on CPU, the float32 products of all steps of the linear-scan cells (`qrnn`, "
+           "`sru-2017`, `mingru`, `minlstm`): `mkl` PyTorch's own (MKL's sgemm), `onednn` "
+           "oneDNN's GEMM, `auto` whichever a short timing on first use found faster for the "
+           "product's shape class (`common/gemm.py`)"),
     Switch("LSTMABLATE_TORCH_ON_CPU", "`auto`, `1`, `0`", "`auto`",
            "on CPU, for `lstm`, `lstm-gates` and `gru` with `reset_after`: `1` always "
            "PyTorch's kernel (oneDNN / ATen), `0` always ours, `auto` whichever a short timing "
@@ -185,6 +190,12 @@ def torch_on_cpu() -> str:
     if value in (*_OFF, "native"):
         return "0"
     return "auto"
+
+
+def cpu_gemm_setting() -> str:
+    """``"mkl"``, ``"onednn"`` or ``"auto"``, from ``LSTMABLATE_CPU_GEMM``."""
+    value = read("LSTMABLATE_CPU_GEMM").strip().lower()
+    return value if value in ("mkl", "onednn") else "auto"
 
 
 def triton_setting() -> str:

@@ -156,12 +156,9 @@ def choose_step_gemm(lib, threads: int) -> str:
     :data:`STEP_SHAPES`, STEP_REPS products per packing, one warm-up, then ROUNDS
     interleaved rounds, the fastest round of each; the sum over the shapes decides)."""
     key = f"step_gemm|{lib.family}|t{threads}|src{native_build.source_version(lib.family)}"
-    if key in _step_gemm:
-        return _step_gemm[key]
-    rec = _read_cache().get(key)
-    if isinstance(rec, dict) and rec.get("choice") in lib.modes:
-        _step_gemm[key] = rec["choice"]
-        return rec["choice"]
+    known = _recalled(_step_gemm, key, lambda choice: choice in lib.modes)
+    if known is not None:
+        return known
     total = {m: 0.0 for m in lib.modes}
     for M, N, K in STEP_SHAPES:
         reps = STEP_REPS  # products per packing, as in a call of about that many steps
@@ -173,14 +170,31 @@ def choose_step_gemm(lib, threads: int) -> str:
                 best[m] = min(best[m], lib.time_step_gemm(m, M, N, K, reps) / reps)
         for m in lib.modes:
             total[m] += best[m]
-    choice = min(total, key=total.get)
-    _step_gemm[key] = choice
-    _write_record(key, dict(choice=choice, **{f"{m}_ms": round(t * 1e3, 4)
-                                              for m, t in total.items()}))
-    return choice
+    return _remember(_step_gemm, key, total)
 
 
 _step_gemm: dict[str, str] = {}
+
+
+def _recalled(memo: dict[str, str], key: str, valid: Callable[[object], bool]) -> str | None:
+    """The choice for ``key`` made in this process (``memo``) or recorded in the cache file
+    (if ``valid``), else None."""
+    if key not in memo:
+        rec = _read_cache().get(key)
+        choice = rec.get("choice") if isinstance(rec, dict) else None
+        if valid(choice):
+            memo[key] = choice
+    return memo.get(key)
+
+
+def _remember(memo: dict[str, str], key: str, times: dict[str, float]) -> str:
+    """The fastest of ``times`` (seconds per name), kept for ``key`` in ``memo`` and in the
+    cache file with every time (in ms)."""
+    choice = min(times, key=times.get)
+    memo[key] = choice
+    _write_record(key, dict(choice=choice, **{f"{k}_ms": round(t * 1e3, 4)
+                                              for k, t in times.items()}))
+    return choice
 
 
 def decisions() -> dict[str, Decision]:
@@ -188,10 +202,28 @@ def decisions() -> dict[str, Decision]:
     return {sc.key(): d for sc, d in _decisions.items()}
 
 
+def choose_among(key: str, runners: Callable[[], dict[str, Callable[[], None]]]) -> str:
+    """The fastest of several named runs for ``key`` (``runners()``: name -> run):
+    remembered, read from the cache file, or timed now (:func:`measure`; the record keeps
+    every run's time).  For choices other than ours against PyTorch's kernel
+    (``common/gemm.py``: which GEMM runs the products of all steps)."""
+    known = _recalled(_among, key, lambda choice: isinstance(choice, str))
+    return known if known is not None else _remember(_among, key, measure(runners()))
+
+
+_among: dict[str, str] = {}
+
+
+def choices() -> dict[str, str]:
+    """The choices of :func:`choose_among` this process has made or read (key -> name)."""
+    return dict(_among)
+
+
 def forget() -> None:
     """Forget every decision, in memory and on disk (the next call times again)."""
     _decisions.clear()
     _step_gemm.clear()
+    _among.clear()
     try:
         _cache_file().unlink()
     except OSError:

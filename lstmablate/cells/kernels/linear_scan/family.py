@@ -1,0 +1,129 @@
+"""The fast paths of every cell whose gates read the inputs only: one shared scan.
+
+Such a cell (``lstmablate/cells/_elementwise.py``: ``qrnn`` with any pooling and filter
+width, ``sru-2017``, ``mingru``, ``minlstm``) keeps one memory updated element-wise,
+
+    c_t = keep_t ∘ c_{t-1} + write_t ∘ content_t,        h_t = readout(c_t),
+
+with keep, write and content known before the recurrence runs.  So a whole call is
+
+1. ``project_inputs(x)``: every matrix product of every step, one GEMM (ordinary autograd;
+   on CPU on the faster of MKL's and oneDNN's GEMM here, ``common/gemm.py``);
+2. ``sequence_terms(xp, state)``: keep, write, content (and what the readout needs) of every
+   step at once, element-wise (ordinary autograd);
+3. the memory: ONE element-wise pass over time, and its reverse pass for the backward,
+   written by hand (``loops.LinearScan``: C on CPU, PyTorch loops elsewhere;
+   ``triton_kernels.TritonLinearScan``: one launch each way);
+4. ``readout(c, terms)`` of every step at once, and ``next_state`` for the final state
+   (ordinary autograd).
+
+The family calls the cell's own methods for 1, 2 and 4 (declared as the arithmetic it
+reproduces: ``_elementwise.SCAN_MATH``), so every cell of this kind, a third-party one
+included, runs on the same kernel with its own gates, and a subclass that changes one of
+those methods runs the reference loop.  The cell's gates and readout are computed by the
+same operations as in the reference loop, on (T, B, H) tensors instead of T tensors of
+(B, H), so the only arithmetic of its own here is the pass over time.
+
+Padding (prefix masks; the encoder reverses each sequence within its length for the
+backward direction): every row runs all T steps; the outputs are zero at padding (so no
+gradient enters there), each state component is taken at the row's last real step (the
+initial state for a length-0 row), and nothing a padded step computes reaches anything the
+caller sees, in either direction.  The QRNN's zoneout (training) draws its mask for all
+steps at once: the same distribution as the reference loop's per-step draws, another
+sequence of random numbers.
+
+Paths (``interface.KernelPath``):
+
+* ``scan``: the pass in C (``linear_scan.c``, CPU, float32 / float64) or in PyTorch loops
+  (``LSTMABLATE_NATIVE=0``, no compiler, CUDA without Triton, CUDA float64);
+* ``triton-scan``: the pass on Triton (CUDA; CPU tensors under Triton's interpreter with
+  ``LSTMABLATE_TRITON=1``), also under autocast: the cell's products and element-wise work
+  autocast as in the reference loop (``autocast_inside``), the memory and its gradient are
+  carried in float32;
+* ``reference``: a cell whose gates read its state (the 2018 ``sru``: ``linear_scan`` is
+  False), autocast without Triton, and the shared refusals (``interface.refused``).
+
+``lstm-srnn-hidden(-out)`` are linear scans too, but keep the LSTM family's own scan
+(``lstm/``): its C loop fuses the gates' activations, the memory and tanh(c_t) into the same
+pass (and its backward), which this kernel, given the terms already activated, cannot (with
+the same GEMM the LSTM's took 254 ms where this one took 268 ms: docs/performance.md).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+from torch import Tensor
+
+from ..common.dispatch import describe, native_loops, triton_runs
+from ..common.gemm import faster_products
+from ..common.sequences import final, masked_outputs
+from ..interface import Call, KernelFamily, KernelPath, NativeSource, register
+from .loops import LIBRARY, LinearScan
+
+
+class LinearScanKernels(KernelFamily):
+    name = "linear_scan"
+    reads = ("linear_scan", "memory_index", "project_inputs", "sequence_terms", "readout",
+             "next_state")
+    paths = (KernelPath.TRITON_SCAN, KernelPath.SCAN)
+    native = NativeSource(LIBRARY, "linear_scan.c")
+    autocast_inside = True
+    #: every linear-scan cell with the options that change its terms or readout, and the 2018
+    #: SRU (declared by the same class; its gates read c_{t-1}: the reference loop)
+    cases = (("qrnn", {}), ("qrnn", {"gates": "f"}), ("qrnn", {"gates": "ifo"}),
+             ("qrnn", {"window": 2}), ("qrnn", {"gates": "f", "window": 2}),
+             ("qrnn", {"gates": "ifo", "window": 2}), ("sru-2017", {}),
+             ("sru-2017", {"activation": "identity"}), ("mingru", {}),
+             ("mingru", {"positive_content": True}), ("minlstm", {}),
+             ("minlstm", {"positive_content": True}), ("sru", {}))
+
+    def choose(self, v, call: Call) -> KernelPath:
+        if not v.linear_scan:
+            return KernelPath.REFERENCE
+        if triton_runs(call):
+            return KernelPath.TRITON_SCAN
+        return KernelPath.REFERENCE if call.autocast else KernelPath.SCAN
+
+    def describe(self, path: KernelPath, v, call: Call) -> str:
+        return describe(path, call, native_loops(self, call))
+
+    def run(self, path, v, x, state, lengths, h_mask):
+        if path is KernelPath.SCAN:
+            return scan_sequence(v, LinearScan, x, state, lengths)
+        if path is KernelPath.TRITON_SCAN:
+            from .triton_kernels import TritonLinearScan
+
+            return scan_sequence(v, TritonLinearScan, x, state, lengths)
+        raise self.unknown(path)
+
+
+def scan_sequence(v, function, x: Tensor, state: tuple[Tensor, ...], lengths: Tensor | None):
+    """One call of a linear-scan cell (``v``: its view) with the memory's pass ``function``
+    (``LinearScan`` or its Triton twin); see the module docstring.  ``h_mask`` has no part
+    in it: no product reads h_{t-1}."""
+    with faster_products() if x.device.type == "cpu" else nullcontext():  # (common/gemm.py)
+        xp = v.project_inputs(x)  # every matrix product, all steps at once
+    terms = v.sequence_terms(xp, state)  # keep, write, content, ... of every step
+    C = function.apply(terms["keep"], terms["write"], terms["content"], state[v.memory_index])
+    memory = C[1:]
+    h = v.readout(memory, terms)  # h_t of every step
+    steps = v.next_state(h, memory, xp)  # the state after every step, component by component
+    finals = tuple(final(C, lengths) if k == v.memory_index else last_step(s, s0, lengths)
+                   for k, (s, s0) in enumerate(zip(steps, state)))
+    return masked_outputs(h, lengths), finals
+
+
+def last_step(steps: Tensor, initial: Tensor, lengths: Tensor | None) -> Tensor:
+    """Each row's value after its last real step, ``steps`` (T, B, n), or ``initial`` (B, n)
+    for a length-0 row (differentiable: the gradient goes to that step, or to the initial
+    state)."""
+    if lengths is None:
+        return steps[-1].clone()
+    rows = torch.arange(steps.shape[1], device=steps.device)
+    last = steps[(lengths - 1).clamp(min=0), rows]
+    return torch.where((lengths > 0).unsqueeze(-1), last, initial)
+
+
+KERNELS = register(LinearScanKernels())

@@ -27,14 +27,15 @@ from lstmablate.cells.kernels.linear_scan.loops import LIBRARY, LinearScan
 from lstmablate.cells._elementwise import SCAN_KERNELS, SCAN_MATH, ElementwiseCell
 from lstmablate.cells.base import FastKernels
 from lstmablate.cells.minrnn import MinGRUCell
+from lstmablate.cells.sru import SRUCell
 
 from fast_path_harness import (assert_fast_matches_reference,
                                assert_mask_with_holes_runs_the_reference, autograd_functions)
 from test_kernels_low_precision import assert_low_precision_close
 
 F64 = torch.float64
-#: every linear-scan case of the family (the 2018 SRU, also declared, runs the reference loop)
-CASES = [(n, o) for n, o in family.KERNELS.cases if n != "sru"]
+#: every linear-scan case of the family
+CASES = list(family.KERNELS.cases)
 IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in CASES]
 T = 7
 #: every length 1..T and a length-0 row; all rows full
@@ -186,9 +187,9 @@ def test_which_path_each_call_takes(monkeypatch):
         assert plan_of(cell, device_type="cuda", triton=False) == "scan"  # the PyTorch loops
         assert plan_of(cell, device_type="cuda", dtype=F64, triton=True) == "scan"
         assert kernel_name_of(cell, **cuda) == "triton-scan (one launch)"
-    sru = get_cell("sru").build(3, 4)  # its gates read c_{t-1}: not a linear scan
+    # the SRU class built with v (the 2018 form): its gates read c_{t-1}, not a linear scan
+    sru = SRUCell(3, 4, state_in_gates=True)
     assert plan_of(sru) == plan_of(sru, device_type="cuda", triton=True) == "reference"
-    assert not get_cell("sru").fast_path
 
 
 def test_a_subclass_that_changes_the_arithmetic_runs_the_reference_loop():

@@ -154,3 +154,34 @@ def test_triton_matches_the_reference(name, opts, dtype, monkeypatch):
     enc = _compare(name, opts, dtype, VARLEN if dtype == F64 else [7, 1, 2, 3, 4, 5, 6])
     cell = enc.layers[0][0]
     assert kernel_name_of(cell, dtype=dtype, mask="prefix0").startswith("triton-recurrent")
+
+
+def test_bench_rows_and_targets_against_the_closest_ablation(monkeypatch):
+    """`lstmablate bench` times each recurrent cell's closest LSTM ablation beside it (ran and
+    knn-rnn: lstm-srnn-out; sru: lstm-srnn-hidden), at ptb-650 only, and the target is the
+    ratio of their times."""
+    from lstmablate import bench
+    from lstmablate.bench import cells as bench_cells
+    from lstmablate.bench.render import to_markdown
+
+    ptb650 = bench_cells.SHAPES["ptb-650"]
+    for name, base in (("ran", "lstm-srnn-out"), ("knn-rnn", "lstm-srnn-out"),
+                       ("sru", "lstm-srnn-hidden")):
+        t = bench_cells._target(name, ptb650, {}, {name: 2.0, base: 3.0})
+        assert (t["target"], t["target_baseline"], t["target_ratio"], t["target_met"]) == (
+            1.0, base, 1.5, True)
+        assert not bench_cells._target(name, ptb650, {}, {name: 3.0, base: 2.0})["target_met"]
+        assert bench_cells._target(name, ptb650, {}, {name: 3.0})["target"] is None  # not timed
+        assert bench_cells._target(name, bench_cells.SHAPES["ptb-200"], {},
+                                   {name: 2.0, base: 3.0})["target"] is None
+    rows = bench.bench_cells(cells=["ran"], shapes=["2x3x4x1"], threads=1, repeats=1, warmup=0)
+    assert {r["cell"] for r in rows} == {"nn.LSTM", "nn.RNN", "ran"}  # no target: no baseline
+    shape = bench_cells.parse_shape("2x3x4x1").name  # a shape where ran's target applies:
+    monkeypatch.setitem(bench_cells.TARGET_ONLY_AT, "ran", (shape,))  # its baseline is timed
+    timed = {r["cell"]: r for r in bench.bench_cells(cells=["ran"], shapes=["2x3x4x1"],
+                                                     threads=1, repeats=1, warmup=0)}
+    assert set(timed) == {"nn.LSTM", "nn.RNN", "ran", "lstm-srnn-out"}
+    assert timed["ran"]["target_baseline"] == "lstm-srnn-out"
+    assert timed["ran"]["target_ratio"] == pytest.approx(timed["lstm-srnn-out"]["ms"]
+                                                         / timed["ran"]["ms"])
+    assert "1.00x lstm-srnn-out" in to_markdown(list(timed.values()))

@@ -18,13 +18,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lstmablate.cells import build_encoder, get_cell
+from lstmablate.cells import get_cell
 from lstmablate.cells.kernels.additive import family
-from lstmablate.cells.kernels.common import native, triton_support
+from lstmablate.cells.kernels.common import triton_support
 from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
 
-from fast_path_harness import (assert_fast_matches_reference,
-                               assert_mask_with_holes_runs_the_reference, autograd_functions)
+from fast_path_harness import (FULL, VARLEN, assert_mask_with_holes_runs_the_reference,
+                               assert_runs_on, compare_encoder, use_loops)
 
 F64 = torch.float64
 #: the cases the LSTM kernels compute (the others run the reference loop)
@@ -34,7 +34,6 @@ SLOW = [(n, o) for n, o in family.KERNELS.cases if (n, o) not in FAST] + [
     ("knn-rnn", {"highway": True})]
 IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in FAST]
 T = 7
-VARLEN, FULL = [7, 1, 2, 0, 3, 4, 5, 6], [7, 7, 7]
 interpreted = pytest.mark.skipif(not triton_support.interpreting(),
                                  reason="needs Triton with its interpreter on (TRITON_INTERPRET=1)")
 
@@ -42,41 +41,20 @@ interpreted = pytest.mark.skipif(not triton_support.interpreting(),
 @pytest.fixture(params=["native", "python"])
 def loops(request, monkeypatch):
     """native: the LSTM family's C loops (the CPU default); python: its PyTorch loops."""
-    if request.param == "native":
-        if native.library("lstm_family") is None:
-            pytest.skip("the native kernel cannot be built here")
-    else:
-        monkeypatch.setenv("LSTMABLATE_NATIVE", "0")
-    monkeypatch.setenv("LSTMABLATE_TORCH_ON_CPU", "0")
-    return request.param
+    return use_loops(request.param, monkeypatch, "lstm_family")
 
 
-def _compare(name, opts, dtype, lengths, bidirectional=True, I=5, H=4, tol=1e-10,
-             recurrent_dropout=0.0):
-    torch.manual_seed(0)
-    enc = build_encoder(name, I, H, num_layers=2, bidirectional=bidirectional,
-                        recurrent_dropout=recurrent_dropout, **opts).to(dtype).train()
-    gen = torch.Generator().manual_seed(1)
-    B = len(lengths)
-    x = torch.randn(B, T, I, generator=gen, dtype=dtype) * 2
-    n = enc.num_layers * enc.num_directions
-    state = tuple(torch.randn(n, B, s, generator=gen, dtype=dtype)
-                  for s in enc.layers[0][0].state_sizes)
-    assert_fast_matches_reference(enc, x, torch.tensor(lengths), state,
-                                  tol if dtype == F64 else None)
-    return enc
+def _compare(name, opts, dtype, lengths, **kw):
+    return compare_encoder(name, opts, dtype, lengths, T, **kw)
 
 
 @pytest.mark.parametrize("name,opts", FAST, ids=IDS)
 @pytest.mark.parametrize("lengths", [VARLEN, FULL], ids=["varlen", "full"])
 @pytest.mark.parametrize("bidirectional", [True, False], ids=["bi", "uni"])
 def test_float64_matches_the_reference(name, opts, lengths, bidirectional, loops):
-    enc = _compare(name, opts, F64, lengths, bidirectional)
-    cell = enc.layers[0][0]
-    want = "recurrent (native)" if loops == "native" else "recurrent (pytorch)"
-    assert kernel_name_of(cell, dtype=F64, mask="prefix0") == want
-    out, _ = cell(torch.randn(3, 2, 5, dtype=F64, requires_grad=True))
-    assert "RecurrentLSTMBackward" in autograd_functions(out)
+    enc = _compare(name, opts, F64, lengths, bidirectional=bidirectional)
+    assert_runs_on(enc.layers[0][0], f"recurrent ({loops.replace('python', 'pytorch')})",
+                   "RecurrentLSTMBackward")
 
 
 @pytest.mark.parametrize("name,opts", FAST, ids=IDS)

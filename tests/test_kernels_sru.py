@@ -27,67 +27,46 @@ from lstmablate.cells.kernels.sru import family
 from lstmablate.cells.kernels.sru.loops import LIBRARY, SRUMemory
 from lstmablate.cells.sru import SRU2018Cell
 
-from fast_path_harness import (assert_fast_matches_reference,
-                               assert_mask_with_holes_runs_the_reference, autograd_functions)
+from fast_path_harness import (FULL, VARLEN, assert_fast_matches_reference,
+                               assert_mask_with_holes_runs_the_reference, autograd_functions,
+                               assert_element_wise_paths, assert_runs_on, compare_encoder,
+                               random_state, use_loops)
 from test_kernels_low_precision import assert_low_precision_close
 
 F64 = torch.float64
 CASES = list(family.KERNELS.cases)
 IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in CASES]
 T = 7
-VARLEN, FULL = [7, 1, 2, 0, 3, 4, 5, 6], [7, 7, 7]
 interpreted = pytest.mark.skipif(not triton_support.interpreting(),
                                  reason="needs Triton with its interpreter on (TRITON_INTERPRET=1)")
-
-
-def _native_or_skip():
-    if native.library(LIBRARY) is None:
-        pytest.skip("the native kernel cannot be built here")
 
 
 @pytest.fixture(params=["native", "python"])
 def loops(request, monkeypatch):
     """native: the C loops (the CPU default); python: the PyTorch loops (no compiler)."""
-    if request.param == "native":
-        _native_or_skip()
-    else:
-        monkeypatch.setenv("LSTMABLATE_NATIVE", "0")
-    return request.param
+    return use_loops(request.param, monkeypatch, LIBRARY)
 
 
-def _random_state(enc, B, gen, dtype):
-    n = enc.num_layers * enc.num_directions
-    return tuple(torch.randn(n, B, s, generator=gen, dtype=dtype)
-                 for s in enc.layers[0][0].state_sizes)
-
-
-def _compare(name, opts, dtype, lengths, bidirectional=True, I=4, H=4, tol=1e-10,
-             recurrent_dropout=0.0):
-    torch.manual_seed(0)
-    enc = build_encoder(name, I, H, num_layers=2, bidirectional=bidirectional,
-                        recurrent_dropout=recurrent_dropout, **opts).to(dtype).train()
-    with torch.no_grad():  # v of the size of the other weights: the state's term matters
+def _larger_v(enc):
+    """v of the size of the other weights, so that the state's term in the gates matters."""
+    with torch.no_grad():
         for layer in enc.layers:
             for cell in layer:
                 cell.weight_c.mul_(2)
-    gen = torch.Generator().manual_seed(1)
-    B = len(lengths)
-    x = torch.randn(B, T, I, generator=gen, dtype=dtype) * 2
-    assert_fast_matches_reference(enc, x, torch.tensor(lengths), _random_state(enc, B, gen, dtype),
-                                  tol if dtype == F64 else None)
-    return enc
+
+
+def _compare(name, opts, dtype, lengths, **kw):
+    return compare_encoder(name, opts, dtype, lengths, T, I=kw.pop("I", 4), prepare=_larger_v,
+                           **kw)
 
 
 @pytest.mark.parametrize("name,opts", CASES, ids=IDS)
 @pytest.mark.parametrize("lengths", [VARLEN, FULL], ids=["varlen", "full"])
 @pytest.mark.parametrize("bidirectional", [True, False], ids=["bi", "uni"])
 def test_float64_matches_the_reference(name, opts, lengths, bidirectional, loops):
-    enc = _compare(name, opts, F64, lengths, bidirectional)
-    cell = enc.layers[0][0]
-    want = "recurrent (native)" if loops == "native" else "recurrent (pytorch)"
-    assert kernel_name_of(cell, dtype=F64, mask="prefix0") == want
-    out, _ = cell(torch.randn(3, 2, 4, dtype=F64, requires_grad=True))
-    assert "SRUMemoryBackward" in autograd_functions(out)
+    enc = _compare(name, opts, F64, lengths, bidirectional=bidirectional)
+    assert_runs_on(enc.layers[0][0], f"recurrent ({loops.replace('python', 'pytorch')})",
+                   "SRUMemoryBackward")
 
 
 @pytest.mark.parametrize("name,opts", CASES, ids=IDS)
@@ -106,7 +85,7 @@ def test_a_skip_projection_and_recurrent_dropout(loops):
 def test_native_loop_split_across_threads(monkeypatch):
     """Two threads, every call's chunks split between them (``PAR_MIN = 1``; 600 units: two
     chunks per row): the same numbers."""
-    _native_or_skip()
+    use_loops("native", monkeypatch, LIBRARY)
     monkeypatch.setattr(native, "PAR_MIN", 1)
     torch.manual_seed(0)
     enc = build_encoder("sru", 16, 600, num_layers=2, bidirectional=True).double()
@@ -172,16 +151,9 @@ def test_which_path_each_call_takes(monkeypatch):
     for name, opts in CASES:
         cell = get_cell(name).build(3, 4, **opts)
         assert get_cell(name).fast_path
-        assert plan_of(cell) == plan_of(cell, mask="prefix0", h_mask=True) == "recurrent"
-        assert plan_of(cell, dtype=F64) == "recurrent"
-        assert plan_of(cell, mask="other") == "reference"  # holes in the mask
-        assert plan_of(cell, autocast=True, dtype=torch.bfloat16) == "reference"  # no Triton
-        assert plan_of(cell, dtype=torch.bfloat16) == "reference"  # bfloat16 without autocast
-        cuda = dict(device_type="cuda", triton=True)
-        assert plan_of(cell, **cuda) == "triton-recurrent"
-        assert plan_of(cell, autocast=True, dtype=torch.bfloat16, **cuda) == "triton-recurrent"
-        assert plan_of(cell, device_type="cuda", triton=False) == "recurrent"  # PyTorch loops
-        assert kernel_name_of(cell, **cuda) == "triton-recurrent (one launch)"
+        assert_element_wise_paths(cell, "recurrent", "triton-recurrent")
+        assert kernel_name_of(cell, device_type="cuda", triton=True) == (
+            "triton-recurrent (one launch)")
     # the class built without v (the 2017 form): not what the kernel computes
     old = SRU2018Cell(3, 4, state_in_gates=False)
     assert plan_of(old) == plan_of(old, device_type="cuda", triton=True) == "reference"
@@ -241,7 +213,7 @@ def test_triton_under_bfloat16_autocast(monkeypatch):
     assert plan_of(cell, dtype=torch.bfloat16, autocast=True, mask="prefix") == "triton-recurrent"
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(4, 8, 16, generator=gen)
-    state = tuple(s * 0.5 for s in _random_state(enc, 4, gen, torch.float32))
+    state = tuple(s * 0.5 for s in random_state(enc, 4, gen, torch.float32))
     fast = assert_low_precision_close(enc, x, torch.tensor([8, 5, 4, 1]), state, torch.bfloat16,
                                       "sru")
     assert fast["out"].dtype == torch.float32  # the memory and v are float32, so h_t is

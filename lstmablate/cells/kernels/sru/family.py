@@ -74,13 +74,13 @@ class SRUKernels(KernelFamily):
         return describe(path, call, native_loops(self, call))
 
     def run(self, path, v, x, state, lengths, h_mask):
-        if path is KernelPath.RECURRENT:
-            return sru_sequence(v, SRUMemory, x, state, lengths)
         if path is KernelPath.TRITON_RECURRENT:
-            from .triton_kernels import TritonSRUMemory
-
-            return sru_sequence(v, TritonSRUMemory, x, state, lengths)
-        raise self.unknown(path)
+            from .triton_kernels import TritonSRUMemory as memory
+        elif path is KernelPath.RECURRENT:
+            memory = SRUMemory
+        else:
+            raise self.unknown(path)
+        return sru_sequence(v, memory, x, state, lengths)
 
 
 def sru_sequence(v, function, x: Tensor, state: tuple[Tensor, ...], lengths: Tensor | None):

@@ -24,7 +24,7 @@ from lstmablate.cells.kernels.common import triton_support
 from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
 
 from fast_path_harness import (FULL, VARLEN, assert_mask_with_holes_runs_the_reference,
-                               assert_runs_on, compare_encoder, use_loops)
+                               assert_runs_on, compare_encoder, random_state, use_loops)
 
 F64 = torch.float64
 #: the cases the LSTM kernels compute (the others run the reference loop)
@@ -163,3 +163,23 @@ def test_bench_rows_and_targets_against_the_closest_ablation(monkeypatch):
     assert timed["ran"]["target_ratio"] == pytest.approx(timed["lstm-srnn-out"]["ms"]
                                                          / timed["ran"]["ms"])
     assert "1.00x lstm-srnn-out" in to_markdown(list(timed.values()))
+
+
+@interpreted
+@pytest.mark.parametrize("name,opts", FAST, ids=IDS)
+def test_triton_under_bfloat16_autocast(name, opts, monkeypatch):
+    """Under autocast the LSTM family casts the input, h and the (for knn-rnn: tied)
+    parameters to bfloat16 and its Triton kernels carry the memory in float32: within the
+    low-precision tolerance of a float64 reference loop (tests/tolerance.py)."""
+    from lstmablate.cells import build_encoder
+    from test_kernels_low_precision import assert_low_precision_close
+
+    monkeypatch.setenv("LSTMABLATE_TRITON", "1")
+    torch.manual_seed(0)
+    enc = build_encoder(name, 6, 16, num_layers=2, bidirectional=True, **opts).train()
+    assert plan_of(enc.layers[0][0], dtype=torch.bfloat16, autocast=True,
+                   mask="prefix") == "triton-recurrent"
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 8, 6, generator=gen)
+    state = tuple(s * 0.5 for s in random_state(enc, 4, gen, torch.float32))
+    assert_low_precision_close(enc, x, torch.tensor([8, 5, 4, 1]), state, torch.bfloat16, name)

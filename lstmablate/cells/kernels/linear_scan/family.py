@@ -41,7 +41,8 @@ Paths (``interface.KernelPath``):
   autocast as in the reference loop (``autocast_inside``), the memory and its gradient are
   carried in float32;
 * ``reference``: a cell whose gates read its state (``linear_scan`` is False; the registered
-  2018 ``sru`` runs its own family, ``sru/``), autocast without Triton, and the shared refusals (``interface.refused``).
+  2018 ``sru`` runs its own family, ``sru/``), autocast without Triton, and the shared refusals
+  (``interface.refused``).
 
 ``lstm-srnn-hidden(-out)`` are linear scans too, but keep the LSTM family's own scan
 (``lstm/``): its C loop fuses the gates' activations, the memory and tanh(c_t) into the same

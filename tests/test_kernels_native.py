@@ -46,9 +46,10 @@ def _private_copy(family: str, tmp_path) -> str:
 def test_signatures_come_from_the_c_prototypes():
     decls = native.declarations(native_build.source_text("gru"))
     fwd = decls["gru_fwd"]
-    assert [p.name for p in fwd.params] == ["T", "B", "H", "reset_after", "Z", "Hs", "U", "HM", "w_hh",
-                                            "bias", "b_hh", "hmask", "R", "par_min"]
-    assert [p.kind for p in fwd.params][:4] == ["int"] * 4 and fwd.params[-1].kind == "long"
+    assert [p.name for p in fwd.params] == ["T", "B", "off", "H", "reset_after", "Z", "Hs", "U", "hm",
+                                            "w_hh", "bias", "b_hh", "hmask", "R", "par_min"]
+    assert [p.kind for p in fwd.params][:5] == ["int", "int", "int*", "int", "int"]
+    assert fwd.params[-1].kind == "long"
     assert set(decls) == {"gru_fwd", "gru_bwd", "gemm_check", "step_products"}
     so = native.declarations(native_build.source_text("second_order"))
     assert so["multi_fwd"].params[2].kind == "int*"  # Ks
@@ -137,9 +138,10 @@ def test_self_test_passes_with_an_lp64_or_ilp64_blas(int_type, tmp_path):
     outs = []
     for library in (lib, _library("gru")):
         Hs = torch.zeros(T + 1, B, H)
-        library.call("gru_fwd", torch.float32, T=T, B=B, H=H, reset_after=0, Z=Z.clone(), Hs=Hs,
-                     U=torch.empty(T, B, H), HM=None, w_hh=w_hh, bias=bias, b_hh=None, hmask=None,
-                     R=torch.empty(B, 3 * H), par_min=native.PAR_MIN)
+        library.call("gru_fwd", torch.float32, T=T, B=B, off=[t * B for t in range(T + 1)], H=H,
+                     reset_after=0, Z=Z.clone(), Hs=Hs, U=torch.empty(T, B, H), hm=None,
+                     w_hh=w_hh, bias=bias, b_hh=None, hmask=None, R=torch.empty(B, 3 * H),
+                     par_min=native.PAR_MIN)
         outs.append(Hs)
     torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
     del keep

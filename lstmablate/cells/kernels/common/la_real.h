@@ -94,6 +94,17 @@ static inline void SFX(gemm)(int tb, int M, int N, int K, const real_t* A, int l
     SFX(gemm)(tb, M, N, K, a, lda, w, ldw, beta, c, ldc)
 #endif
 
+/* The packed layout of a call (common/sequences.py, Steps): its rows sorted by length, longest
+   first, so that step t runs the first rows(t) = off[t+1] - off[t] rows, never more than the
+   step before (the sequences still running).  A per-step buffer holds step t's rows from row
+   off[t] (off[T]: the call's real tokens); a state buffer (h, c) holds the B initial rows,
+   then step t's states from row B + off[t].  Without padding off[t] = t * B. */
+static inline int la_rows(const int* off, int t) { return off[t + 1] - off[t]; }
+/* the first row, in a state buffer, of the state step t reads (its rows' states after t - 1) */
+static inline long la_prev(const int* off, int B, int t) { return t ? (long)B + off[t - 1] : 0; }
+/* the first row, in a state buffer, of the state step t writes */
+static inline long la_next(const int* off, int B, int t) { return (long)B + off[t]; }
+
 /* h' = h_{t-1} * h_mask (variational recurrent dropout, Gal & Ghahramani 2016), written to hm
    (kept for the weight gradients); h_{t-1} itself without recurrent dropout (hmask = 0). */
 static inline const real_t* SFX(dropped)(const real_t* hp, const real_t* hmask, real_t* hm, long n) {

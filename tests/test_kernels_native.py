@@ -50,7 +50,7 @@ def test_signatures_come_from_the_c_prototypes():
                                             "w_hh", "bias", "b_hh", "hmask", "R", "par_min"]
     assert [p.kind for p in fwd.params][:5] == ["int", "int", "int*", "int", "int"]
     assert fwd.params[-1].kind == "long"
-    assert set(decls) == {"gru_fwd", "gru_bwd", "gemm_check", "step_products"}
+    assert set(decls) == {"gru_fwd", "gru_bwd", "gemm_check", "step_products", "matmul"}
     so = native.declarations(native_build.source_text("second_order"))
     assert so["multi_fwd"].params[2].kind == "int*"  # Ks
     lay = native.layout_struct(native_build.source_text("lstm_family"))
@@ -214,6 +214,36 @@ def test_every_step_product_path_computes_right(mode):
             assert torch.all((C.double() - exact).abs() <= bound), (M, N, K)
     finally:
         lib.set_step_gemm(old)
+
+
+def test_call_products_on_our_gemm_compute_right():
+    """A call's large products through our packed GEMM (``common/products.py``): a w^T,
+    a w and a^T b (transposed in C), from operands that are views, on shapes with partial
+    row tiles and panels and an empty inner size, within the float32 dot product's bound."""
+    from lstmablate.cells.kernels.common.products import Products
+
+    lib = _library("gru")
+    P = Products(lib)
+    gen = torch.Generator().manual_seed(0)
+    for M, N, K in ((1, 1, 1), (7, 33, 5), (37, 47, 130), (300, 70, 21), (5, 6, 0)):
+        a = torch.randn(M + 3, K + 2, generator=gen)[2:-1, 1:-1]  # a view, not contiguous
+        w = torch.randn(N, K, generator=gen)
+        for got, exact, absolute in (
+                (P.nt(a, w), a.double() @ w.double().t(), a.double().abs() @ w.double().abs().t()),
+                (P.nn(a, w.t()), a.double() @ w.double().t(),
+                 a.double().abs() @ w.double().abs().t()),
+                (P.tn(a.t(), w.t()), a.double() @ w.double().t(),
+                 a.double().abs() @ w.double().abs().t())):
+            bound = max(K, 1) * torch.finfo(torch.float32).eps * absolute
+            assert got.shape == (M, N) and torch.all((got.double() - exact).abs() <= bound), (
+                M, N, K)
+    x, w = torch.randn(9, 5, generator=gen), torch.randn(12, 5, generator=gen)
+    for bias in (torch.randn(12, generator=gen), torch.randn(4, generator=gen)):  # (first columns)
+        exact = x.double() @ w.double().t()
+        exact[:, :bias.shape[0]] += bias.double()
+        bound = 6 * torch.finfo(torch.float32).eps * (x.double().abs() @ w.double().abs().t()
+                                                      + 1)
+        assert torch.all((P.linear(x, w, bias).double() - exact).abs() <= bound)
 
 
 def test_a_stale_library_is_refused(tmp_path):

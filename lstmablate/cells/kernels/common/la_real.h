@@ -159,4 +159,41 @@ LA_EXPORT int SFX(step_products)(int reps, int M, int N, int K, const real_t* A,
     return 0;
 }
 
+/* The large products of a call (the input products of all steps, the input and weight
+   gradients after the loops: common/products.py) through our packed GEMM (la_gemm.c), where it
+   beats the BLAS PyTorch runs them with (calibrate.choose_call_gemm): C (M x N) (= or += when
+   accumulate) op(A) op(W), A row-major (M x K), or (K x M) when ta; W (N x K) when tb, else
+   (K x N).  float32 only (returns 1 in float64: the BLAS runs those); 2 when out of memory. */
+LA_EXPORT int SFX(matmul)(int ta, int tb, int M, int N, int K, const real_t* A, const real_t* W,
+                          int accumulate, real_t* C) {
+#if CAN_PACK
+    if (M <= 0 || N <= 0) return 0;
+    real_t* at = 0;
+    if (ta) {  /* op(A) = A^T: made row-major once, in tiles of 16 x 16 */
+        at = (real_t*)malloc((size_t)M * (K > 0 ? K : 1) * sizeof(real_t));
+        if (!at) return 2;
+        #pragma omp parallel for schedule(static) if ((long)M * K >= (1L << 16))
+        for (int m0 = 0; m0 < M; m0 += 16)
+            for (int k0 = 0; k0 < K; k0 += 16)
+                for (int m = m0; m < m0 + 16 && m < M; ++m)
+                    for (int k = k0; k < k0 + 16 && k < K; ++k) at[(long)m * K + k] = A[(long)k * M + m];
+        A = at;
+    }
+    if (K <= 0) {
+        if (!accumulate) for (long e = 0; e < (long)M * N; ++e) C[e] = 0;
+        free(at);
+        return 0;
+    }
+    void* pw = la_own_pack(tb, N, K, W, tb ? K : N);
+    if (!pw) { free(at); return 2; }
+    la_own_mm(M, A, K, pw, accumulate ? 1.0f : 0.0f, C, N);
+    la_own_free(pw);
+    free(at);
+    return 0;
+#else
+    (void)ta; (void)tb; (void)M; (void)N; (void)K; (void)A; (void)W; (void)accumulate; (void)C;
+    return 1;
+#endif
+}
+
 #endif

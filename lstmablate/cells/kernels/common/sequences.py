@@ -27,6 +27,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .products import TORCH, Products
+
 
 class Steps:
     """The packed layout of one call: which rows each time step runs.
@@ -218,28 +220,23 @@ class Steps:
 
 
 def input_products(x: Tensor, w_ih: Tensor, bias: Tensor | None,
-                   out: Tensor | None = None) -> Tensor:
+                   out: Tensor | None = None, P: Products = TORCH) -> Tensor:
     """x W_ih^T (+ bias on the first bias.numel() columns) for every row of ``x`` (..., I)
-    (into ``out``, a contiguous buffer of the result's shape, when given)."""
+    (into ``out``, a contiguous buffer of the result's shape, when given); ``P``: the
+    products of the call (``products.for_call``)."""
     x2 = x.reshape(-1, x.shape[-1])
-    z = None if out is None else out.view(x2.shape[0], -1)
-    if bias is not None and bias.shape[0] == w_ih.shape[0]:
-        z = torch.addmm(bias, x2, w_ih.t(), out=z)
-    else:
-        z = torch.mm(x2, w_ih.t(), out=z)
-        if bias is not None:
-            z[:, :bias.shape[0]] += bias
+    z = P.linear(x2, w_ih, bias, None if out is None else out.view(x2.shape[0], -1))
     return z.view(*x.shape[:-1], -1)
 
 
 def input_side_grads(dZ: Tensor, x: Tensor, w_ih: Tensor, bias: Tensor | None, need_x: bool,
-                     need_w: bool, need_b: bool) -> tuple[Tensor | None, ...]:
+                     need_w: bool, need_b: bool, P: Products = TORCH) -> tuple[Tensor | None, ...]:
     """The gradients of the input products' inputs from dZ (..., n*H), the gradient of
     :func:`input_products`'s result: dx = dZ W_ih (x's shape), dW_ih = dZ^T X, db (one
     product each over all rows)."""
     dZ2 = dZ.reshape(-1, dZ.shape[-1])
-    dx = torch.mm(dZ2, w_ih).view(x.shape) if need_x else None
-    dw_ih = torch.mm(dZ2.t(), x.reshape(-1, x.shape[-1])) if need_w else None
+    dx = P.nn(dZ2, w_ih).view(x.shape) if need_x else None
+    dw_ih = P.tn(dZ2, x.reshape(-1, x.shape[-1])) if need_w else None
     db = dZ2[:, :bias.shape[0]].sum(0) if bias is not None and need_b else None
     return dx, dw_ih, db
 

@@ -12,6 +12,8 @@ from torch.autograd.function import once_differentiable
 
 from ..common import native
 from ..common.native import library_for
+from ..common import products
+from ..common.products import TORCH
 from ..common.sequences import Steps, input_products, input_side_grads
 
 FAMILY = "gru"
@@ -40,7 +42,8 @@ class RecurrentGRU(torch.autograd.Function):
         if lib is not None and all(t is None or t.dtype == x.dtype
                                    for t in (w_ih, w_hh, bias, bias_hh, h_mask, h0)):
             ctx.native = lib
-            A = input_products(X, w_ih, None)  # the kernel adds the biases
+            ctx.products = P = products.for_call(lib, x)
+            A = input_products(X, w_ih, None, P=P)  # the kernel adds the biases
             bhh = bias_hh.contiguous() if (reset_after and bias_hh is not None) else None
             lib.call("gru_fwd", x.dtype, T=S.T, B=B, off=S.off, H=H,
                      reset_after=int(bool(reset_after)), Z=A, Hs=Hs, U=U,
@@ -48,7 +51,7 @@ class RecurrentGRU(torch.autograd.Function):
                      bias=bias.contiguous(), b_hh=bhh, hmask=hm, R=x.new_empty(B, 3 * H),
                      par_min=native.PAR_MIN)
         else:
-            ctx.native = None
+            ctx.native, ctx.products = None, TORCH
             A = input_products(X, w_ih, bias)  # (N, 3H)
             RecurrentGRU._forward_loop(reset_after, S, A, Hs, U, w_hh, bias_hh, hm)
         ctx.reset_after, ctx.steps = reset_after, S
@@ -101,7 +104,7 @@ class RecurrentGRU(torch.autograd.Function):
         if hm is not None:
             hprev = hprev * S.per_row(hm)  # h'_{t-1}: what the products read
         dx, grads = weight_grads(ctx.needs_input_grad, ctx.reset_after, X, w_ih, w_hh, bias,
-                                 bias_hh, hprev, U, G, dZn)
+                                 bias_hh, hprev, U, G, dZn, ctx.products)
         return (None, None if dx is None else S.unpacked(dx), S.initial_grad(dh0, dh0_direct),
                 *grads, None, None)
 
@@ -151,24 +154,24 @@ class RecurrentGRU(torch.autograd.Function):
         return dh0
 
 
-def weight_grads(need, reset_after, X, w_ih, w_hh, bias, bias_hh, HH, U, G, dZn):
+def weight_grads(need, reset_after, X, w_ih, w_hh, bias, bias_hh, HH, U, G, dZn, P=TORCH):
     """The input and weight gradients, one matrix product each over every row (the packed
     rows, or a (T, B) layout's flattened): ``HH`` what the products read (h_{t-1} * h_mask),
     ``U`` and ``G``, ``dZn`` as the autograd function's buffers.  ``need``: its
-    ``needs_input_grad`` (reset_after, x, h0, w_ih, w_hh, bias, bias_hh, ...).  Returns dx
-    (X's shape) and (dW_ih, dW_hh, db, db_hh)."""
+    ``needs_input_grad`` (reset_after, x, h0, w_ih, w_hh, bias, bias_hh, ...); ``P``: the
+    call's products (``common/products.py``).  Returns dx (X's shape) and (dW_ih, dW_hh, db,
+    db_hh)."""
     H = HH.shape[-1]
     G2 = G.reshape(-1, 3 * H)
     dZ = torch.cat([G2[:, :2 * H], dZn.reshape(-1, H)], dim=-1)  # [d a_r, d a_z, d a_n]
-    dx, dw_ih, db = input_side_grads(dZ, X, w_ih, bias, need[1], need[3], need[5])
+    dx, dw_ih, db = input_side_grads(dZ, X, w_ih, bias, need[1], need[3], need[5], P)
     dw_hh = dbhh = None
     if need[4]:
         HH2 = HH.reshape(-1, H)
         if reset_after:
-            dw_hh = torch.mm(G2.t(), HH2)
+            dw_hh = P.tn(G2, HH2)
         else:
-            dw_hh = torch.cat([torch.mm(G2[:, :2 * H].t(), HH2),
-                               torch.mm(G2[:, 2 * H:].t(), U.reshape(-1, H))])
+            dw_hh = torch.cat([P.tn(G2[:, :2 * H], HH2), P.tn(G2[:, 2 * H:], U.reshape(-1, H))])
     if reset_after and bias_hh is not None and need[6]:
         dbhh = G2[:, 2 * H:].sum(0)
     return dx, (dw_ih, dw_hh, db, dbhh)

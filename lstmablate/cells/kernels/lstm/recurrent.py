@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..common import native
+from ..common import native, products
+from ..common.products import TORCH
 from ..common.sequences import Steps, add, input_products, input_side_grads
 
 
@@ -112,14 +113,15 @@ class RecurrentLSTM(torch.autograd.Function):
         if lib is not None and all(t is None or t.dtype == x.dtype
                                    for t in (w_ih, w_hh, bias, w_hr, h_mask, h0, c0)):
             ctx.native = lib
-            Z = input_products(X, w_ih, None)  # the kernel adds the bias as it activates
+            ctx.products = P = products.for_call(lib, x)
+            Z = input_products(X, w_ih, None, P=P)  # the kernel adds the bias as it activates
             lib.call("lstm_fwd", x.dtype, L=c_layout(lib, L), T=S.T, B=B, off=S.off, Z=Z, Hs=Hs,
                      C=C, HH=HH, hm=x.new_empty(B * L.P) if hm is not None else None,
                      w_hh=None if w_hh is None else w_hh.contiguous(),
                      w_hr=None if w_hr is None else w_hr.contiguous(), hmask=hm,
                      bias=full_bias(L, bias, x))
         else:
-            ctx.native = None
+            ctx.native, ctx.products = None, TORCH
             Z = input_products(X, w_ih, bias)
             RecurrentLSTM._forward_loop(L, S, Z, Hs, C, HH, w_hh, w_hr, hm)
         ctx.L, ctx.steps = L, S
@@ -213,7 +215,7 @@ class RecurrentLSTM(torch.autograd.Function):
         if hm is not None:
             hprev = hprev * S.per_row(hm)  # h'_{t-1}: what the recurrent product read
         dx, grads = weight_grads(ctx.needs_input_grad, L, X, w_ih, w_hh, bias, w_hr, hprev, HH, DH,
-                                 dZ)
+                                 dZ, ctx.products)
         if dh0 is None:
             dh0 = torch.zeros_like(Hs[:B])
         return (None, None if dx is None else S.unpacked(dx), dh0 if ctx.needs_input_grad[2] else None,
@@ -311,21 +313,21 @@ class RecurrentLSTM(torch.autograd.Function):
         return dh0, dc0
 
 
-def weight_grads(need, L: Layout, X, w_ih, w_hh, bias, w_hr, Hprev, HH, DH, dZ):
+def weight_grads(need, L: Layout, X, w_ih, w_hh, bias, w_hr, Hprev, HH, DH, dZ, P=TORCH):
     """The input and weight gradients, one matrix product each over every row (the packed
-    rows, or a (T, B) layout's flattened): ``X`` the inputs, ``Hprev`` what the recurrent
-    product read (h_{t-1} * h_mask), ``HH`` o_t tanh(c_t) before a projection, ``DH`` the
-    gradients w.r.t. h_t, ``dZ`` the pre-activations'.  ``need``: the autograd function's
-    ``needs_input_grad`` (L, x, h0, c0, w_ih, w_hh, bias, w_hr, ...).  Returns dx (X's shape)
-    and (dW_ih, dW_hh, db, dW_hr)."""
-    H, P = L.H, L.P
+    rows): ``X`` the inputs, ``Hprev`` what the recurrent product read (h_{t-1} * h_mask),
+    ``HH`` o_t tanh(c_t) before a projection, ``DH`` the gradients w.r.t. h_t, ``dZ`` the
+    pre-activations'.  ``need``: the autograd function's ``needs_input_grad`` (L, x, h0, c0,
+    w_ih, w_hh, bias, w_hr, ...); ``P``: the call's products (``common/products.py``).
+    Returns dx (X's shape) and (dW_ih, dW_hh, db, dW_hr)."""
+    H = L.H
     rs = slice(L.r0 * H, L.r1 * H)
     dZ2 = dZ.reshape(-1, L.nb * H)
-    dx, dw_ih, db = input_side_grads(dZ2, X, w_ih, bias, need[1], need[4], need[6])
+    dx, dw_ih, db = input_side_grads(dZ2, X, w_ih, bias, need[1], need[4], need[6], P)
     dw_hh = None
     if w_hh is not None and need[5]:
-        dw_hh = torch.mm(dZ2[:, rs].t(), Hprev.reshape(-1, P))
+        dw_hh = P.tn(dZ2[:, rs], Hprev.reshape(-1, L.P))
     dw_hr = None
     if w_hr is not None and need[7]:
-        dw_hr = torch.mm(DH.reshape(-1, P).t(), HH.reshape(-1, H))
+        dw_hr = P.tn(DH.reshape(-1, L.P), HH.reshape(-1, H))
     return dx, (dw_ih, dw_hh, db, dw_hr)

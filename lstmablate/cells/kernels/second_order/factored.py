@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..common import native
+from ..common import native, products
 from ..common.sequences import Steps
 from ..interface import KernelPath, register
 from . import shared
@@ -72,13 +72,14 @@ class FactoredRecurrence(torch.autograd.Function):
         H = h0.shape[-1]
         S = Steps(T, B, lengths, x.device)
         X = S.pack(x)
-        A = torch.mm(X, w_ih[:F].t())
-        Z = torch.addmm(bias, X, w_ih[F:].t())
+        ctx.native = lib = shared.native_library(x)
+        ctx.products = prod = products.for_call(lib, x)
+        A = prod.nt(X, w_ih[:F])
+        Z = prod.linear(X, w_ih[F:], bias)
         P = x.new_empty(S.N, F)
         M = x.new_empty(S.N, F)
         Hs, HM, C, TC = state_buffers(S, h0, c0 if memory else None, h_mask)
         hm = S.sort(h_mask) if h_mask is not None else None
-        ctx.native = lib = shared.native_library(x)
         if lib is not None:  # the whole loop in one C call (factored_fwd, second_order.c)
             lib.call("factored_fwd", x.dtype, memory=int(memory), T=S.T, B=B, off=S.off, H=H, F=F,
                      par_min=native.PAR_MIN, A=A, Z=Z, P=P, M=M, Hs=Hs, HM=HM, C=C, TC=TC,
@@ -144,7 +145,8 @@ class FactoredRecurrence(torch.autograd.Function):
             dh0, dc0 = FactoredRecurrence._backward_loop(memory, F, S, A, P, Z, C, TC, Hs, DH, DC,
                                                          dXP, DP, w_mh, w_hm, hm)
         dx, grads = factored_weight_grads(ctx.needs_input_grad, F, X, w_ih, w_hm, M,
-                                          HM if HM is not None else S.prev(Hs), dXP, DP)
+                                          HM if HM is not None else S.prev(Hs), dXP, DP,
+                                          ctx.products)
         return (None, None, None if dx is None else S.unpacked(dx),
                 S.initial_grad(dh0, dh0_direct),
                 S.initial_grad(dc0, dc0_direct) if memory else None, *grads, None, None)

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..common import native
+from ..common import native, products
 from ..common.sequences import Steps
 from ..interface import KernelPath, register
 from . import shared
@@ -145,15 +145,13 @@ class MultiMatrixRecurrence(torch.autograd.Function):
         n, Kt = len(Ks), sum(Ks)
         S = Steps(T, B, lengths, x.device)
         X = S.pack(x)
-        if bias is None:
-            XK, XP = torch.mm(X, w_ih[:Kt].t()), torch.mm(X, w_ih[Kt:].t())
-        else:
-            XK = torch.addmm(bias[:Kt], X, w_ih[:Kt].t())
-            XP = torch.addmm(bias[Kt:], X, w_ih[Kt:].t())
+        ctx.native = lib = shared.native_library(x)
+        ctx.products = P = products.for_call(lib, x)
+        XK = P.linear(X, w_ih[:Kt], None if bias is None else bias[:Kt])
+        XP = P.linear(X, w_ih[Kt:], None if bias is None else bias[Kt:])
         V = S.state_buffer(v0)
         Hs, HM, C, TC = state_buffers(S, h0, c0 if memory else None, h_mask)
         hm = S.sort(h_mask) if h_mask is not None else None
-        ctx.native = lib = shared.native_library(x)
         if lib is not None:  # the whole loop in one C call (multi_fwd, second_order.c)
             R = x.new_empty(S.N, Kt + Kt * H)  # h'_{t-1} W_hh^T: key h-columns, every W_g[j] h'
             w_hh, bd = w_hh.contiguous(), bd.contiguous()
@@ -240,7 +238,8 @@ class MultiMatrixRecurrence(torch.autograd.Function):
             dh0, dv0, dc0 = MultiMatrixRecurrence._backward_loop(
                 memory, Ks, S, V, XP, Hs, C, TC, rs, DH, DV, DC, DPRE, dR, DL, w_hh, bd, hm)
         dx, grads = multi_weight_grads(ctx.needs_input_grad, Ks, X, w_ih, bias, S.prev(V),
-                                       HM if HM is not None else S.prev(Hs), DPRE, dR, DL)
+                                       HM if HM is not None else S.prev(Hs), DPRE, dR, DL,
+                                       ctx.products)
         return (None, None, None if dx is None else S.unpacked(dx), S.initial_grad(dh0, dh0_direct),
                 S.initial_grad(dc0, dc0_direct) if memory else None,
                 S.initial_grad(dv0, dv0_direct), *grads, None, None)

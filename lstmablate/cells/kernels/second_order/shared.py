@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..common.products import TORCH
 from ..common.sequences import Steps
 
 from ..common.dispatch import describe, native_loops, triton_runs
@@ -96,30 +97,31 @@ def lstm_factors(Z4: Tensor, Cprev: Tensor, TC: Tensor) -> tuple[Tensor, Tensor]
     return K, Kc
 
 
-def factored_weight_grads(need, F, X, w_ih, w_hm, M, Hprev, dXP, DP):
+def factored_weight_grads(need, F, X, w_ih, w_hm, M, Hprev, dXP, DP, P=TORCH):
     """mRNN / mLSTM (``factored.py``): the input and weight gradients, one matrix product each
     over every row (the packed rows, or a (T, B) layout's flattened; also the Triton kernels',
     ``triton_kernels.py``): ``X`` the inputs, ``Hprev`` what the product read (h_{t-1} *
     h_mask), ``dXP`` [dA, dZ], ``DP`` dP.  ``need``: the function's ``needs_input_grad``
-    (memory, F, x, h0, c0, w_ih, w_mh, w_hm, bias, ...).  Returns dx (X's shape) and
-    (dW_ih, dW_mh, dW_hm, db)."""
+    (memory, F, x, h0, c0, w_ih, w_mh, w_hm, bias, ...); ``P``: the call's products
+    (``common/products.py``).  Returns dx (X's shape) and (dW_ih, dW_mh, dW_hm, db)."""
     H = Hprev.shape[-1]
     nH = w_hm.shape[0]
     dXP2 = dXP.reshape(-1, F + nH)
-    dx = torch.mm(dXP2, w_ih).view(X.shape) if need[2] else None
-    dw_ih = torch.mm(dXP2.t(), X.reshape(-1, X.shape[-1])) if need[5] else None
-    dw_mh = torch.mm(DP.reshape(-1, F).t(), Hprev.reshape(-1, H)) if need[6] else None
-    dw_hm = torch.mm(dXP2[:, F:].t(), M.reshape(-1, F)) if need[7] else None
+    dx = P.nn(dXP2, w_ih).view(X.shape) if need[2] else None
+    dw_ih = P.tn(dXP2, X.reshape(-1, X.shape[-1])) if need[5] else None
+    dw_mh = P.tn(DP.reshape(-1, F), Hprev.reshape(-1, H)) if need[6] else None
+    dw_hm = P.tn(dXP2[:, F:], M.reshape(-1, F)) if need[7] else None
     db = dXP2[:, F:].sum(0) if need[8] else None
     return dx, (dw_ih, dw_mh, dw_hm, db)
 
 
-def multi_weight_grads(need, Ks, X, w_ih, bias, Vprev, Hprev, DPRE, dR, DL):
+def multi_weight_grads(need, Ks, X, w_ih, bias, Vprev, Hprev, DPRE, dR, DL, P=TORCH):
     """mmRNN / mmLSTM (``multi_matrix.py``): the input and weight gradients, one matrix
     product each over every row (the packed rows, or a (T, B) layout's flattened; also the
     Triton kernels'): ``Vprev`` the keys and ``Hprev`` h' each step read, ``DPRE``, ``dR``,
     ``DL`` as the function's buffers.  ``need``: its ``needs_input_grad`` (memory, Ks, x, h0,
-    c0, v0, w_ih, w_hh, bd, bias, ...).  Returns dx (X's shape) and (dW_ih, dW_hh, dBD, db)."""
+    c0, v0, w_ih, w_hh, bd, bias, ...); ``P``: the call's products (``common/products.py``).
+    Returns dx (X's shape) and (dW_ih, dW_hh, dBD, db)."""
     H = Hprev.shape[-1]
     Kt = sum(Ks)
     nH = DPRE.shape[-1]
@@ -129,15 +131,15 @@ def multi_weight_grads(need, Ks, X, w_ih, bias, Vprev, Hprev, DPRE, dR, DL):
     x2 = X.reshape(-1, X.shape[-1])
     dx = dw_ih = db = dw_hh = dbd = None
     if need[2]:
-        dx = torch.mm(DPRE2, w_ih[Kt:])
-        dx.addmm_(dL2, w_ih[:Kt])
+        dx = P.nn(DPRE2, w_ih[Kt:])
+        dx.addmm_(dL2, w_ih[:Kt])  # (K columns: small)
         dx = dx.view(X.shape)
     if need[6]:
-        dw_ih = torch.cat([torch.mm(dL2.t(), x2), torch.mm(DPRE2.t(), x2)])
+        dw_ih = torch.cat([P.tn(dL2, x2), P.tn(DPRE2, x2)])
     if need[7]:
-        dw_hh = torch.mm(dR2.t(), Hprev.reshape(-1, H))
+        dw_hh = P.tn(dR2, Hprev.reshape(-1, H))
     if need[8]:
-        dbd = torch.mm(dL2.t(), Vprev.reshape(-1, Kt))
+        dbd = torch.mm(dL2.t(), Vprev.reshape(-1, Kt))  # (K x K: small)
     if bias is not None and need[9]:
         db = torch.cat([dL2.sum(0), DPRE2.sum(0)])
     return dx, (dw_ih, dw_hh, dbd, db)

@@ -44,7 +44,7 @@ SWITCHES: tuple[Switch, ...] = (
            "`0`: never the native (C) kernels; the PyTorch loops run instead"),
     Switch("LSTMABLATE_PACKED_GEMM", "`1` / `0`", "`1`",
            "`0`: no packed GEMM (the per-step products call sgemm; `LSTMABLATE_STEP_GEMM` "
-           "reads as `blas`)"),
+           "reads as `blas`; a call's large products run on `torch.mm`)"),
     Switch("LSTMABLATE_STEP_GEMM", "`auto`, `blas`, `mkl-packed`, `own-packed`", "`auto`",
            "how the native kernels' float32 per-step products run; `auto`: the fastest here, "
            "by a short timing (`common/native.py`)"),
@@ -153,7 +153,8 @@ def native_enabled() -> bool:
 
 
 def packed_gemm_enabled() -> bool:
-    """Whether MKL's packed GEMM may be used (``LSTMABLATE_PACKED_GEMM=0`` turns it off)."""
+    """Whether a packed GEMM (MKL's, or ours for the per-step and a call's large products)
+    may be used (``LSTMABLATE_PACKED_GEMM=0`` turns them off)."""
     return _flag("LSTMABLATE_PACKED_GEMM", True)
 
 

@@ -20,7 +20,6 @@ compiled variant and ``compiled N kernels`` at the end.
 from __future__ import annotations
 
 import inspect
-import itertools
 import sys
 
 import triton
@@ -29,6 +28,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from lstmablate.cells.kernels.gru import triton_kernels as triton_gru
+from lstmablate.cells.kernels.linear_scan import triton_kernels as triton_linear_scan
 from lstmablate.cells.kernels.lstm import triton_kernels as triton_lstm
 from lstmablate.cells.kernels.second_order import triton_kernels as triton_second_order
 
@@ -73,6 +73,8 @@ def variants():
         yield triton_second_order.mm_step_grad, dict(mm, BLOCK_H=256)
     yield triton_gru.gru_gates, {}
     yield triton_gru.gru_reset_grad, {}
+    yield triton_linear_scan.linear_scan, {}
+    yield triton_linear_scan.linear_scan_grad, {}
 
 
 def signature(kernel, constexprs: dict, dtype: str) -> tuple[dict, dict]:

@@ -128,3 +128,14 @@ def assert_mask_with_holes_runs_the_reference(cell, x, compare_states=False):
     if compare_states:
         for a, b in zip(st, st_r):
             torch.testing.assert_close(a, b)
+
+
+def autograd_functions(out: torch.Tensor) -> set[str]:
+    """The names of the autograd functions ``out`` was computed by (which kernel ran)."""
+    seen, todo = set(), [out.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is not None and fn not in seen:
+            seen.add(fn)
+            todo.extend(f for f, _ in fn.next_functions)
+    return {type(fn).__name__ for fn in seen}

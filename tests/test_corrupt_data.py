@@ -126,7 +126,7 @@ def test_parsing_with_a_nan_in_its_vectors_fails_before_training(tmp_path):
     (tmp_path / "data" / "vec.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     word = lines[4].split(" ")[0]
     text = refused_first(train(tmp_path, "parsing", *TASKS["parsing"][3], "model.pretrained=vec.txt"),
-                         f"vec.txt, line 5, column", f"the vector of {word!r} holds 'NaN' "
+                         "vec.txt, line 5, column", f"the vector of {word!r} holds 'NaN' "
                          "(number 3 of 8), which is not a finite number")
     assert "replace it with a good copy" in text
     assert not (tmp_path / "runs").exists()

@@ -160,9 +160,10 @@ def test_a_run_read_from_its_folder_log_and_process_then_collected(tmp_path):
             saved = json.loads(tar.extractfile(window.STATE).read())
         base_name = "runs/exp/{}/seed-1"
         for cell in ("lstm", "lstm-srnn", "lstm-gates"):
-            assert {f"{base_name.format(cell)}/config.yaml", f"{base_name.format(cell)}/metrics.jsonl",
+            assert {f"{base_name.format(cell)}/{RunFiles.CONFIG}",
+                    f"{base_name.format(cell)}/{RunFiles.METRICS}",
                     f"{base_name.format(cell)}.log"} <= names
-        assert f"{base_name.format('lstm-gates')}/result.json" in names
+        assert f"{base_name.format('lstm-gates')}/{RunFiles.RESULT}" in names
         assert f"{base_name.format('lstm-gates')}/scores/test.jsonl" in names
         assert not [n for n in names if n.endswith(".pt")]
         assert [r["state"] for r in saved["runs"]] == ["running", "stopped", "finished"]
@@ -296,8 +297,8 @@ def test_a_window_end_to_end_on_the_cpu(tmp_path):
     assert [r["state"] for r in state["runs"]] == ["finished", "finished"]
     for cell in ("lstm", "lstm-srnn"):
         folder = f"runs/tiny/{cell}/seed-1"
-        assert {f"{folder}/{n}" for n in ("config.yaml", "env.json", "metrics.jsonl",
-                                          "result.json", "scores/test.jsonl")} <= names
+        assert {f"{folder}/{n}" for n in (RunFiles.CONFIG, RunFiles.ENV, RunFiles.METRICS,
+                                          RunFiles.RESULT, "scores/test.jsonl")} <= names
         assert f"{folder}.log" in names
     assert not [n for n in names if n.endswith(".pt")]
     summary = (tmp_path / "out2" / window.SUMMARY).read_text()

@@ -107,7 +107,8 @@ CASES = [("lstm-srnn", "lstm", "lstm_step", "lstm_step_grad"),
          ("lstm-srnn-hidden", "lstm", "lstm_scan", "lstm_scan_grad"),
          ("gru", "gru", "gru_gates", "gru_step_grad"),
          ("mlstm", "lstm", "lstm_step", "lstm_step_grad"),
-         ("mmrnn", "second_order", "mm_step", "mm_step_grad")]
+         ("mmrnn", "second_order", "mm_step", "mm_step_grad"),
+         ("qrnn", "linear_scan", "linear_scan", "linear_scan_grad")]
 IDS = [c[0] for c in CASES]
 
 

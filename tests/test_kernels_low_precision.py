@@ -76,11 +76,19 @@ def _compare(name, opts, dtype, T, B=4, I=6, H=16, layers=2):
     state = tuple(torch.softmax(torch.randn(n, B, s, generator=gen), -1) if k.startswith("key")
                   else torch.randn(n, B, s, generator=gen) * 0.5
                   for k, s in zip(cell.state_names, cell.state_sizes))
+    fast = assert_low_precision_close(enc, x, lengths, state, dtype, name)
+    assert fast["out"].dtype == dtype
+
+
+def assert_low_precision_close(enc, x, lengths, state, dtype, name):
+    """``enc`` under autocast in ``dtype`` against its float64 reference loop: every tensor
+    within the low-precision tolerance, the memory cell in float32, no padding leaked;
+    returns the autocast run's tensors."""
+    T = x.shape[1]
     fast = _run(enc, x, lengths, state, dtype)
     ref = _run(copy.deepcopy(enc).double(), x.double(), lengths, tuple(s.double() for s in state),
                None)
-    assert fast["out"].dtype == dtype
-    if "c" in cell.state_names:  # the memory cell comes back in float32
+    if "c" in enc.layers[0][0].state_names:  # the memory cell comes back in float32
         assert fast["final1"].dtype == torch.float32
     for k, want in ref.items():
         got = fast[k]
@@ -94,6 +102,7 @@ def _compare(name, opts, dtype, T, B=4, I=6, H=16, layers=2):
                                 f"T={T}, scale {scale:.3g} allows {allowed:.3g}")
     for b, L in enumerate(lengths.tolist()):
         assert torch.all(fast["out"][b, L:] == 0), "padding leaked into the outputs"
+    return fast
 
 
 #: the layouts of the Triton kernels (gates and content, with and without a projection,

@@ -216,14 +216,18 @@ def test_every_step_product_path_computes_right(mode):
         lib.set_step_gemm(old)
 
 
-def test_call_products_on_our_gemm_compute_right():
-    """A call's large products through our packed GEMM (``common/products.py``): a w^T,
-    a w and a^T b (transposed in C), from operands that are views, on shapes with partial
-    row tiles and panels and an empty inner size, within the float32 dot product's bound."""
-    from lstmablate.cells.kernels.common.products import Products
+@pytest.mark.parametrize("gemm", ["own", "onednn", "mkl"])
+def test_call_products_on_each_gemm_compute_right(gemm):
+    """A call's large products on each CPU GEMM (``common/gemm.py``; ``own``: our packed GEMM,
+    transposing in C): a w^T, a w and a^T b, from operands that are views, on shapes with
+    partial row tiles and panels and an empty inner size, within the float32 dot product's
+    bound."""
+    from lstmablate.cells.kernels.common import gemm as gemms
 
+    if gemm == "onednn" and not gemms.onednn_available():
+        pytest.skip("PyTorch without oneDNN")
     lib = _library("gru")
-    P = Products(lib)
+    P = gemms.Products(gemm, lib)
     gen = torch.Generator().manual_seed(0)
     for M, N, K in ((1, 1, 1), (7, 33, 5), (37, 47, 130), (300, 70, 21), (5, 6, 0)):
         a = torch.randn(M + 3, K + 2, generator=gen)[2:-1, 1:-1]  # a view, not contiguous

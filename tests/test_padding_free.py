@@ -4,7 +4,8 @@ only the sequences still running and every buffer holds real tokens only.
 
 * the layout itself, against hand-computed offsets, orders and final rows;
 * every kernel family's every case (``KernelFamily.cases``), on the native loops and on the
-  PyTorch loops, uni- and bidirectional, against the reference loop in float64 (outputs,
+  PyTorch loops, uni- and bidirectional (the linear-scan family's cases:
+  ``test_kernels_linear_scan.py``, with these lengths and by hand), against the reference loop in float64 (outputs,
   final states, every gradient) on batches with lengths 1..T and a length-0 row, and with
   all lengths equal and shorter than the call (steps past the longest sequence);
   ``test_fused.py`` and ``test_fused_multiplicative.py`` hold the full batches, the other
@@ -25,7 +26,7 @@ from torch import nn
 
 from lstmablate import bench
 from lstmablate.bench import cells as bench_cells
-from lstmablate.cells import build_encoder, reference_mode
+from lstmablate.cells import build_encoder
 from lstmablate.cells.kernels.common import native, triton_support
 from lstmablate.cells.kernels.common.sequences import Steps
 from lstmablate.cells.kernels.gru import family as gru
@@ -96,7 +97,8 @@ def loops(request, monkeypatch):
     kernels); python: the PyTorch loops (no compiler, other devices)."""
     monkeypatch.setenv("LSTMABLATE_TORCH_ON_CPU", "0")
     if request.param == "native":
-        if not all(native.library(f) for f in ("lstm_family", "gru", "second_order")):
+        if not all(native.library(f) for f in ("lstm_family", "gru", "second_order",
+                                               "linear_scan")):
             pytest.skip("the native kernels cannot be built here")
     else:
         monkeypatch.setenv("LSTMABLATE_NATIVE", "0")
@@ -162,13 +164,17 @@ def test_triton_kernels(name, lengths, monkeypatch):
 # padding is never read, and costs no memory
 # ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["lstm", "lstm-srnn-hidden", "lstm-gates", "gru", "mlstm",
-                                  "mmrnn"])
-def test_nan_padding_changes_nothing(name, loops):
+@pytest.mark.parametrize("name,opts", [("lstm", {}), ("lstm-srnn-hidden", {}), ("lstm-gates", {}),
+                                       ("gru", {}), ("mlstm", {}), ("mmrnn", {}), ("qrnn", {}),
+                                       ("qrnn", {"window": 2}), ("sru-2017", {}),
+                                       ("minlstm", {})],
+                         ids=["lstm", "lstm-srnn-hidden", "lstm-gates", "gru", "mlstm", "mmrnn",
+                              "qrnn", "qrnn-window=2", "sru-2017", "minlstm"])
+def test_nan_padding_changes_nothing(name, opts, loops):
     """A fast path that ran the padding would carry NaN from the padded inputs into the
     gradients (0 x NaN is NaN in the input weights' product)."""
     torch.manual_seed(0)
-    enc = build_encoder(name, 3, 4, num_layers=2, bidirectional=True).double()
+    enc = build_encoder(name, 3, 4, num_layers=2, bidirectional=True, **opts).double()
     lengths = torch.tensor(LENGTHS["1toT-and-0"])
     x = torch.randn(len(lengths), T, 3, dtype=F64)
     pad = torch.arange(T).view(1, T) >= lengths.view(-1, 1)
@@ -212,10 +218,11 @@ class _SavedBytes:
 
 
 @pytest.mark.parametrize("name", ["lstm", "lstm-srnn", "lstm-srnn-hidden", "lstm-gates", "gru",
-                                  "mlstm"])
+                                  "mlstm", "qrnn", "sru-2017", "mingru", "minlstm"])
 def test_padding_costs_no_memory(name, loops):
     """The same sequences padded to twice the length keep the same bytes for the backward
-    (a padded layout would keep twice as many for every per-step buffer)."""
+    (a padded layout would keep twice as many for every per-step buffer).  (The width-2
+    QRNN, whose terms read across steps, computes them in the padded layout.)"""
     torch.manual_seed(0)
     enc = build_encoder(name, 8, 16, num_layers=2, bidirectional=True)
     lengths = torch.tensor([5, 2, 7, 4])

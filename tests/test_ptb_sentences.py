@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from pathlib import Path
 
 import pytest

@@ -26,7 +26,7 @@ from lstmablate.run.runs import RunFiles
 from lstmablate.task import get_task
 from lstmablate.train.optim import Schedule, build_optimizer
 from lstmablate_tasks.ptb import data as P
-from lstmablate_tasks.ptb.evaluate import (read_predictions, sentence_logprobs, sequential_logprobs,
+from lstmablate_tasks.ptb.evaluate import (read_predictions, sequential_logprobs,
                                            stream_logprobs)
 from lstmablate_tasks.ptb.task import PTBData, PTBEval, PTBModel, PTBTask
 

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import os
-import shlex
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-import torch
 from rich.console import Console
 
 from lstmablate.errors import RunDirError, UserError

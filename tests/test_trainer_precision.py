@@ -138,3 +138,17 @@ def test_the_benchmark_times_both_sides_at_one_precision():
                                               else "fp32"}
     with pytest.raises(ConfigError, match="fp32 or tf32"):
         bench.bench_cells(cells=["lstm-srnn"], shapes=["2x3x4x1"], precision="bf16")
+
+
+def test_a_run_trained_in_a_precision_this_device_lacks_is_evaluated_in_fp32():
+    """A run trained at tf32 on a GPU, evaluated on a CPU (no TF32 there): the evaluation
+    computes in fp32 instead of refusing."""
+    from types import SimpleNamespace
+
+    from lstmablate.run.runner import evaluation_precision
+
+    cfg = SimpleNamespace(train=SimpleNamespace(precision="tf32"))
+    with pytest.raises(ConfigError):
+        Precision("tf32", torch.device("cpu"))
+    amp = evaluation_precision(cfg, torch.nn.Linear(2, 2))
+    assert amp.name == "fp32" and amp.low is None

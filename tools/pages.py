@@ -68,7 +68,7 @@ from lstmablate.run.runs import RunFiles
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the pages whose marked blocks are generated, relative to the repository root
-PAGES = ("README.md", "docs/results/*.md")
+PAGES = ("README.md", "docs/results/*.md", "docs/reporting.md")
 #: the command that regenerates every block, as the check's message gives it
 FIX = "make pages"
 BLOCK = re.compile(r"^<!-- generated: (?P<command>[^\n]+?) -->\n(?P<body>.*?)^<!-- /generated -->$",
@@ -187,10 +187,22 @@ def machines(runs: list[Run], runs_dir: str) -> str:
              for m, n in seen.items()]
     for experiment in sorted(unrecorded):
         provenance = Path(runs_dir) / experiment / "PROVENANCE.md"
-        parts.append(f"not in the run records of `{experiment}`"
+        named = provenance_machine(ROOT / provenance)
+        parts.append(f"{named} (`{provenance.as_posix()}`)" if named else
+                     f"not in the run records of `{experiment}`"
                      + (f" (`{provenance.as_posix()}` names it)" if (ROOT / provenance).exists()
                         else ""))
     return "; ".join(parts)
+
+
+def provenance_machine(path: Path) -> str:
+    """The ``Machine:`` line of a PROVENANCE.md beside records without env.json ("" if none)."""
+    if not path.exists():
+        return ""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("Machine: "):
+            return line[len("Machine: "):].strip().rstrip(".")
+    return ""
 
 
 def machine_line(runs: list[Run], runs_dir: str) -> str:

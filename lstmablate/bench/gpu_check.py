@@ -225,7 +225,7 @@ def _train_time(cell: str, steps: int, device: str, out: Path, data_dir: str,
 
     result = Run.open(RunFiles.of(out, f"gpu-check-{steps}", cell, 1).root).result
     if result is None:
-        raise RuntimeError(f"no result.json for {cell} ({steps} steps) under {out}")
+        raise RuntimeError(f"no {RunFiles.RESULT} for {cell} ({steps} steps) under {out}")
     if result.steps != steps:
         raise RuntimeError(f"{cell}: the run stopped after {result.steps} of {steps} steps")
     return float(result.train_time_s)
@@ -455,7 +455,7 @@ class Check:
         if self.device.startswith("cuda"):  # the kernels compiled, never interpreted
             env.pop("TRITON_INTERPRET", None)
         with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
-            result = Path(tmp) / "result.json"
+            result = Path(tmp) / "stage-result.json"
             cmd = [sys.executable, "-m", STAGE_MODULE, name, "--rows",
                    str(self.jsonl), "--result", str(result), "--deadline", f"{deadline:.3f}",
                    "--device", self.device, "--options", json.dumps(options)]

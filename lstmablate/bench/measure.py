@@ -250,7 +250,8 @@ def machine_gflops(threads: int = 2, device: str = "cpu", n: int = 1024, repeats
 def environment(threads: int = 2, device: str = "cpu") -> dict:
     """What the numbers were measured on: the run record's environment
     (:func:`lstmablate.io.environment`), which native kernels were built, the calibrated
-    choices between ours and PyTorch's made so far, and the load while measuring."""
+    choices between ours and PyTorch's made so far (and of the GEMM of the products of all
+    steps: ``common/gemm.py``), and the load while measuring."""
     info = io.environment(device, threads)
     info["native_kernels"] = ({f: native.library(f) is not None for f in native_sources()}
                               if device == "cpu" else {})
@@ -258,6 +259,7 @@ def environment(threads: int = 2, device: str = "cpu") -> dict:
     info["dispatch"] = {k: dict(choice=d.choice, native_ms=round(d.native_ms, 3),
                                 torch_ms=round(d.torch_ms, 3))
                         for k, d in calibrate.decisions().items()}
+    info["dispatch"].update({k: dict(choice=c) for k, c in calibrate.choices().items()})  # GEMMs
     try:
         info["load_average"] = os.getloadavg()
     except (AttributeError, OSError):

@@ -25,12 +25,16 @@ coefficients are known before the recurrence starts:
     c_t = (Π_{k<=t} keep_k) ∘ c_0 + Σ_{j<=t} (write_j ∘ Π_{j<k<=t} keep_k) ∘ content_j,
 
 which is Levy et al.'s eq 8 with the initial state as one more term.  :meth:`scan_inputs`
-returns keep, write and content of every step at once (one matrix product), so a scan kernel
-(sequential over time in one element-wise pass, or a parallel prefix scan) can compute every
-c_t and then apply ``readout`` to all of them.  Such a kernel plugs in as every fast path does
-(``fast_kernels``, docs/plugins.md), declaring ``math=("project_inputs", "scan_terms",
-"readout")``, and is tested against the reference loop here.  The 2018 SRU reads c_{t-1} in its
-gates (v ∘ c_{t-1}): still element-wise, but not a linear scan.
+(:meth:`project_inputs`, then :meth:`sequence_terms`) returns keep, write and content of every
+step at once (one matrix product), so the shared scan kernel
+(``lstmablate/cells/kernels/linear_scan/``) computes every c_t in one element-wise pass over
+time (C on CPU, Triton on GPU, and its reverse pass for the backward), then ``readout`` and
+``next_state`` of all of them.  A cell declares it as every fast path is declared
+(``fast_kernels = FastKernels(SCAN_KERNELS, math=SCAN_MATH)``, docs/plugins.md), naming the
+methods whose arithmetic the kernel runs, so a subclass that overrides one of them runs the
+reference loop; ``tests/test_kernels_linear_scan.py`` holds every declared case to the
+reference loop.  The 2018 SRU reads c_{t-1} in its gates (v ∘ c_{t-1}): still element-wise,
+but not a linear scan (the kernel leaves it to the reference loop).
 
 **Recurrent dropout.**  The encoder's ``recurrent_dropout`` multiplies h_{t-1} where it enters
 a recurrent product (base.py).  These cells have none (``weight_hh`` is None: no recurrent
@@ -46,6 +50,11 @@ from torch import Tensor
 
 from ._memory import MemoryTraceMixin
 from .base import Cell, State
+
+#: the shared scan kernel of the linear-scan cells, and the methods whose arithmetic it runs
+#: (each cell class declares ``fast_kernels = FastKernels(SCAN_KERNELS, math=SCAN_MATH)``)
+SCAN_KERNELS = "lstmablate.cells.kernels.linear_scan.family"
+SCAN_MATH = ("project_inputs", "sequence_terms", "scan_terms", "readout", "next_state")
 
 
 class ElementwiseCell(MemoryTraceMixin, Cell):
@@ -87,15 +96,32 @@ class ElementwiseCell(MemoryTraceMixin, Cell):
         h = self.readout(memory, terms)
         return h, self.next_state(h, memory, xp), terms["write"], terms["keep"], terms["content"]
 
+    @property
+    def terms_read_one_step(self) -> bool:
+        """True where :meth:`sequence_terms` is :meth:`scan_terms` of every step (a step's
+        terms read its own projections and the state before the sequence): then the terms of
+        any set of tokens are ``scan_terms`` of their projections, and the scan kernel
+        computes them for the real tokens of a padded batch only.  False where a class
+        overrides ``sequence_terms`` (the width-2 QRNN's step reads x_{t-1})."""
+        return type(self).sequence_terms is ElementwiseCell.sequence_terms
+
+    def sequence_terms(self, xp: Tensor, state: State) -> dict[str, Tensor]:
+        """The terms of every step of a sequence at once, each (T, B, H), from its projected
+        inputs ``xp`` (T, B, *) and ``state``, the state before its first step (a linear scan
+        only: the terms read nothing of the state that changes along the sequence).  By
+        default ``scan_terms`` of the whole ``xp``; a cell whose step t reads more than step
+        t's projections (the width-2 QRNN) overrides it."""
+        return self.scan_terms(xp, state)
+
     def scan_inputs(self, x: Tensor, state: State | None = None) -> dict[str, Tensor]:
         """The terms of every step of ``x`` (T, B, input_size) at once, each (T, B, H), from
         ``state`` (default: the initial state).  Running ``c_t = keep_t ∘ c_{t-1} + write_t ∘
         content_t`` over them and ``readout`` gives exactly the reference loop's outputs (on
-        unpadded sequences; a kernel sets keep 1 and write 0 at padding)."""
+        unpadded sequences; the scan kernel takes each row's state at its own length)."""
         if not self.linear_scan:
             raise TypeError(f"{type(self).__name__}'s gates read the previous memory, so they "
                             "cannot be computed for all steps before the recurrence runs")
         if state is None:
             state = self.initial_state(x.shape[1], x)
-        return self.scan_terms(self.project_inputs(x), state)
+        return self.sequence_terms(self.project_inputs(x), state)
 

@@ -40,8 +40,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ._elementwise import ElementwiseCell
-from .base import State
+from ._elementwise import SCAN_KERNELS, SCAN_MATH, ElementwiseCell
+from .base import FastKernels, State
 from .registry import register_cell
 
 _FENG = "Feng et al. 2024"
@@ -84,6 +84,8 @@ class _MinimalCell(ElementwiseCell):
 class MinGRUCell(_MinimalCell):
     """minGRU: h_t = (1 - z_t) ∘ h_{t-1} + z_t ∘ h~_t with z_t, h~_t from x_t alone."""
 
+    fast_kernels = FastKernels(SCAN_KERNELS, math=SCAN_MATH)  # the shared linear scan
+
     keep_bias = (0, -1)  # keep = 1 - z = σ(-(W_z x_t + b_z)): b_z = -forget_bias
 
     def __init__(self, input_size: int, hidden_size: int, positive_content: bool = False,
@@ -103,6 +105,8 @@ class MinGRUCell(_MinimalCell):
                summary="f,i=σ(W x+b); f'=f/(f+i), i'=i/(f+i); h~=W_h x+b; h=f'∘h'+i'∘h~")
 class MinLSTMCell(_MinimalCell):
     """minLSTM: h_t = f'_t ∘ h_{t-1} + i'_t ∘ h~_t with normalised gates from x_t alone."""
+
+    fast_kernels = FastKernels(SCAN_KERNELS, math=SCAN_MATH)  # the shared linear scan
 
     n_blocks = 3
 

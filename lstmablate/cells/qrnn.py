@@ -48,8 +48,8 @@ from torch import Tensor, nn
 
 from lstmablate.errors import ConfigError, check_choice
 
-from ._elementwise import ElementwiseCell
-from .base import Cell, State
+from ._elementwise import SCAN_KERNELS, SCAN_MATH, ElementwiseCell
+from .base import Cell, FastKernels, State
 from .registry import register_cell
 
 GATES = ("f", "fo", "ifo")
@@ -61,6 +61,8 @@ WINDOWS = (1, 2)
                        "c=f∘c'+(1-f)∘z; h=o∘c")
 class QRNNCell(ElementwiseCell):
     """One QRNN layer (eqs 1-6); see the module docstring for the options."""
+
+    fast_kernels = FastKernels(SCAN_KERNELS, math=SCAN_MATH)  # the shared linear scan
 
     option_ranges = {**Cell.option_ranges, "zoneout": (0.0, 1.0)}
     option_choices = {"gates": GATES, "window": WINDOWS}
@@ -143,14 +145,16 @@ class QRNNCell(ElementwiseCell):
             return (h, memory)
         return (h, memory, xp[..., self.bias.shape[0]:])  # W^1 x_t, for the next step's eq 2
 
-    def scan_inputs(self, x: Tensor, state: State | None = None) -> dict[str, Tensor]:
-        """As :meth:`ElementwiseCell.scan_inputs`; with width 2 step t reads W^1 x_{t-1}, the
-        state's ``conv`` at t = 0."""
+    @property
+    def terms_read_one_step(self) -> bool:
+        """Width 1: a step's terms read its own projections alone (width 2: x_{t-1} too)."""
+        return self.window == 1
+
+    def sequence_terms(self, xp: Tensor, state: State) -> dict[str, Tensor]:
+        """As :meth:`ElementwiseCell.sequence_terms`; with width 2 step t reads W^1 x_{t-1},
+        the state's ``conv`` at t = 0."""
         if self.window == 1:
-            return super().scan_inputs(x, state)
-        if state is None:
-            state = self.initial_state(x.shape[1], x)
-        xp = self.project_inputs(x)
+            return super().sequence_terms(xp, state)
         n = self.bias.shape[0]
-        previous = torch.cat([state[2].unsqueeze(0), xp[:-1, ..., n:]])[:x.shape[0]]
+        previous = torch.cat([state[2].unsqueeze(0), xp[:-1, ..., n:]])[:xp.shape[0]]
         return self.scan_terms(xp, (state[0], state[1], previous))

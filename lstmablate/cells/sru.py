@@ -39,9 +39,9 @@ from torch import Tensor, nn
 
 from lstmablate.errors import check_choice
 
-from ._elementwise import ElementwiseCell
+from ._elementwise import SCAN_KERNELS, SCAN_MATH, ElementwiseCell
 from ._memory import ACTIVATIONS, activate
-from .base import State
+from .base import FastKernels, State
 from .registry import register_cell
 
 
@@ -53,6 +53,8 @@ from .registry import register_cell
                state_in_gates=False)
 class SRUCell(ElementwiseCell):
     """One SRU layer; ``state_in_gates`` is the 2018 form's v ∘ c_{t-1} (eqs 1, 3)."""
+
+    fast_kernels = FastKernels(SCAN_KERNELS, math=SCAN_MATH)  # the shared linear scan
 
     option_choices = {"activation": ACTIVATIONS}
     keep_bias = (0, 1)  # b_f

@@ -66,6 +66,11 @@ def format_stat(stat: Stat | None, fmt: str) -> str:
 
 
 # -- significance (report --significance) ------------------------------------------------------
+def p_text(p: float) -> str:
+    """A p-value to three decimals, ``< 0.001`` below."""
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def verdict_cell(table: Table, row: Row, j: int) -> str:
     """Column ``j``'s mark for ``row``: ``worse (ASO ε 0.00; items p 0.004)``, ``better (items:
     5/5 pairs, p 0.001)``, ``reference``, ``too few seeds``, ``no scores`` or ``—`` (not
@@ -87,7 +92,7 @@ def verdict_cell(table: Table, row: Row, j: int) -> str:
         ways = test.pair_verdicts()
         counts = [f"{ways.count(w)}/{len(ways)} pairs {w}" for w in ("better", "worse")
                   if w in ways] or [f"0/{len(ways)} pairs differ"]
-        adjusted = (f", adj. p {test.p_adjusted:.3f}" if test.p_adjusted is not None
+        adjusted = (f", adj. p {p_text(test.p_adjusted)}" if test.p_adjusted is not None
                     and table.significance.correction != "none" else "")
         evidence.append("; ".join(counts) + adjusted)
     return f"{test.verdict} ({'; '.join(evidence)})"

@@ -32,7 +32,7 @@ from lstmablate.cells.kernels.interface import kernel_record, reset_kernel_recor
 from lstmablate.config import RunConfig, with_eval_overrides
 from lstmablate.recipes import resolve_config
 from lstmablate.data import resolve_data_dir
-from lstmablate.errors import CheckpointError, DataError, RunDirError, UserError
+from lstmablate.errors import CheckpointError, ConfigError, DataError, RunDirError, UserError
 from .runlock import RunLock, lock_holder
 from .scores import reference_digest, write_scores
 from .record import Run, RunStart, inspect_run_dir, make_task, split_name
@@ -75,8 +75,6 @@ DETERMINISM_NOTE = (
 
 def set_deterministic(device: torch.device) -> str:
     """Ask PyTorch/cuDNN for deterministic kernels; returns what was (and was not) promised."""
-    import os
-
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.deterministic = True

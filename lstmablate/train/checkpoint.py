@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
-import math
 import pickle
 import random
 import re

@@ -30,6 +30,7 @@ import torch
 from lstmablate.cells import build_encoder, reference_mode
 from lstmablate.cells.kernels.common import delegate, graphs, triton_support
 from lstmablate.cells.kernels.gru import family as gru
+from lstmablate.cells.kernels.linear_scan import family as linear_scan
 from lstmablate.cells.kernels.lstm import family as lstm_family
 from lstmablate.cells.kernels.second_order import factored, multi_matrix
 from lstmablate.cells.kernels.interface import kernel_name_of
@@ -42,7 +43,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 needs_triton = pytest.mark.skipif(not triton_support.importable() or triton_support.interpreting(),
                                   reason="needs Triton (compiled, TRITON_INTERPRET unset)")
 CASES = [*lstm_family.KERNELS.cases, *gru.KERNELS.cases, *factored.KERNELS.cases,
-         *multi_matrix.KERNELS.cases]
+         *multi_matrix.KERNELS.cases,
+         *(c for c in linear_scan.KERNELS.cases if c[0] != "sru")]  # (sru: no linear scan)
 
 
 def _ids(cases):

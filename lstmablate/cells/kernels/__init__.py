@@ -5,8 +5,8 @@ time step, autograd through every operation).  A cell with a fast path declares 
 family (``fast_kernels = FastKernels("lstmablate.cells.kernels.<family>.<module>", ...)``,
 see ``lstmablate/cells/base.py``); the module is imported, and its native library built,
 only when such a cell first runs.  ``tests/test_fused.py``,
-``tests/test_fused_multiplicative.py`` and ``tests/test_kernels_triton.py`` compare every
-fast path with the reference loop.
+``tests/test_fused_multiplicative.py``, ``tests/test_kernels_linear_scan.py`` and
+``tests/test_kernels_triton.py`` compare every fast path with the reference loop.
 
 The contract, and the environment
     ``interface.py``    ``KernelFamily``: what a family declares (what it reads from a
@@ -31,15 +31,23 @@ One folder per family: its paths' choice, its PyTorch loops, its Triton kernels,
                         mLSTM), ``multi_matrix.py`` (mmRNN, mmLSTM), ``dyck.py`` (the
                         Dyck-RNN); ``step_products.py`` (packed per-step products),
                         ``triton_kernels.py``, ``second_order.c``
+    ``linear_scan/``    every cell whose gates read the inputs only (``qrnn``, ``sru-2017``,
+                        ``mingru``, ``minlstm``): ``family.py`` (the cell's own products and
+                        gates, then one shared pass over time), ``loops.py`` (the pass and
+                        its reverse pass, C or PyTorch loops), ``triton_kernels.py``,
+                        ``linear_scan.c``
 
 What several families share: ``common/``
     ``dispatch.py``     the choices several families make: PyTorch's kernel or ours,
                         Triton or not, how ``lstmablate bench`` names a path
     ``calibrate.py``    on CPU, our native kernel or PyTorch's own, by a short timing on
                         first use per machine and shape class, cached on disk
+    ``gemm.py``         on CPU, which GEMM (MKL's, oneDNN's, our packed one) runs a call's
+                        large products (the products of all steps and their gradients),
+                        whichever is fastest here
     ``delegate.py``     PyTorch's fused LSTM / RNN / GRU (cuDNN, oneDNN): our weights kept
                         in their layout, a stacked encoder in one call
-    ``sequences.py``    input products, final states, outputs at padding
+    ``sequences.py``    the padding-free (packed) layout of a call, input products
     ``native_build.py`` compiling one library per family (compiler, flags, cache key,
                         private cache directory, remembered failures) from the family's
                         C source and the shared ``la_blas.[ch]``, ``la_gemm.c``, ``la_real.h``
@@ -56,7 +64,8 @@ What several families share: ``common/``
                         PyTorch function of the same inputs (the forward's fallback is
                         ``interface.KernelFamily._run``)
     ``precision.py``    the float32 products' TF32 flags, read and set alike for cuBLAS and
-                        cuDNN (what ``train.precision`` and a fair benchmark need)
+                        cuDNN (what ``train.precision`` and a fair benchmark need); the dtype
+                        a memory cell is carried in
 
 A family's folder imports ``common/``, ``interface.py`` and ``switches.py``, and no other
 family's folder, except that ``second_order/`` builds on the LSTM cell's arithmetic of

@@ -38,7 +38,10 @@ call is described with the autocast dtype (:func:`autocast_dtype`) and runs a fa
 where that path has a low-precision kernel (:func:`runs_low_precision`): the Triton kernels
 (which carry the memory cell and its gradient in float32) and, on CUDA, PyTorch's cuDNN
 kernels; the input, h and the parameters are cast to the autocast dtype (differentiably:
-the gradients reach the float32 parameters) and the kernel runs with autocast off.  Every
+the gradients reach the float32 parameters) and the kernel runs with autocast off (a family
+with ``autocast_inside``, the linear scan, takes the call as it is: its matrix products and
+element-wise work are the cell's own PyTorch operations, which autocast as in the reference
+loop, and its kernel carries the memory in float32).  Every
 other path (the native loops, the PyTorch loops, a third-party family's) leaves the call to
 the reference loop, which runs under autocast as any PyTorch code does.
 
@@ -297,6 +300,10 @@ class KernelFamily:
     paths: ClassVar[tuple[PathEnum, ...]]
     native: ClassVar[NativeSource | None] = None
     cases: ClassVar[tuple[tuple[str, dict], ...]] = ()
+    #: True for a family whose ``run`` works under autocast as it is: its PyTorch operations
+    #: autocast as the reference loop's do and its kernel carries the memory in float32
+    #: (``linear_scan/``); :meth:`forward` then passes such a call on without the casts
+    autocast_inside: ClassVar[bool] = False
 
     # -- what a family implements ----------------------------------------------------------
     def choose(self, v: SimpleNamespace, call: Call) -> PathEnum:
@@ -407,7 +414,7 @@ class KernelFamily:
             return x.new_zeros(0, B, cell.output_size), state
         if lengths is not None:
             lengths = lengths.to(x.device)
-        if low is None:
+        if low is None or self.autocast_inside:
             return self._run(cell, path, v, call, x, state, lengths, h_mask)
         # autocast: the input, h and the parameters in the low precision (the other states,
         # e.g. the memory cell, as they are: the kernels keep c in float32), autocast off

@@ -23,9 +23,7 @@ once per machine and *shape class* and takes the faster:
 
 The same file keeps the choice of the native kernels' per-step product path
 (:func:`choose_step_gemm`: sgemm, MKL's packed GEMM or ours), timed once per machine, kernel
-source and thread count on two step products of PTB sizes (20 x 4H x H for H = 200, 650),
-and of the path of a call's large products (:func:`choose_call_gemm`: ``torch.mm`` or our
-packed GEMM, ``products.py``), timed likewise on products of a call's sizes.
+source and thread count on two step products of PTB sizes (20 x 4H x H for H = 200, 650).
 """
 
 from __future__ import annotations
@@ -158,7 +156,7 @@ def choose_step_gemm(lib, threads: int) -> str:
     :data:`STEP_SHAPES`, STEP_REPS products per packing, one warm-up, then ROUNDS
     interleaved rounds, the fastest round of each; the sum over the shapes decides)."""
     key = f"step_gemm|{lib.family}|t{threads}|src{native_build.source_version(lib.family)}"
-    known = _known_choice(key, lib.modes)
+    known = _recalled(_step_gemm, key, lambda choice: choice in lib.modes)
     if known is not None:
         return known
     total = {m: 0.0 for m in lib.modes}
@@ -172,59 +170,30 @@ def choose_step_gemm(lib, threads: int) -> str:
                 best[m] = min(best[m], lib.time_step_gemm(m, M, N, K, reps) / reps)
         for m in lib.modes:
             total[m] += best[m]
-    return _keep_choice(key, total)
+    return _remember(_step_gemm, key, total)
 
 
-#: the large products the call path is timed on (``products.py``): a call's input products
-#: (tokens x 4H x input) and a weight's gradient over the tokens, (kind, M, N, K)
-CALL_SHAPES = (("nt", 640, 1024, 512), ("tn", 1024, 512, 640))
+_step_gemm: dict[str, str] = {}
 
 
-def choose_call_gemm(lib, threads: int) -> str:
-    """``"native"`` (our packed GEMM, ``lib``'s ``matmul``) or ``"torch"`` (``torch.mm``) for
-    the large float32 products of a call on this machine and thread count: remembered, read
-    from the cache file, or timed now (both on :data:`CALL_SHAPES`, one warm-up, then ROUNDS
-    interleaved rounds, the fastest of each; the sum decides)."""
-    key = f"call_gemm|{lib.family}|t{threads}|src{native_build.source_version(lib.family)}"
-    known = _known_choice(key, ("native", "torch"))
-    if known is not None:
-        return known
-    from .products import TORCH, Products
-
-    gen = torch.Generator().manual_seed(0)
-    total = {"native": 0.0, "torch": 0.0}
-    for kind, M, N, K in CALL_SHAPES:
-        a = torch.randn(*((M, K) if kind == "nt" else (K, M)), generator=gen)
-        b = torch.randn(*((N, K) if kind == "nt" else (K, N)), generator=gen)
-        runs = {name: (lambda p=p: getattr(p, kind)(a, b))
-                for name, p in (("native", Products(lib)), ("torch", TORCH))}
-        for name, t in measure(runs).items():
-            total[name] += t
-    return _keep_choice(key, total)
+def _recalled(memo: dict[str, str], key: str, valid: Callable[[object], bool]) -> str | None:
+    """The choice for ``key`` made in this process (``memo``) or recorded in the cache file
+    (if ``valid``), else None."""
+    if key not in memo:
+        rec = _read_cache().get(key)
+        choice = rec.get("choice") if isinstance(rec, dict) else None
+        if valid(choice):
+            memo[key] = choice
+    return memo.get(key)
 
 
-#: the product paths chosen so far (``step_gemm|...`` and ``call_gemm|...`` keys)
-_gemm_choices: dict[str, str] = {}
-
-
-def _known_choice(key: str, allowed) -> str | None:
-    """The choice of ``key`` made in this process or read from the cache file (one of
-    ``allowed``), or None: time it."""
-    if key in _gemm_choices:
-        return _gemm_choices[key]
-    rec = _read_cache().get(key)
-    if isinstance(rec, dict) and rec.get("choice") in allowed:
-        _gemm_choices[key] = rec["choice"]
-        return rec["choice"]
-    return None
-
-
-def _keep_choice(key: str, total: dict[str, float]) -> str:
-    """The fastest of ``total`` (seconds per path), remembered and written to the cache."""
-    choice = min(total, key=total.get)
-    _gemm_choices[key] = choice
-    _write_record(key, dict(choice=choice, **{f"{m}_ms": round(t * 1e3, 4)
-                                              for m, t in total.items()}))
+def _remember(memo: dict[str, str], key: str, times: dict[str, float]) -> str:
+    """The fastest of ``times`` (seconds per name), kept for ``key`` in ``memo`` and in the
+    cache file with every time (in ms)."""
+    choice = min(times, key=times.get)
+    memo[key] = choice
+    _write_record(key, dict(choice=choice, **{f"{k}_ms": round(t * 1e3, 4)
+                                              for k, t in times.items()}))
     return choice
 
 
@@ -233,10 +202,28 @@ def decisions() -> dict[str, Decision]:
     return {sc.key(): d for sc, d in _decisions.items()}
 
 
+def choose_among(key: str, runners: Callable[[], dict[str, Callable[[], None]]]) -> str:
+    """The fastest of several named runs for ``key`` (``runners()``: name -> run):
+    remembered, read from the cache file, or timed now (:func:`measure`; the record keeps
+    every run's time).  For choices other than ours against PyTorch's kernel
+    (``common/gemm.py``: which GEMM runs the products of all steps)."""
+    known = _recalled(_among, key, lambda choice: isinstance(choice, str))
+    return known if known is not None else _remember(_among, key, measure(runners()))
+
+
+_among: dict[str, str] = {}
+
+
+def choices() -> dict[str, str]:
+    """The choices of :func:`choose_among` this process has made or read (key -> name)."""
+    return dict(_among)
+
+
 def forget() -> None:
     """Forget every decision, in memory and on disk (the next call times again)."""
     _decisions.clear()
-    _gemm_choices.clear()
+    _step_gemm.clear()
+    _among.clear()
     try:
         _cache_file().unlink()
     except OSError:

@@ -160,8 +160,8 @@ LA_EXPORT int SFX(step_products)(int reps, int M, int N, int K, const real_t* A,
 }
 
 /* The large products of a call (the input products of all steps, the input and weight
-   gradients after the loops: common/products.py) through our packed GEMM (la_gemm.c), where it
-   beats the BLAS PyTorch runs them with (calibrate.choose_call_gemm): C (M x N) (= or += when
+   gradients after the loops: common/gemm.py) through our packed GEMM (la_gemm.c), where it
+   beats the other CPU GEMMs (gemm.choose): C (M x N) (= or += when
    accumulate) op(A) op(W), A row-major (M x K), or (K x M) when ta; W (N x K) when tb, else
    (K x N).  float32 only (returns 1 in float64: the BLAS runs those); 2 when out of memory. */
 LA_EXPORT int SFX(matmul)(int ta, int tb, int M, int N, int K, const real_t* A, const real_t* W,

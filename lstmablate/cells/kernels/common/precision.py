@@ -15,6 +15,9 @@ every run with them alike (``train.precision``: ``fp32`` strict, ``tf32`` both o
 benchmark that compares our cells with ``nn.LSTM`` should time both sides inside one
 :func:`same_precision` and report :func:`products_label` with its rows.  On CPU the flags
 change nothing here.  Imports only PyTorch (``make gpu-check`` runs on a bare machine).
+
+Also here: the dtype a kernel carries a memory cell in (:func:`memory_dtype`), whatever the
+dtype of its products.
 """
 
 from __future__ import annotations
@@ -53,3 +56,10 @@ def same_precision(tf32: bool) -> Iterator[None]:
     finally:
         torch.set_float32_matmul_precision(old[0])
         torch.backends.cudnn.allow_tf32 = old[1]
+
+
+def memory_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the memory cell and its carried gradient are kept in: float64 for float64,
+    else float32 (in float16 / bfloat16 a cell summed over hundreds of steps would drift by
+    a rounding of its own size at every step)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32

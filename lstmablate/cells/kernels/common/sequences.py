@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .products import TORCH, Products
+from .gemm import TORCH, Products
 
 
 class Steps:
@@ -223,7 +223,7 @@ def input_products(x: Tensor, w_ih: Tensor, bias: Tensor | None,
                    out: Tensor | None = None, P: Products = TORCH) -> Tensor:
     """x W_ih^T (+ bias on the first bias.numel() columns) for every row of ``x`` (..., I)
     (into ``out``, a contiguous buffer of the result's shape, when given); ``P``: the
-    products of the call (``products.for_call``)."""
+    products of the call (``gemm.for_call``)."""
     x2 = x.reshape(-1, x.shape[-1])
     z = P.linear(x2, w_ih, bias, None if out is None else out.view(x2.shape[0], -1))
     return z.view(*x.shape[:-1], -1)

@@ -24,6 +24,7 @@ import triton.language as tl
 
 from ..interface import KernelFailure, recoverable
 from . import graphs
+from .precision import memory_dtype
 from .sequences import input_products
 from .triton_support import block
 
@@ -67,13 +68,6 @@ def row_base(OFF, t, b, size):
 def acc(dtype: torch.dtype):
     """The dtype the kernels compute in: float64 for float64, else float32."""
     return tl.float64 if dtype == torch.float64 else tl.float32
-
-
-def memory_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype the memory cell and its carried gradient are kept in: float64 for float64,
-    else float32 (in float16 / bfloat16 a cell summed over hundreds of steps would drift by
-    a rounding of its own size at every step)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def launch_grid(kernel, grid: tuple[int, ...], *args, **kwargs) -> None:

@@ -12,8 +12,8 @@ from torch.autograd.function import once_differentiable
 
 from ..common import native
 from ..common.native import library_for
-from ..common import products
-from ..common.products import TORCH
+from ..common import gemm
+from ..common.gemm import TORCH
 from ..common.sequences import Steps, input_products, input_side_grads
 
 FAMILY = "gru"
@@ -42,7 +42,7 @@ class RecurrentGRU(torch.autograd.Function):
         if lib is not None and all(t is None or t.dtype == x.dtype
                                    for t in (w_ih, w_hh, bias, bias_hh, h_mask, h0)):
             ctx.native = lib
-            ctx.products = P = products.for_call(lib, x)
+            ctx.products = P = gemm.for_call(lib, X, w_ih, any(ctx.needs_input_grad))
             A = input_products(X, w_ih, None, P=P)  # the kernel adds the biases
             bhh = bias_hh.contiguous() if (reset_after and bias_hh is not None) else None
             lib.call("gru_fwd", x.dtype, T=S.T, B=B, off=S.off, H=H,
@@ -159,7 +159,7 @@ def weight_grads(need, reset_after, X, w_ih, w_hh, bias, bias_hh, HH, U, G, dZn,
     rows, or a (T, B) layout's flattened): ``HH`` what the products read (h_{t-1} * h_mask),
     ``U`` and ``G``, ``dZn`` as the autograd function's buffers.  ``need``: its
     ``needs_input_grad`` (reset_after, x, h0, w_ih, w_hh, bias, bias_hh, ...); ``P``: the
-    call's products (``common/products.py``).  Returns dx (X's shape) and (dW_ih, dW_hh, db,
+    call's products (``common/gemm.py``).  Returns dx (X's shape) and (dW_ih, dW_hh, db,
     db_hh)."""
     H = HH.shape[-1]
     G2 = G.reshape(-1, 3 * H)

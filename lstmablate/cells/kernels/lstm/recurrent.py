@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..common import native, products
-from ..common.products import TORCH
+from ..common import gemm, native
+from ..common.gemm import TORCH
 from ..common.sequences import Steps, add, input_products, input_side_grads
 
 
@@ -113,7 +113,7 @@ class RecurrentLSTM(torch.autograd.Function):
         if lib is not None and all(t is None or t.dtype == x.dtype
                                    for t in (w_ih, w_hh, bias, w_hr, h_mask, h0, c0)):
             ctx.native = lib
-            ctx.products = P = products.for_call(lib, x)
+            ctx.products = P = gemm.for_call(lib, X, w_ih, any(ctx.needs_input_grad))
             Z = input_products(X, w_ih, None, P=P)  # the kernel adds the bias as it activates
             lib.call("lstm_fwd", x.dtype, L=c_layout(lib, L), T=S.T, B=B, off=S.off, Z=Z, Hs=Hs,
                      C=C, HH=HH, hm=x.new_empty(B * L.P) if hm is not None else None,
@@ -318,7 +318,7 @@ def weight_grads(need, L: Layout, X, w_ih, w_hh, bias, w_hr, Hprev, HH, DH, dZ, 
     rows): ``X`` the inputs, ``Hprev`` what the recurrent product read (h_{t-1} * h_mask),
     ``HH`` o_t tanh(c_t) before a projection, ``DH`` the gradients w.r.t. h_t, ``dZ`` the
     pre-activations'.  ``need``: the autograd function's ``needs_input_grad`` (L, x, h0, c0,
-    w_ih, w_hh, bias, w_hr, ...); ``P``: the call's products (``common/products.py``).
+    w_ih, w_hh, bias, w_hr, ...); ``P``: the call's products (``common/gemm.py``).
     Returns dx (X's shape) and (dW_ih, dW_hh, db, dW_hr)."""
     H = L.H
     rs = slice(L.r0 * H, L.r1 * H)

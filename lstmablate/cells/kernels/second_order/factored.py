@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..common import native, products
+from ..common import gemm, native
 from ..common.sequences import Steps
 from ..interface import KernelPath, register
 from . import shared
@@ -73,7 +73,7 @@ class FactoredRecurrence(torch.autograd.Function):
         S = Steps(T, B, lengths, x.device)
         X = S.pack(x)
         ctx.native = lib = shared.native_library(x)
-        ctx.products = prod = products.for_call(lib, x)
+        ctx.products = prod = gemm.for_call(lib, X, w_ih, any(ctx.needs_input_grad))
         A = prod.nt(X, w_ih[:F])
         Z = prod.linear(X, w_ih[F:], bias)
         P = x.new_empty(S.N, F)

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..common import native, products
+from ..common import gemm, native
 from ..common.sequences import Steps
 from ..interface import KernelPath, register
 from . import shared
@@ -146,7 +146,7 @@ class MultiMatrixRecurrence(torch.autograd.Function):
         S = Steps(T, B, lengths, x.device)
         X = S.pack(x)
         ctx.native = lib = shared.native_library(x)
-        ctx.products = P = products.for_call(lib, x)
+        ctx.products = P = gemm.for_call(lib, X, w_ih, any(ctx.needs_input_grad))
         XK = P.linear(X, w_ih[:Kt], None if bias is None else bias[:Kt])
         XP = P.linear(X, w_ih[Kt:], None if bias is None else bias[Kt:])
         V = S.state_buffer(v0)

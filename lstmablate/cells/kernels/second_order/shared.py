@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..common.products import TORCH
+from ..common.gemm import TORCH
 from ..common.sequences import Steps
 
 from ..common.dispatch import describe, native_loops, triton_runs
@@ -103,7 +103,7 @@ def factored_weight_grads(need, F, X, w_ih, w_hm, M, Hprev, dXP, DP, P=TORCH):
     ``triton_kernels.py``): ``X`` the inputs, ``Hprev`` what the product read (h_{t-1} *
     h_mask), ``dXP`` [dA, dZ], ``DP`` dP.  ``need``: the function's ``needs_input_grad``
     (memory, F, x, h0, c0, w_ih, w_mh, w_hm, bias, ...); ``P``: the call's products
-    (``common/products.py``).  Returns dx (X's shape) and (dW_ih, dW_mh, dW_hm, db)."""
+    (``common/gemm.py``).  Returns dx (X's shape) and (dW_ih, dW_mh, dW_hm, db)."""
     H = Hprev.shape[-1]
     nH = w_hm.shape[0]
     dXP2 = dXP.reshape(-1, F + nH)
@@ -120,7 +120,7 @@ def multi_weight_grads(need, Ks, X, w_ih, bias, Vprev, Hprev, DPRE, dR, DL, P=TO
     product each over every row (the packed rows, or a (T, B) layout's flattened; also the
     Triton kernels'): ``Vprev`` the keys and ``Hprev`` h' each step read, ``DPRE``, ``dR``,
     ``DL`` as the function's buffers.  ``need``: its ``needs_input_grad`` (memory, Ks, x, h0,
-    c0, v0, w_ih, w_hh, bd, bias, ...); ``P``: the call's products (``common/products.py``).
+    c0, v0, w_ih, w_hh, bd, bias, ...); ``P``: the call's products (``common/gemm.py``).
     Returns dx (X's shape) and (dW_ih, dW_hh, dBD, db)."""
     H = Hprev.shape[-1]
     Kt = sum(Ks)

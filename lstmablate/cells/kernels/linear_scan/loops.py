@@ -1,0 +1,90 @@
+"""The linear scan's pass over time and its reverse pass, the one piece of a linear-scan cell
+that is sequential in time:
+
+    c_t = keep_t ∘ c_{t-1} + write_t ∘ content_t,        t = 1..T,
+
+for the terms of every step at once (``ElementwiseCell.sequence_terms``), with the
+reverse pass written by hand (g_t = dL/dc_t):
+
+    g_T = dC_T,   g_{t-1} = dC_{t-1} + keep_t ∘ g_t,
+    d keep_t = g_t ∘ c_{t-1},   d write_t = g_t ∘ content_t,   d content_t = g_t ∘ write_t,
+    d c_0 = g_0,
+
+in two implementations of the same loops: the **native kernel** (CPU, float32 / float64;
+``linear_scan.c``: each chunk of (row, unit) columns runs every step, the chunks split across
+threads) and **PyTorch loops** (any device; no compiler; ``LSTMABLATE_NATIVE=0``): one
+``addcmul`` per step each way.  Both run the packed layout of ``common/sequences.Steps``: the
+terms hold the real tokens only (step t's rows(t) sequences still running), the memory is a
+state buffer (the B initial rows, then every step's), so no step of padding is computed,
+kept or differentiated.  The memory is carried in float32 where the terms are float16 /
+bfloat16 (``common/precision.memory_dtype``; this function is the Triton scan's fallback,
+``common/guard.py``, and sees such terms only there).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from ..common import native
+from ..common.precision import memory_dtype
+from ..common.sequences import Steps
+
+LIBRARY = "linear_scan"
+
+
+class LinearScan(torch.autograd.Function):
+    """``C = LinearScan.apply(S, keep, write, content, c0)``: keep, write, content (N, H) in
+    the packed layout of ``S`` (a :class:`Steps`), c0 (B, H) in the caller's row order ->
+    the state buffer C (B + N, H) (``memory_dtype``): the B initial memories (sorted), then
+    c_t of every real token (``S.final(C)``: each sequence's last)."""
+
+    @staticmethod
+    def forward(ctx, S: Steps, keep: Tensor, write: Tensor, content: Tensor, c0: Tensor
+                ) -> Tensor:
+        H = keep.shape[-1]
+        dtype = memory_dtype(keep.dtype)
+        k, w, u = (t.to(dtype).contiguous() for t in (keep, write, content))
+        C = S.state_buffer(c0, dtype=dtype)
+        lib = native.library_for(LIBRARY, k.device.type, dtype)
+        if lib is not None:
+            lib.call("scan_fwd", dtype, _choose=False, T=S.T, B=S.B, off=S.off, H=H, keep=k,
+                     write=w, content=u, C=C, par_min=native.PAR_MIN)
+        else:
+            U = S.per_step(w * u)  # what every step writes: write_t ∘ content_t
+            for t, (kt, c_prev, c_t) in enumerate(zip(S.per_step(k), S.states_in(C),
+                                                      S.states_out(C))):
+                torch.addcmul(U[t], kt, c_prev, out=c_t)  # c_t = keep_t ∘ c_{t-1} + ...
+        ctx.native, ctx.steps = lib, S
+        ctx.dtypes = (keep.dtype, write.dtype, content.dtype, c0.dtype)
+        ctx.c0_shape = c0.shape
+        ctx.save_for_backward(k, w, u, C)
+        return C
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dC: Tensor):
+        k, w, u, C = ctx.saved_tensors
+        S: Steps = ctx.steps
+        B, H = S.B, k.shape[-1]
+        dC = dC.to(C.dtype).contiguous()
+        if ctx.native is not None:
+            dk, dw, du, dc0 = (torch.empty_like(k), torch.empty_like(k), torch.empty_like(k),
+                               k.new_empty(B, H))
+            ctx.native.call("scan_bwd", C.dtype, _choose=False, T=S.T, B=B, off=S.off, H=H,
+                            keep=k, write=w, content=u, C=C, dC=dC, dkeep=dk, dwrite=dw,
+                            dcontent=du, dc0=dc0, par_min=native.PAR_MIN)
+        else:
+            G = dC.clone()  # G's step rows hold g_t once the loop has passed them
+            gs, ks = S.states_out(G), S.per_step(k)
+            into = [G[:B]] + gs[:-1]  # the rows of step t - 1 (c_0 for t = 0)
+            for t in range(S.T - 1, -1, -1):
+                into[t][:S.rows(t)].addcmul_(ks[t], gs[t])  # g_{t-1} += keep_t ∘ g_t
+            g = G[B:]
+            dk, dw, du, dc0 = g * S.prev(C), g * u, g * w, G[:B]
+        dc0 = S.unsort(dc0)
+        if tuple(ctx.c0_shape) != tuple(dc0.shape):  # c0 was broadcast over the batch
+            dc0 = dc0.sum(0, keepdim=True)
+        return (None,) + tuple(grad.to(dtype) if need else None for grad, dtype, need
+                               in zip((dk, dw, du, dc0), ctx.dtypes, ctx.needs_input_grad[1:]))

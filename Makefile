@@ -25,7 +25,7 @@ PYTEST_ARGS ?= -q
 SWEEP_ARGS ?=   # e.g. SWEEP_ARGS="--device cuda"
 
 # (reproduce-% is a pattern rule, which .PHONY would switch off; no file has such a name.)
-.PHONY: install install-torch demo test readme-check recipe-snapshot bench gpu-check report \
+.PHONY: install install-torch demo test lint readme-check recipe-snapshot bench gpu-check report \
 	clean-demo pages gpu-window-prepare gpu-window gpu-window-watch
 
 $(PY):
@@ -61,6 +61,11 @@ recipe-snapshot:
 	$(PY) tests/fixtures/resolved_recipes.py
 
 # The README's "Using it" commands, in order, in a fresh folder after the demo (CI runs it).
+# ruff with the project's style (pyproject.toml [tool.ruff]); CI runs it before the tests, and
+# pre-commit runs it on each commit (.pre-commit-config.yaml: `pre-commit install` once).
+lint: install
+	$(PY) -m ruff check .
+
 readme-check: install
 	$(PY) tests/readme_check.py
 

@@ -67,8 +67,8 @@ def main() -> None:
         state = tuple(s.detach() for s in state)
         times.append(time.perf_counter() - t0)
         print(f"step {len(times)}: {times[-1]:.2f} s (loss {loss.item():.2f})", flush=True)
-    entry = {"cell": a.cell, "threads": a.threads, "sparse_grads": a.sparse, "batch": a.batch, "num_steps": a.num_steps,
-             "vocab": a.vocab, "params": n_params, "step_s": times,
+    entry = {"cell": a.cell, "threads": a.threads, "sparse_grads": a.sparse, "batch": a.batch,
+             "num_steps": a.num_steps, "vocab": a.vocab, "params": n_params, "step_s": times,
              "steady_step_s": min(times[1:]) if len(times) > 1 else times[0],
              "tokens_per_s": a.batch * a.num_steps / (min(times[1:]) if len(times) > 1 else times[0]),
              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores "

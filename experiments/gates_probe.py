@@ -265,7 +265,7 @@ def detach(states):
 def global_norm(model: nn.Module, how: str) -> Tensor:
     """What ``tf.clip_by_global_norm`` computes (``slices``) or the dense gradient's norm."""
     sq = []
-    for name, p in model.named_parameters():
+    for _name, p in model.named_parameters():
         if p.grad is None:
             continue
         if how == "slices" and p is model.embedding.weight:
@@ -387,7 +387,10 @@ def run(size: str, name: str, cand: Candidate, lr: float, sched: Schedule, seed:
                         p.grad.mul_(scale)
             opt.step()
             s = nll.detach().sum().item()
-            win_nll += s; win_tok += y.numel(); ep_nll += s; ep_tok += y.numel()
+            win_nll += s
+            win_tok += y.numel()
+            ep_nll += s
+            ep_tok += y.numel()
             win_norms.append(norm.item())
             if step % log_every == 0 or step == steps:
                 wppl = ptb_data.perplexity(win_nll / win_tok)

@@ -27,7 +27,8 @@ def fmt(v: float | None) -> str:
 
 
 def probe_rows(size: str) -> list[str]:
-    files = [*sorted(RESULTS.glob(f"{size}__*.json")), *(f for d in LONGER for f in sorted(d.glob(f"{size}__*.json")))]
+    files = [*sorted(RESULTS.glob(f"{size}__*.json")),
+             *(f for d in LONGER for f in sorted(d.glob(f"{size}__*.json")))]
     runs = [json.loads(p.read_text()) for p in files if "ep.json" not in p.name]
     runs.sort(key=lambda r: (r["candidate"] != "lstm", r["candidate"], -r["lr"], r["seed"]))
     out = ["| candidate | lr | seed | train ppl at step 50 / 100 / 200 / last | min (step) | "

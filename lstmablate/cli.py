@@ -557,8 +557,10 @@ def data_check(
     report = ds.check(root, task)
     rows = report.rows
     err.print(f"data directory: {escape(root)} ({escape(describe_data_dir(root))})", soft_wrap=True)
-    note = (lambda r: ", ".join(r.blocks) if r.status == "missing" else
-            (r.message if not r.usable else ""))
+
+    def note(r: Any) -> str:
+        return ", ".join(r.blocks) if r.status == "missing" else (r.message if not r.usable else "")
+
     if plain or not out.is_terminal:
         print_listing(("dataset", "tasks", "file", "status", "blocks / note"),
                       [[r.dataset, ", ".join(r.tasks), r.relpath, r.status, note(r)] for r in rows],
@@ -831,7 +833,8 @@ _add_plugin_commands()
 
 @app.command()
 def plot(
-    runs: list[Path] = typer.Argument(..., metavar="RUNS...", help="Run directories, or folders holding runs."),
+    runs: list[Path] = typer.Argument(..., metavar="RUNS...",
+                                      help="Run directories, or folders holding runs."),
     metric: Optional[list[str]] = typer.Option(
         None, "--metric", "-m", metavar="COLUMN", help="A column of metrics.jsonl (repeatable): a "
         "dev metric, train_loss or lr. Default: the task's primary metric and train_loss."),

@@ -31,6 +31,7 @@ from lstmablate.cells.kernels.gru import triton_kernels as triton_gru
 from lstmablate.cells.kernels.linear_scan import triton_kernels as triton_linear_scan
 from lstmablate.cells.kernels.lstm import triton_kernels as triton_lstm
 from lstmablate.cells.kernels.second_order import triton_kernels as triton_second_order
+from lstmablate.cells.kernels.sru import triton_kernels as triton_sru
 
 #: the scalar (int32) arguments of the kernels; every other non-constexpr argument is a pointer
 SCALARS = {"n", "H", "P", "T", "B", "KT"}
@@ -75,6 +76,8 @@ def variants():
     yield triton_gru.gru_reset_grad, {}
     yield triton_linear_scan.linear_scan, {}
     yield triton_linear_scan.linear_scan_grad, {}
+    yield triton_sru.sru_memory, {}
+    yield triton_sru.sru_memory_grad, {}
 
 
 def signature(kernel, constexprs: dict, dtype: str) -> tuple[dict, dict]:

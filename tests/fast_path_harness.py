@@ -139,3 +139,82 @@ def autograd_functions(out: torch.Tensor) -> set[str]:
             seen.add(fn)
             todo.extend(f for f, _ in fn.next_functions)
     return {type(fn).__name__ for fn in seen}
+
+
+# -- the encoder comparisons of the kernel families' suites ----------------------------------
+
+#: the batches of those comparisons: every length 1..T and a length-0 row; all rows full
+VARLEN, FULL = [7, 1, 2, 0, 3, 4, 5, 6], [7, 7, 7]
+
+
+def use_loops(kind: str, monkeypatch, library: str) -> str:
+    """Make a test run on ``kind`` of a family's loops: ``"native"`` (its C library
+    ``library``; skipped where it cannot be built) or ``"python"`` (its PyTorch loops)."""
+    import pytest
+
+    from lstmablate.cells.kernels.common import native
+
+    if kind == "native":
+        if native.library(library) is None:
+            pytest.skip("the native kernel cannot be built here")
+    else:
+        monkeypatch.setenv("LSTMABLATE_NATIVE", "0")
+    return kind
+
+
+def random_state(enc, B: int, gen: torch.Generator, dtype: torch.dtype) -> tuple:
+    """An initial state of ``enc`` (every layer and direction) for ``B`` rows, random."""
+    n = enc.num_layers * enc.num_directions
+    return tuple(torch.randn(n, B, s, generator=gen, dtype=dtype)
+                 for s in enc.layers[0][0].state_sizes)
+
+
+def compare_encoder(name: str, opts: dict, dtype: torch.dtype, lengths: list[int], T: int = 7,
+                    bidirectional: bool = True, I: int = 5, H: int = 4, tol: float = 1e-10,
+                    recurrent_dropout: float = 0.0, prepare=None):
+    """A 2-layer encoder of cell ``name`` (options ``opts``) in ``dtype``, on a batch of those
+    ``lengths`` (T steps) with a random initial state, fast against reference
+    (:func:`assert_fast_matches_reference`; float64 to ``tol``); ``prepare(enc)`` may change
+    its parameters first.  Returns the encoder."""
+    from lstmablate.cells import build_encoder
+
+    torch.manual_seed(0)
+    enc = build_encoder(name, I, H, num_layers=2, bidirectional=bidirectional,
+                        recurrent_dropout=recurrent_dropout, **opts).to(dtype).train()
+    if prepare is not None:
+        prepare(enc)
+    gen = torch.Generator().manual_seed(1)
+    B = len(lengths)
+    x = torch.randn(B, T, I, generator=gen, dtype=dtype) * 2
+    assert_fast_matches_reference(enc, x, torch.tensor(lengths), random_state(enc, B, gen, dtype),
+                                  tol if dtype == torch.float64 else None)
+    return enc
+
+
+def assert_runs_on(cell, kernel: str, backward: str) -> None:
+    """A float64 call of ``cell`` with some length 0 is named ``kernel`` by ``lstmablate
+    bench``, and its output's graph holds the family's ``backward`` node."""
+    from lstmablate.cells.kernels.interface import kernel_name_of
+
+    assert kernel_name_of(cell, dtype=torch.float64, mask="prefix0") == kernel
+    x = torch.randn(3, 2, cell.input_size, dtype=torch.float64, requires_grad=True)
+    out, _ = cell(x)
+    assert backward in autograd_functions(out)
+
+
+def assert_element_wise_paths(cell, ours: str, triton: str) -> None:
+    """The paths of a family whose recurrence reads no h_{t-1} through a matrix (the linear
+    scan, the 2018 SRU): ``ours`` (C or PyTorch loops) on CPU and on CUDA without Triton,
+    whatever the mask of h; ``triton`` on CUDA, under autocast too; the reference loop for a
+    mask with holes and for low precision without Triton (``LSTMABLATE_TRITON=auto``)."""
+    from lstmablate.cells.kernels.interface import plan_of
+
+    bf16 = torch.bfloat16
+    assert plan_of(cell) == plan_of(cell, mask="prefix0", h_mask=True) == ours
+    assert plan_of(cell, dtype=torch.float64) == ours
+    assert plan_of(cell, mask="other") == "reference"  # holes in the mask
+    assert plan_of(cell, autocast=True, dtype=bf16) == "reference"  # no Triton
+    assert plan_of(cell, dtype=bf16) == "reference"  # bfloat16 without autocast
+    cuda = dict(device_type="cuda", triton=True)
+    assert plan_of(cell, **cuda) == plan_of(cell, autocast=True, dtype=bf16, **cuda) == triton
+    assert plan_of(cell, device_type="cuda", triton=False) == ours  # the PyTorch loops

@@ -42,7 +42,8 @@ def test_train_and_eval_through_the_cli(tmp_path):
         len(line.split()) for line in (FIXTURE / "bwb" / "heldout-monolingual.tokenized.shuffled"
                                        / "news.en.heldout-00000-of-00050").read_text().splitlines())
     e = subprocess.run([*CLI, "eval", str(run), "--split", "test",
-                        "--data-dir", str(FIXTURE), "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                        "--data-dir", str(FIXTURE), "--json"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert e.returncode == 0, e.stderr[-3000:]
     assert json.loads(e.stdout)["ppl"] == pytest.approx(result["test"]["ppl"], rel=1e-9)
 

@@ -143,7 +143,7 @@ def test_gru_reset_after_matches_torch_gru(bidirectional):
             sfx = _suffix(layer, d)
             sign = torch.ones(3 * H, 1, dtype=torch.float64)
             sign[z] = -1
-            torch.testing.assert_close(cell.weight_ih.grad, sign * getattr(ref, "weight_ih" + sfx).grad, **TOL)
-            torch.testing.assert_close(cell.weight_hh.grad, sign * getattr(ref, "weight_hh" + sfx).grad, **TOL)
+            for w in ("weight_ih", "weight_hh"):
+                torch.testing.assert_close(getattr(cell, w).grad, sign * getattr(ref, w + sfx).grad, **TOL)
             torch.testing.assert_close(cell.bias.grad, sign[:, 0] * getattr(ref, "bias_ih" + sfx).grad, **TOL)
             torch.testing.assert_close(cell.bias_hh.grad, getattr(ref, "bias_hh" + sfx).grad[2 * H:], **TOL)

@@ -417,7 +417,8 @@ def test_a_thread_count_that_crashed_openmp_is_refused(tmp_path, tiny_recipe):
 #: the values each top-level recipe key may accept (it may still refuse them); any other value
 #: is refused, by the command reading the recipe, with a message naming the key
 RECIPE_MAY_ACCEPT = {
-    "base": set(), "overlay": set(), "task": set(), "data": set(), "model": set(), "train": set(), "eval": set(),
+    "base": set(), "overlay": set(), "task": set(), "data": set(), "model": set(), "train": set(),
+    "eval": set(),
     # strings (YAML 1.1 reads nan, inf and 1e30, without a dot, as text) and folder names
     "experiment": {"nan", "inf", "zero", "minus-one", "billion", "huge-int", "word", "1e30"},
     "description": {"nan", "inf", "word", "1e30"}, "reference_source": {"nan", "inf", "word", "1e30"},

@@ -44,7 +44,8 @@ def test_gzip_is_read_like_plain(tmp_path):
 
 
 @pytest.mark.parametrize("old, new, line, what", [
-    ("4\tknow\tknow\tVERB\tVB\t_\t0\troot\t_\t_", "4\tknow\tknow\tVERB\tVB\t_\t0\troot\t_", 7, "9 tab-separated fields"),
+    ("4\tknow\tknow\tVERB\tVB\t_\t0\troot\t_\t_", "4\tknow\tknow\tVERB\tVB\t_\t0\troot\t_", 7,
+     "9 tab-separated fields"),
     ("5\t.\t.\tPUNCT\t.\t_\t4\tpunct", "6\t.\t.\tPUNCT\t.\t_\t4\tpunct", 9, "word ID 6 should be 5"),
     ("5\t.\t.\tPUNCT\t.\t_\t4\tpunct", "5\t.\t.\tPUNCT\t.\t_\t9\tpunct", 9, "HEAD 9 of word 5"),
     ("1\tI\tI\tPRON\tPRP\t_\t4\tnsubj", "x\tI\tI\tPRON\tPRP\t_\t4\tnsubj", 3, "ID 'x'"),
@@ -53,7 +54,8 @@ def test_gzip_is_read_like_plain(tmp_path):
     ("3\tn't\tnot\tPART\tRB\t_\t4\tadvmod", "3\tn't\tnot\tPART\tRB\t_\t4\t_", 6, "DEPREL is empty"),
     ("2-3\tdon't", "3-4\tdon't", 4, "multiword token 3-4 should cover words 2-N"),
     # two roots, no root, a cycle: not a basic UD tree
-    ("1\tI\tI\tPRON\tPRP\t_\t4\tnsubj", "1\tI\tI\tPRON\tPRP\t_\t0\tnsubj", 1, "2 words (IDs [1, 4]) have HEAD 0"),
+    ("1\tI\tI\tPRON\tPRP\t_\t4\tnsubj", "1\tI\tI\tPRON\tPRP\t_\t0\tnsubj", 1,
+     "2 words (IDs [1, 4]) have HEAD 0"),
     ("4\tknow\tknow\tVERB\tVB\t_\t0\troot", "4\tknow\tknow\tVERB\tVB\t_\t5\troot", 1, "no word has HEAD 0"),
     ("# text = I don't know.", "# text = I don't know.\n \t", 3, "only white space"),
 ])

@@ -184,8 +184,8 @@ def test_plan_cuda():
     """On CUDA, lstm (with or without a projection) and the S-RNN go to cuDNN, whatever
     the native kernel (a CPU kernel) would say; the other cells to the Triton kernels where
     Triton imports, else to the PyTorch loops."""
-    for native in (True, False, None):
-        assert plan(_cell("lstm"), device_type="cuda", native=native) == "torch-lstm"
+    for has_native in (True, False, None):
+        assert plan(_cell("lstm"), device_type="cuda", native=has_native) == "torch-lstm"
     for triton in (True, False):
         cuda = dict(device_type="cuda", triton=triton)
         assert plan(_cell("lstm"), **cuda) == "torch-lstm"

@@ -49,7 +49,8 @@ LOOPS += [pytest.param(n, o, "pytorch", id=i + "-pytorch") for (n, o), i in zip(
 
 def _use_loops(loops, monkeypatch):
     """Select a cell's loops ("native", "pytorch"; "default": a cell without native loops,
-    or whatever the environment selects); returns the list that records, per call, whether the native loops ran."""
+    or whatever the environment selects); returns the list that records, per call, whether the
+    native loops ran."""
     if loops == "native" and native.library("second_order") is None:
         pytest.skip("the native kernel cannot be built here")
     if loops == "pytorch":

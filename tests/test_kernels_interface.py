@@ -28,12 +28,14 @@ THIRD_PARTY = HERE / "fixtures" / "thirdparty"
 
 def test_every_built_in_family_is_registered_with_its_sources_and_cases():
     fams = interface.families()
-    assert {"lstm_family", "gru", "factored", "multi_matrix", "dyck", "linear_scan"} <= set(fams)
+    assert {"lstm_family", "gru", "factored", "multi_matrix", "dyck", "linear_scan", "additive",
+            "sru"} <= set(fams)
     # each library's C source lies in its family's folder, beside the family's module
     assert interface.native_sources() == {
         "lstm_family": KERNELS / "lstm" / "lstm_family.c", "gru": KERNELS / "gru" / "gru.c",
         "second_order": KERNELS / "second_order" / "second_order.c",
-        "linear_scan": KERNELS / "linear_scan" / "linear_scan.c"}
+        "linear_scan": KERNELS / "linear_scan" / "linear_scan.c",
+        "sru": KERNELS / "sru" / "sru.c"}
     for source in (*interface.native_sources().values(),
                    *(native_build.CSRC / n for n in native_build.COMMON_SOURCES)):
         assert source.is_file()

@@ -1,6 +1,7 @@
 """The kernels' folders (``lstmablate/cells/kernels/``, mapped in its ``__init__.py``): one
 folder per family, ``common/`` for what several share; a family's folder imports no other
-family's (except the LSTM cell's arithmetic that the second-order cells share), ``common/``
+family's (except the LSTM cell's arithmetic that the second-order cells share, and the
+LSTM kernels that ``ran`` and ``knn-rnn`` run as the lstm-srnn-out they are), ``common/``
 imports no family, the contract (``interface.py``) and the environment (``switches.py``)
 import neither, and every C source of every folder is package data."""
 
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "lstmablate" / "cells" / "kernels"
 PACKAGE = "lstmablate.cells.kernels"
 #: a family folder's allowed imports of another family's folder (who -> whom)
-SHARED_ARITHMETIC = {("second_order", "lstm")}
+SHARED_ARITHMETIC = {("second_order", "lstm"), ("additive", "lstm")}
 
 
 def _folder(module: str) -> str | None:

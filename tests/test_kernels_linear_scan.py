@@ -28,54 +28,35 @@ from lstmablate.cells.kernels.linear_scan.loops import LIBRARY, LinearScan
 from lstmablate.cells._elementwise import SCAN_KERNELS, SCAN_MATH, ElementwiseCell
 from lstmablate.cells.base import FastKernels
 from lstmablate.cells.minrnn import MinGRUCell
+from lstmablate.cells.sru import SRUCell
 
-from fast_path_harness import (assert_fast_matches_reference,
-                               assert_mask_with_holes_runs_the_reference, autograd_functions)
+from fast_path_harness import (FULL, VARLEN, assert_fast_matches_reference,
+                               assert_mask_with_holes_runs_the_reference, autograd_functions,
+                               assert_element_wise_paths, compare_encoder, random_state,
+                               use_loops)
 from test_kernels_low_precision import assert_low_precision_close
 
 F64 = torch.float64
-#: every linear-scan case of the family (the 2018 SRU, also declared, runs the reference loop)
-CASES = [(n, o) for n, o in family.KERNELS.cases if n != "sru"]
+#: every linear-scan case of the family
+CASES = list(family.KERNELS.cases)
 IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in CASES]
 T = 7
-#: every length 1..T and a length-0 row; all rows full
-VARLEN, FULL = [7, 1, 2, 0, 3, 4, 5, 6], [7, 7, 7]
 interpreted = pytest.mark.skipif(not triton_support.interpreting(),
                                  reason="needs Triton with its interpreter on (TRITON_INTERPRET=1)")
 
 
 def _native_or_skip():
-    if native.library(LIBRARY) is None:
-        pytest.skip("the native kernel cannot be built here")
+    use_loops("native", None, LIBRARY)
 
 
 @pytest.fixture(params=["native", "python"])
 def loops(request, monkeypatch):
     """native: the C loops (the CPU default); python: the PyTorch loops (no compiler)."""
-    if request.param == "native":
-        _native_or_skip()
-    else:
-        monkeypatch.setenv("LSTMABLATE_NATIVE", "0")
-    return request.param
+    return use_loops(request.param, monkeypatch, LIBRARY)
 
 
-def _random_state(enc, B, gen, dtype):
-    n = enc.num_layers * enc.num_directions
-    return tuple(torch.randn(n, B, s, generator=gen, dtype=dtype)
-                 for s in enc.layers[0][0].state_sizes)
-
-
-def _compare(name, opts, dtype, lengths, bidirectional=True, I=5, H=4, tol=1e-10,
-             recurrent_dropout=0.0):
-    torch.manual_seed(0)
-    enc = build_encoder(name, I, H, num_layers=2, bidirectional=bidirectional,
-                        recurrent_dropout=recurrent_dropout, **opts).to(dtype).train()
-    gen = torch.Generator().manual_seed(1)
-    B = len(lengths)
-    x = torch.randn(B, T, I, generator=gen, dtype=dtype) * 2
-    assert_fast_matches_reference(enc, x, torch.tensor(lengths), _random_state(enc, B, gen, dtype),
-                                  tol if dtype == F64 else None)
-    return enc
+def _compare(name, opts, dtype, lengths, **kw):
+    return compare_encoder(name, opts, dtype, lengths, T, **kw)
 
 
 @pytest.mark.parametrize("name,opts", CASES, ids=IDS)
@@ -203,20 +184,13 @@ def test_which_path_each_call_takes(monkeypatch):
     for name, opts in CASES:
         cell = get_cell(name).build(3, 4, **opts)
         assert get_cell(name).fast_path
-        assert plan_of(cell) == plan_of(cell, mask="prefix0", h_mask=True) == "scan"
-        assert plan_of(cell, dtype=F64) == "scan"
-        assert plan_of(cell, mask="other") == "reference"  # holes in the mask
-        assert plan_of(cell, autocast=True, dtype=torch.bfloat16) == "reference"  # no Triton
-        assert plan_of(cell, dtype=torch.bfloat16) == "reference"  # bfloat16 without autocast
+        assert_element_wise_paths(cell, "scan", "triton-scan")
         cuda = dict(device_type="cuda", triton=True)
-        assert plan_of(cell, **cuda) == "triton-scan"
-        assert plan_of(cell, autocast=True, dtype=torch.bfloat16, **cuda) == "triton-scan"
-        assert plan_of(cell, device_type="cuda", triton=False) == "scan"  # the PyTorch loops
         assert plan_of(cell, device_type="cuda", dtype=F64, triton=True) == "scan"
         assert kernel_name_of(cell, **cuda) == "triton-scan (one launch)"
-    sru = get_cell("sru").build(3, 4)  # its gates read c_{t-1}: not a linear scan
+    # the SRU class built with v (the 2018 form): its gates read c_{t-1}, not a linear scan
+    sru = SRUCell(3, 4, state_in_gates=True)
     assert plan_of(sru) == plan_of(sru, device_type="cuda", triton=True) == "reference"
-    assert not get_cell("sru").fast_path
 
 
 def test_a_subclass_that_changes_the_arithmetic_runs_the_reference_loop():
@@ -349,7 +323,7 @@ def test_triton_under_bfloat16_autocast(name, opts, monkeypatch):
     assert plan_of(cell, dtype=torch.bfloat16, autocast=True, mask="prefix") == "triton-scan"
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(4, 8, 6, generator=gen)
-    state = tuple(s * 0.5 for s in _random_state(enc, 4, gen, torch.float32))
+    state = tuple(s * 0.5 for s in random_state(enc, 4, gen, torch.float32))
     fast = assert_low_precision_close(enc, x, torch.tensor([8, 5, 4, 1]), state, torch.bfloat16,
                                       name)
     # the biases are float32, so the terms, the memory and h_t are, as in the reference loop

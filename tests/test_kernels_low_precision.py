@@ -14,10 +14,10 @@ So a tensor of scale s (its largest element in the float64 reference) may differ
 
     u * (2 T + 16) * s
 
-— two roundings per step, sixteen outside the loop (``tolerance.low_precision_tolerance``).  Measured, the kernels stay within a
-sixth of that at T = 8 and T = 32; a real mistake (a wrong block, a missing term, a state
-rounded every step: ``test_the_memory_cell_is_carried_in_float32``) is of the order of the
-values themselves.
+— two roundings per step, sixteen outside the loop (``tolerance.low_precision_tolerance``).
+Measured, the kernels stay within a sixth of that at T = 8 and T = 32; a real mistake (a wrong
+block, a missing term, a state rounded every step:
+``test_the_memory_cell_is_carried_in_float32``) is of the order of the values themselves.
 """
 
 from __future__ import annotations

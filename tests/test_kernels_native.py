@@ -58,7 +58,7 @@ def test_signatures_come_from_the_c_prototypes():
     assert dict(lay._fields_)["par_min"] is ctypes.c_long
     # every loaded function's argtypes are as long as its C parameter list
     lib = _library("second_order")
-    for (name, dtype), fn in lib._fns.items():
+    for (name, _dtype), fn in lib._fns.items():
         assert len(fn.argtypes) == len(lib.decls[name].params), name
 
 

@@ -23,7 +23,8 @@ def test_with_every_switch_off_it_is_torch_adam():
     """m_t = b_t m + (1 - b_t) g with b_t = b (1 - b^(t-1)) / (1 - b^t) is the bias-corrected
     moment, so the steps equal torch.optim.Adam's (float64, weight decay included)."""
     torch.manual_seed(0)
-    a = [nn.Parameter(torch.randn(4, 3, dtype=torch.float64)), nn.Parameter(torch.randn(5, dtype=torch.float64))]
+    a = [nn.Parameter(torch.randn(4, 3, dtype=torch.float64)),
+         nn.Parameter(torch.randn(5, dtype=torch.float64))]
     b = [nn.Parameter(p.detach().clone()) for p in a]
     ours = Adam(a, lr=0.01, betas=(0.9, 0.95), eps=1e-6, weight_decay=0.1)
     ref = torch.optim.Adam(b, lr=0.01, betas=(0.9, 0.95), eps=1e-6, weight_decay=0.1)

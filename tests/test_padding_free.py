@@ -4,8 +4,8 @@ only the sequences still running and every buffer holds real tokens only.
 
 * the layout itself, against hand-computed offsets, orders and final rows;
 * every kernel family's every case (``KernelFamily.cases``), on the native loops and on the
-  PyTorch loops, uni- and bidirectional (the linear-scan family's cases:
-  ``test_kernels_linear_scan.py``, with these lengths and by hand), against the reference loop in float64 (outputs,
+  PyTorch loops, uni- and bidirectional (the linear-scan and SRU families' cases:
+  ``test_kernels_linear_scan.py``, ``test_kernels_sru.py``, with these lengths and by hand), against the reference loop in float64 (outputs,
   final states, every gradient) on batches with lengths 1..T and a length-0 row, and with
   all lengths equal and shorter than the call (steps past the longest sequence);
   ``test_fused.py`` and ``test_fused_multiplicative.py`` hold the full batches, the other
@@ -98,7 +98,7 @@ def loops(request, monkeypatch):
     monkeypatch.setenv("LSTMABLATE_TORCH_ON_CPU", "0")
     if request.param == "native":
         if not all(native.library(f) for f in ("lstm_family", "gru", "second_order",
-                                               "linear_scan")):
+                                               "linear_scan", "sru")):
             pytest.skip("the native kernels cannot be built here")
     else:
         monkeypatch.setenv("LSTMABLATE_NATIVE", "0")
@@ -167,9 +167,9 @@ def test_triton_kernels(name, lengths, monkeypatch):
 @pytest.mark.parametrize("name,opts", [("lstm", {}), ("lstm-srnn-hidden", {}), ("lstm-gates", {}),
                                        ("gru", {}), ("mlstm", {}), ("mmrnn", {}), ("qrnn", {}),
                                        ("qrnn", {"window": 2}), ("sru-2017", {}),
-                                       ("minlstm", {})],
+                                       ("minlstm", {}), ("sru", {})],
                          ids=["lstm", "lstm-srnn-hidden", "lstm-gates", "gru", "mlstm", "mmrnn",
-                              "qrnn", "qrnn-window=2", "sru-2017", "minlstm"])
+                              "qrnn", "qrnn-window=2", "sru-2017", "minlstm", "sru"])
 def test_nan_padding_changes_nothing(name, opts, loops):
     """A fast path that ran the padding would carry NaN from the padded inputs into the
     gradients (0 x NaN is NaN in the input weights' product)."""
@@ -218,7 +218,7 @@ class _SavedBytes:
 
 
 @pytest.mark.parametrize("name", ["lstm", "lstm-srnn", "lstm-srnn-hidden", "lstm-gates", "gru",
-                                  "mlstm", "qrnn", "sru-2017", "mingru", "minlstm"])
+                                  "mlstm", "qrnn", "sru-2017", "mingru", "minlstm", "sru"])
 def test_padding_costs_no_memory(name, loops):
     """The same sequences padded to twice the length keep the same bytes for the backward
     (a padded layout would keep twice as many for every per-step buffer).  (The width-2

@@ -45,7 +45,8 @@ def make_task(data_dir: Path, level: str = "word", cell: str = "lstm", batch_siz
     model = {"hidden_size": 8, "num_layers": 2, "embedding_size": 6, "dropout": 0.25,
              "dropout_scope": "softmax", "init": "pytorch", **model}
     task = PTBTask(PTBData(level=level, batch_size=batch_size, sentences=True, max_chars=max_chars,
-                           length_pool=length_pool, verify=False), PTBModel(**model), data_dir, eval_cfg=PTBEval(batch_size=eval_batch))
+                           length_pool=length_pool, verify=False), PTBModel(**model), data_dir,
+                   eval_cfg=PTBEval(batch_size=eval_batch))
     task.use_artefacts(task.build_artefacts())
     task.setup()
     torch.manual_seed(0)

@@ -57,7 +57,8 @@ def site(tmp_path, trained):
     outside.mkdir()
     for name in ("victim.txt", "vocab.json", "test.jsonl", "events.out.tfevents.1"):
         (outside / name).write_text(f"the user's own {name}\n")
-    return tmp_path, tmp_path / "runs" / "tiny" / "lstm" / "seed-1", train_args(tmp_path / "tiny.yaml"), outside
+    run = tmp_path / "runs" / "tiny" / "lstm" / "seed-1"
+    return tmp_path, run, train_args(tmp_path / "tiny.yaml"), outside
 
 
 def link(entry: Path, target: Path) -> None:

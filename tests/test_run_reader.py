@@ -73,7 +73,7 @@ def test_find_runs_gives_the_runs_and_the_damaged_folders_with_why(small_runs):
     assert [by_seed[s].status for s in (1, 2)] == ["finished", "damaged"]
     assert str(result) in by_seed[2].problem and "JSON list" in by_seed[2].problem
     with pytest.raises(DataError, match="JSON list"):
-        by_seed[2].result
+        by_seed[2].result  # noqa: B018 -- reading the property raises
     assert find_runs([runs_dir / "nothing"]) == ([], [])
 
 

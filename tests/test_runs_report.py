@@ -39,7 +39,8 @@ def test_run_layout_eval_and_refusals(tiny_recipe, tmp_path):
         assert key in env
     result = json.loads(RunFiles(d).result.read_text())
     assert result["steps"] == 6 and result["shortened"] is True
-    assert set(result["test"]) == {"wcpa_min", "wcpa_mean", "accuracy", "loss", "worst_distance", "worst_judged"}
+    assert set(result["test"]) == {"wcpa_min", "wcpa_mean", "accuracy", "loss", "worst_distance",
+                                   "worst_judged"}
 
     again = evaluate_run(d, split="test")
     assert again == pytest.approx(result["test"], rel=0, abs=1e-12, nan_ok=True)

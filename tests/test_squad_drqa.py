@@ -274,7 +274,8 @@ def test_bad_vector_file_names_file_and_line(tmp_path):
     with pytest.raises(DataError, match=r"vectors.txt, line 2: 2 numbers after the word, expected "
                                         r"24 \(model.embedding_dim\)"):
         make_task(model={"pretrained": str(vec)})
-    with pytest.raises(DataError, match=r"vectors file .* was not found\. DrQA uses GloVe 840B 300d\..*--set model\.pretrained=.*report. marks"):
+    with pytest.raises(DataError, match=r"vectors file .* was not found\. DrQA uses GloVe 840B 300d\."
+                                        r".*--set model\.pretrained=.*report. marks"):
         make_task(model={"pretrained": "nowhere/glove.txt"})
 
 

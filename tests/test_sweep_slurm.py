@@ -203,8 +203,9 @@ def test_status_reads_run_folders_the_jobs_kept_beside_them_and_the_queue(tmp_pa
         "tiny task=dyck\nerror: the data directory data/ has no file ptb/ptb.train.txt.\n")
     monkeypatch.setattr(cluster, "squeue", lambda: {"7_2": "PENDING", "9_0": "RUNNING"})
 
-    status = lambda: run_cli("sweep", tiny_recipe, "--out", "runs", *QUICK, "--status",
-                             cwd=tmp_path)
+    def status():
+        return run_cli("sweep", tiny_recipe, "--out", "runs", *QUICK, "--status", cwd=tmp_path)
+
     r = status()
     assert r.returncode == 0, r.stderr
     assert _tsv(r.stdout) == {
@@ -312,8 +313,10 @@ def test_a_job_signalled_before_its_time_limit_saves_requeues_and_continues_exac
     run = "tiny/lstm/seed-1"
     files = RunFiles(tmp_path / "cluster" / run)
     job = json.loads(SlurmFiles(tmp_path / "cluster").submissions()[0].read_text())["runs"][0]["job"]
-    status = lambda: _tsv(run_cli("sweep", recipe, "--out", "cluster", *one, "--status",
-                                  cwd=tmp_path).stdout)[run]
+    def status():
+        return _tsv(run_cli("sweep", recipe, "--out", "cluster", *one, "--status",
+                            cwd=tmp_path).stdout)[run]
+
 
     _wait("two evaluations", lambda: files.metrics.exists() and
           len(files.metrics.read_text().splitlines()) >= 2)

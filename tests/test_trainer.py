@@ -113,7 +113,8 @@ def test_loss_falls_and_files_are_written(tmp_path):
 
 
 def test_max_steps_and_eval_every(tmp_path):
-    tr = make_trainer(tmp_path, TrainConfig(optimizer="sgd", lr=0.1, max_epochs=50, max_steps=10, eval_every=4))
+    tr = make_trainer(tmp_path, TrainConfig(optimizer="sgd", lr=0.1, max_epochs=50, max_steps=10,
+                                            eval_every=4))
     res = tr.fit()
     assert res.steps == 10
     assert [r["step"] for r in read_metrics(tr.metrics_path)] == [4, 8, 10]
@@ -197,7 +198,8 @@ def test_nonfinite_loss_stops_or_skips(tmp_path):
     assert tr.best_path.exists() and tr.last_path.exists()  # epoch-1 checkpoints kept
 
     calls["n"] = 0
-    tr = make_trainer(tmp_path, TrainConfig(optimizer="sgd", lr=0.1, max_epochs=2, nonfinite="skip"), name="skip")
+    tr = make_trainer(tmp_path, TrainConfig(optimizer="sgd", lr=0.1, max_epochs=2, nonfinite="skip"),
+                      name="skip")
     tr.task.loss = poisoned
     res = tr.fit()
     assert res.skipped_nonfinite == 1 and res.steps == 11

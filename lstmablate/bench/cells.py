@@ -85,12 +85,21 @@ TARGETS: dict[str, tuple[str, float]] = {
     # the linear-scan cells (issue 49; 3 weight blocks against the LSTM's 8, 2 for mingru)
     "qrnn": ("nn.LSTM", 1.8), "sru-2017": ("nn.LSTM", 1.8), "mingru": ("nn.LSTM", 1.8),
     "minlstm": ("nn.LSTM", 1.8),
+    # the recurrent ones (issue 49): at least their closest LSTM ablation, timed beside them
+    # (:data:`CELL_BASELINES`).  ran (g = tanh) is lstm-srnn-out; knn-rnn is its tied form
+    # (one gate, run as two); the 2018 sru is lstm-srnn-hidden with i = 1 - f, v ∘ c_{t-1}
+    # in the gates and a highway for the output gate (3 weight blocks against 4)
+    "ran": ("lstm-srnn-out", 1.0), "knn-rnn": ("lstm-srnn-out", 1.0),
+    "sru": ("lstm-srnn-hidden", 1.0),
 }
+#: the baselines of :data:`TARGETS` that are cells: each is timed wherever a cell measured
+#: against it is, in the same rounds
+CELL_BASELINES = {c: base for c, (base, _) in TARGETS.items() if not base.startswith("nn.")}
 OTHER_TARGET = 2.0
 TARGET_SHAPES = ("ptb-200", "ptb-650")
 #: the cells whose target is set at some of :data:`TARGET_SHAPES` only
 TARGET_ONLY_AT: dict[str, tuple[str, ...]] = dict.fromkeys(
-    ("qrnn", "sru-2017", "mingru", "minlstm"), ("ptb-650",))
+    ("qrnn", "sru-2017", "mingru", "minlstm", "ran", "knn-rnn", "sru"), ("ptb-650",))
 
 #: the GPU targets (ratios of tokens/s against cuDNN in the same process): cell -> (baseline,
 #: {shape: minimum}).  gru, mlstm and mmlstm: twice the ratios measured on an NVIDIA H100
@@ -257,6 +266,9 @@ def _bench_shape(cells, shape: Shape, dev, threads, repeats, warmup, reference, 
     cands: list[_Candidate] = []
     meta: dict[str, dict] = {}
     torch.manual_seed(seed)
+    baselines = [CELL_BASELINES[c] for c in cells if c in CELL_BASELINES
+                 and shape.name in TARGET_ONLY_AT.get(c, TARGET_SHAPES)]
+    cells = [*cells, *dict.fromkeys(b for b in baselines if b not in cells)]
     for base in ("nn.LSTM", "nn.RNN"):
         mod = _TorchEncoder(base, shape).to(dev)
         cands.append(_Candidate(base, _encoder_step(mod, x, lengths_dev, grad),
@@ -307,14 +319,15 @@ def _bench_shape(cells, shape: Shape, dev, threads, repeats, warmup, reference, 
                    memory_kind="peak" if dev.type == "cuda" else "saved",
                    reference_ms=ref_ms, speedup_vs_reference=(ref_ms / (t * 1e3)) if ref_ms else None,
                    repeats=nrep[c.name], precision=precision_in_effect(dev))
-        row.update(_target(c.name, shape, row))
+        row.update(_target(c.name, shape, row, med))
         rows.append(row)
     return rows
 
 
-def _target(cell: str, shape: Shape, row: dict) -> dict:
+def _target(cell: str, shape: Shape, row: dict, times: dict[str, float] | None = None) -> dict:
     """This row's target (:data:`TARGETS` on CPU at the PTB shapes, :data:`GPU_TARGETS` on
-    CUDA), and whether it is met."""
+    CUDA), and whether it is met; ``times``: the median time of every candidate of the
+    shape, for a target against another cell (:data:`CELL_BASELINES`)."""
     out: dict[str, Any] = dict(target=None, target_baseline=None, target_ratio=None, target_met=None)
     if row.get("device") == "cuda":
         base, needs = GPU_TARGETS.get(cell, (None, {}))
@@ -327,7 +340,12 @@ def _target(cell: str, shape: Shape, row: dict) -> dict:
         return out
     if cell in TARGETS:
         base, need = TARGETS[cell]
-        got = row["ratio_lstm"] if base == "nn.LSTM" else row["ratio_rnn"]
+        if base in CELL_BASELINES.values():
+            if not times or base not in times:
+                return out
+            got = times[base] / times[cell]
+        else:
+            got = row["ratio_lstm"] if base == "nn.LSTM" else row["ratio_rnn"]
         out.update(target=need, target_baseline=base, target_ratio=got, target_met=got >= need)
     elif row["speedup_vs_reference"] is not None:
         got = row["speedup_vs_reference"]

@@ -23,6 +23,16 @@ def to_json(rows: list[dict], **extra: Any) -> str:
     return json.dumps(doc, indent=2)
 
 
+def _target_text(r: dict) -> str:
+    """A row's target as the tables show it: ``1.80x LSTM``, ``2.00x ref``, ``1.00x
+    lstm-srnn-out`` (a cell timed beside it); empty where none applies."""
+    if r.get("target") is None:
+        return ""
+    base = r["target_baseline"]
+    return f"{r['target']:.2f}x " + {"nn.LSTM": "LSTM", "nn.RNN": "RNN", "reference": "ref"}.get(
+        base, base)
+
+
 def _fmt(v: Any, spec: str = ".2f") -> str:
     return "" if v is None else format(v, spec)
 
@@ -51,10 +61,7 @@ def render(rows: list[dict]):
             if last is not None and r["shape"] != last:
                 table.add_section()
             last = r["shape"]
-            tgt = ""
-            if r.get("target") is not None:
-                tgt = f"{r['target']:.2f}x " + {"nn.LSTM": "LSTM", "nn.RNN": "RNN",
-                                                "reference": "ref"}[r["target_baseline"]]
+            tgt = _target_text(r)
             met = {True: "[green]yes[/]", False: "[red]NO[/]", None: ""}[r.get("target_met")]
             table.add_row(r["shape"], r["cell"], r["kernel"], _fmt(r["ms"], ".1f"),
                           _fmt(r["tokens_per_s"], ",.0f"), _padding(r), _fmt(r["ratio_lstm"]),
@@ -109,10 +116,7 @@ def to_markdown(rows: list[dict]) -> str:
                    f"| target | met | GFLOP/s | x ref | {mem} | precision |")
         out.append("|" + "---|" * 14)
         for r in cell_rows:
-            tgt = ""
-            if r.get("target") is not None:
-                tgt = f"{r['target']:.2f}x " + {"nn.LSTM": "LSTM", "nn.RNN": "RNN",
-                                                "reference": "ref"}[r["target_baseline"]]
+            tgt = _target_text(r)
             met = {True: "yes", False: "**no**", None: ""}[r.get("target_met")]
             out.append(f"| {r['shape']} | {r['cell']} | {r['kernel']} | {_fmt(r['ms'], '.1f')} | "
                        f"{_fmt(r['tokens_per_s'], ',.0f')} | {_padding(r)} | "

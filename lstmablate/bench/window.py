@@ -214,7 +214,8 @@ def project_dependencies() -> list[str]:
 def install(base: Path, env: dict[str, str]) -> dict[str, Any]:
     """Install what is missing: every carried wheel whose distribution is not installed
     (``pip install --no-index --no-deps --target .gpuwindow/local/site``), then the checkout
-    (``pip install --no-deps --no-build-isolation -e .``) where it is not installed.  ``env`` (and this process's ``sys.path``) gets the site folder.  Returns
+    (``pip install --no-deps --no-build-isolation -e .``) where it is not installed.  ``env``
+    (and this process's ``sys.path``) gets the site folder.  Returns
     what was installed and what is still missing."""
     site = work_dir(base) / "site"
     site.mkdir(parents=True, exist_ok=True)

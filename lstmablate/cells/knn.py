@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from lstmablate.errors import ConfigError, check_choice
 
 from ._memory import ACTIVATIONS, MemoryTraceMixin, activate
-from .base import Cell, State
+from .base import Cell, FastKernels, State
 from .registry import register_cell
 
 
@@ -50,8 +50,13 @@ class KernelRNNCell(MemoryTraceMixin, Cell):
 
     option_choices = {"activation": ACTIVATIONS}
     keep_bias = (0, 1)  # b_λ
-
     state_names = ("h", "c")
+    #: g = tanh without the highway runs the LSTM family's kernels as an lstm-srnn-out whose
+    #: input gate is the keep gate negated, σ(-z) = 1 - λ_t (kernels/additive/); the identity
+    #: and the highway run the reference loop
+    fast_kernels = FastKernels("lstmablate.cells.kernels.additive.family",
+                               math=("memory_step", "project_inputs"))
+    coupled = True  # i_t = 1 - λ_t
 
     def __init__(self, input_size: int, hidden_size: int, activation: str = "tanh",
                  highway: bool = False, forget_bias: float | None = None,

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from lstmablate.errors import check_choice
 
 from ._memory import ACTIVATIONS, MemoryTraceMixin, activate
-from .base import Cell, State
+from .base import Cell, FastKernels, State
 from .registry import register_cell
 
 @register_cell("ran", family="ran", equations="Lee, Levy & Zettlemoyer 2017 §2 (= lstm-srnn-out)",
@@ -48,6 +48,11 @@ class RANCell(MemoryTraceMixin, Cell):
     option_choices = {"activation": ACTIVATIONS}
     keep_bias = (1, 1)  # b_f (after b_i)
     state_names = ("h", "c")
+    #: g = tanh runs the LSTM family's kernels as the lstm-srnn-out it is (kernels/additive/);
+    #: g = identity the reference loop.  Neither reading ties its gates nor has a highway.
+    fast_kernels = FastKernels("lstmablate.cells.kernels.additive.family",
+                               math=("memory_step", "project_inputs"))
+    coupled = highway = False
 
     def __init__(self, input_size: int, hidden_size: int, activation: str = "tanh",
                  forget_bias: float | None = None, init_scale: float | None = None):

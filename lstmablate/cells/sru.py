@@ -45,14 +45,12 @@ from .base import FastKernels, State
 from .registry import register_cell
 
 
-@register_cell("sru", family="sru", equations="Lei et al. 2018 eqs 1-4",
-               summary="f,r=σ(W x+v∘c'+b); c=f∘c'+(1-f)∘W x; h=r∘c+(1-r)∘x",
-               state_in_gates=True)
 @register_cell("sru-2017", family="sru", equations="Lei & Zhang 2017 (arXiv:1709.02755v1)",
                summary="f,r=σ(W x+b); c=f∘c'+(1-f)∘W x; h=r∘tanh(c)+(1-r)∘x",
                state_in_gates=False)
 class SRUCell(ElementwiseCell):
-    """One SRU layer; ``state_in_gates`` is the 2018 form's v ∘ c_{t-1} (eqs 1, 3)."""
+    """One SRU layer; ``state_in_gates`` is the 2018 form's v ∘ c_{t-1} (eqs 1, 3).  As
+    ``sru-2017`` (without it) a linear scan; the 2018 form is :class:`SRU2018Cell`."""
 
     fast_kernels = FastKernels(SCAN_KERNELS, math=SCAN_MATH)  # the shared linear scan
 
@@ -106,3 +104,22 @@ class SRUCell(ElementwiseCell):
         r = terms["r"]
         # eq 4: h_t = r_t ∘ g(c_t) + (1 - r_t) ∘ x_t
         return r * activate(self.activation, memory) + (1 - r) * terms["skip"]
+
+
+@register_cell("sru", family="sru", equations="Lei et al. 2018 eqs 1-4",
+               summary="f,r=σ(W x+v∘c'+b); c=f∘c'+(1-f)∘W x; h=r∘c+(1-r)∘x",
+               state_in_gates=True)
+class SRU2018Cell(SRUCell):
+    """The 2018 SRU: the same cell, whose gates read c_{t-1}, so not a linear scan; its
+    memory runs on a pass of its own (``lstmablate/cells/kernels/sru/``: the input products
+    in one GEMM, then eqs 1-2 element-wise over time, C on CPU and Triton on GPU)."""
+
+    fast_kernels = FastKernels("lstmablate.cells.kernels.sru.family",
+                               math=(*SCAN_MATH, "memory_inputs"))
+
+    def memory_inputs(self, xp: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """What eqs 1-2 take from the projected inputs ``xp`` (T, B, *) and the parameters:
+        z_t = W_f x_t + b_f and u_t = W x_t of every step, and v_f, so that f_t = σ(z_t + v_f ∘
+        c_{t-1}) and c_t = f_t ∘ c_{t-1} + (1 - f_t) ∘ u_t (the kernel's pass over time)."""
+        H = self.hidden_size
+        return xp[..., H:2 * H], xp[..., :H], self.weight_c[:H]

@@ -209,7 +209,8 @@ _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "
                 "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
                 "^": r"\textasciicircum{}", "±": r"$\pm$", "↑": r"$\uparrow$", "↓": r"$\downarrow$",
                 "<": r"$<$", ">": r"$>$", "—": "---", "–": "--", "×": r"$\times$", "−": "$-$",
-                "≈": r"$\approx$", "ε": r"$\varepsilon$", "≤": r"$\leq$", "≥": r"$\geq$", "…": r"\ldots{}", "†": r"\dag{}"}
+                "≈": r"$\approx$", "ε": r"$\varepsilon$", "≤": r"$\leq$", "≥": r"$\geq$",
+                "…": r"\ldots{}", "†": r"\dag{}"}
 
 
 def tex_escape(text: str) -> str:

@@ -210,7 +210,7 @@ class Run:
     def problem(self) -> str:
         """Why the run's result.json cannot be used ("" when it can, or there is none)."""
         try:
-            self.result
+            self.result  # noqa: B018 -- reading the property is the check
         except UserError as e:
             return str(e)
         return ""

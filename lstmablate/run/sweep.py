@@ -268,7 +268,8 @@ def _run_parallel(todo: list[SweepItem], console: Console, jobs: int, busy: list
                     console.print(f"[yellow]interrupted[/] {escape(it.run_dir)}", highlight=False)
                 else:
                     failed.append(it)
-                    console.print(f"[red]failed[/] {escape(it.run_dir)} (exit {proc.returncode}; see its .log)",
+                    console.print(f"[red]failed[/] {escape(it.run_dir)} "
+                                  f"(exit {proc.returncode}; see its .log)",
                                   highlight=False)
             if interrupted and not running:
                 break

@@ -149,7 +149,7 @@ def data_dyck(
                                    test_sequences=test_sequences, lengths=lengths)
     except ValueError as e:
         raise ConfigError(f"cannot generate the Dyck corpus: {e}") from None
-    for split, path in splits.write(out_dir).items():
+    for _split, path in splits.write(out_dir).items():
         stats = g.validate_file(path, splits.k, splits.m)
         typer.echo(f"{path}: {stats.num_sequences} strings, {stats.num_tokens} tokens, "
                    f"lengths {stats.min_length}-{stats.max_length}, max depth {stats.max_depth}")

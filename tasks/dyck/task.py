@@ -413,7 +413,8 @@ class DyckTask(Task):
             ids = self.vocab.encode(tokens)
         except (KeyError, ValueError):
             raise UserError(f"--text must be Dyck-{self.data_cfg.k} tokens separated by spaces "
-                            f"(e.g. '(a (b b) a)'); known tokens: {' '.join(self.vocab.tokens[1:])}") from None
+                            f"(e.g. '(a (b b) a)'); known tokens: "
+                            f"{' '.join(self.vocab.tokens[1:])}") from None
         device = next(model.parameters()).device
         emb = model.embedding(torch.tensor([ids], device=device))
         return model.encoder, emb, tokens

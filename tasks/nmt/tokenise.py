@@ -1,6 +1,7 @@
 """Moses tokenisation as the recipe ran it, and detokenisation for sacreBLEU.
 
-OpenNMT-py's Multi30k recipe (``docs/source/extended.md`` at 18d3d2e1, step 3): ``perl tools/tokenizer.perl -a -no-escape -l {en,de} -q``
+OpenNMT-py's Multi30k recipe (``docs/source/extended.md`` at 18d3d2e1, step 3):
+``perl tools/tokenizer.perl -a -no-escape -l {en,de} -q``
 — ``-a`` splits hyphens inside words aggressively (``port-a-potty`` -> ``port @-@ a @-@
 potty``), ``-no-escape`` leaves ``& < > ' " [ ]`` as they are (no ``&amp;``/``&apos;``
 entities). :mod:`sacremoses` is the Python port of that script; ``aggressive_dash_splits=True,

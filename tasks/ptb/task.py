@@ -13,8 +13,8 @@ Model (:mod:`lstmablate_tasks.ptb.model`): embedding (hidden_size) ->
 ``make_encoder(hidden, hidden, num_layers=2, dropout=1-keep_prob)`` -> untied
 softmax; every parameter uniform(±init_scale); dropout on the embedding output,
 between layers and on the top layer's output, never on the recurrent state.
-For the second-order report (Renganathan & Singh, "R&S", §5.3) ``model.embedding_size`` gives the embedding its
-own size, ``model.dropout_scope: softmax`` keeps dropout to the top output only, and
+For the second-order report (Renganathan & Singh, "R&S", §5.3) ``model.embedding_size`` gives the
+embedding its own size, ``model.dropout_scope: softmax`` keeps dropout to the top output only, and
 ``model.init: pytorch`` uses PyTorch's module defaults (:func:`build_language_model`;
 :func:`count_parameters` / ``python -m lstmablate_tasks.ptb.task RECIPE`` count a
 recipe's parameters without data).
@@ -209,7 +209,8 @@ class PTBTask(Task):
     metrics = (
         Metric("ppl", False, "perplexity", ".2f"),
         Metric("nll", False, "NLL (nats/token)", ".4f"),
-        Metric("bpc", False, "bits per token: per character (BPC) at char level, per word at word level", ".4f"),
+        Metric("bpc", False,
+               "bits per token: per character (BPC) at char level, per word at word level", ".4f"),
     )
     primary = metrics[0]
     dev_split = "valid"

@@ -415,8 +415,8 @@ class BiDAFTask(SquadTask):
     EvalConfig = BiDAFEval
     metrics = (Metric("em", True, "EM", ".2f"), Metric("f1", True, "F1", ".2f"))
     primary = metrics[0]  # AllenNLP validation_metric "+em"
-    # AllenNLP's training_config/bidaf.json (c66fac02): Adam β (0.9, 0.9) lr 1e-3, grad norm 5, 20 epochs, early-stopping
-    # patience 10, ReduceLROnPlateau(factor 0.5, patience 2) on dev EM
+    # AllenNLP's training_config/bidaf.json (c66fac02): Adam β (0.9, 0.9) lr 1e-3, grad norm 5,
+    # 20 epochs, early-stopping patience 10, ReduceLROnPlateau(factor 0.5, patience 2) on dev EM
     train_defaults = {"optimizer": "adam", "lr": 0.001, "betas": (0.9, 0.9), "clip_norm": 5.0,
                       "max_epochs": 20, "patience": 10, "schedule": "plateau", "decay": 0.5,
                       "plateau_patience": 2}

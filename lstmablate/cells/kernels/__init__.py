@@ -5,7 +5,8 @@ time step, autograd through every operation).  A cell with a fast path declares 
 family (``fast_kernels = FastKernels("lstmablate.cells.kernels.<family>.<module>", ...)``,
 see ``lstmablate/cells/base.py``); the module is imported, and its native library built,
 only when such a cell first runs.  ``tests/test_fused.py``,
-``tests/test_fused_multiplicative.py``, ``tests/test_kernels_linear_scan.py`` and
+``tests/test_fused_multiplicative.py``, ``tests/test_kernels_linear_scan.py``,
+``tests/test_kernels_sru.py``, ``tests/test_kernels_additive.py`` and
 ``tests/test_kernels_triton.py`` compare every fast path with the reference loop.
 
 The contract, and the environment
@@ -36,6 +37,12 @@ One folder per family: its paths' choice, its PyTorch loops, its Triton kernels,
                         gates, then one shared pass over time), ``loops.py`` (the pass and
                         its reverse pass, C or PyTorch loops), ``triton_kernels.py``,
                         ``linear_scan.c``
+    ``sru/``            the 2018 SRU, whose gates read c_{t-1} element-wise: ``family.py``
+                        (the cell's own products, gates and readout around one pass over
+                        time), ``loops.py`` (the pass and its reverse pass, C or PyTorch
+                        loops), ``triton_kernels.py``, ``sru.c``
+    ``additive/``       ``ran`` and ``knn-rnn``: ``family.py`` runs each on the LSTM family's
+                        kernels as the ``lstm-srnn-out`` it is (no kernels of its own)
 
 What several families share: ``common/``
     ``dispatch.py``     the choices several families make: PyTorch's kernel or ours,
@@ -69,7 +76,8 @@ What several families share: ``common/``
 
 A family's folder imports ``common/``, ``interface.py`` and ``switches.py``, and no other
 family's folder, except that ``second_order/`` builds on the LSTM cell's arithmetic of
-``lstm/`` (mLSTM's, mmLSTM's blocks are the LSTM's); ``common/`` imports no family;
+``lstm/`` (mLSTM's, mmLSTM's blocks are the LSTM's) and ``additive/`` runs ``lstm/``'s
+kernels; ``common/`` imports no family;
 ``interface.py`` imports only ``switches.py``, which imports nothing
 (``tests/test_kernels_layout.py``).
 Adding a family or a path: docs/performance.md, "Adding a kernel family or a path".

@@ -212,6 +212,13 @@ class Steps:
         g.index_add_(0, self.last[real], dfinal[real].to(g.dtype))
         return g, dfinal * (~real).unsqueeze(-1).to(dfinal.dtype)
 
+    def grad_of_initial(self, sorted_grad: Tensor, shape: torch.Size) -> Tensor:
+        """An initial state's gradient in the caller's row order, from the sorted rows'
+        (B, n); summed over the rows where the state was given as one row for all (``shape``
+        (1, n))."""
+        grad = self.unsort(sorted_grad)
+        return grad if tuple(shape) == tuple(grad.shape) else grad.sum(0, keepdim=True)
+
     def initial_grad(self, sorted_grad: Tensor | None, direct: Tensor | None) -> Tensor | None:
         """The gradient of an initial state: the kernel's (sorted) plus ``direct``."""
         if sorted_grad is None:

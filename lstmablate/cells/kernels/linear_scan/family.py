@@ -48,8 +48,9 @@ Paths (``interface.KernelPath``):
   ``LSTMABLATE_TRITON=1``), also under autocast: the cell's products and element-wise work
   autocast as in the reference loop (``autocast_inside``), the memory and its gradient are
   carried in float32;
-* ``reference``: a cell whose gates read its state (the 2018 ``sru``: ``linear_scan`` is
-  False), autocast without Triton, and the shared refusals (``interface.refused``).
+* ``reference``: a cell whose gates read its state (``linear_scan`` is False; the registered
+  2018 ``sru`` runs its own family, ``sru/``), autocast without Triton, and the shared refusals
+  (``interface.refused``).
 
 ``lstm-srnn-hidden(-out)`` are linear scans too, but keep the LSTM family's own scan
 (``lstm/``): its C loop fuses the gates' activations, the memory and tanh(c_t) into the same
@@ -77,14 +78,14 @@ class LinearScanKernels(KernelFamily):
     paths = (KernelPath.TRITON_SCAN, KernelPath.SCAN)
     native = NativeSource(LIBRARY, "linear_scan.c")
     autocast_inside = True
-    #: every linear-scan cell with the options that change its terms or readout, and the 2018
-    #: SRU (declared by the same class; its gates read c_{t-1}: the reference loop)
+    #: every linear-scan cell with the options that change its terms or readout (the 2018 SRU,
+    #: whose gates read c_{t-1}, has a family of its own: ``sru/``)
     cases = (("qrnn", {}), ("qrnn", {"gates": "f"}), ("qrnn", {"gates": "ifo"}),
              ("qrnn", {"window": 2}), ("qrnn", {"gates": "f", "window": 2}),
              ("qrnn", {"gates": "ifo", "window": 2}), ("sru-2017", {}),
              ("sru-2017", {"activation": "identity"}), ("mingru", {}),
              ("mingru", {"positive_content": True}), ("minlstm", {}),
-             ("minlstm", {"positive_content": True}), ("sru", {}))
+             ("minlstm", {"positive_content": True}))
 
     def choose(self, v, call: Call) -> KernelPath:
         if not v.linear_scan:

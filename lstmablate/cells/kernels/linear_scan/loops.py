@@ -83,8 +83,12 @@ class LinearScan(torch.autograd.Function):
                 into[t][:S.rows(t)].addcmul_(ks[t], gs[t])  # g_{t-1} += keep_t ∘ g_t
             g = G[B:]
             dk, dw, du, dc0 = g * S.prev(C), g * u, g * w, G[:B]
-        dc0 = S.unsort(dc0)
-        if tuple(ctx.c0_shape) != tuple(dc0.shape):  # c0 was broadcast over the batch
-            dc0 = dc0.sum(0, keepdim=True)
+        return LinearScan.grads(ctx, dk, dw, du, dc0)
+
+    @staticmethod
+    def grads(ctx, dk: Tensor, dw: Tensor, du: Tensor, dc0: Tensor) -> tuple:
+        """``backward``'s result from the pass's gradients (dc0 sorted), each in its input's
+        dtype (this and the Triton pass)."""
+        dc0 = ctx.steps.grad_of_initial(dc0, ctx.c0_shape)
         return (None,) + tuple(grad.to(dtype) if need else None for grad, dtype, need
                                in zip((dk, dw, du, dc0), ctx.dtypes, ctx.needs_input_grad[1:]))

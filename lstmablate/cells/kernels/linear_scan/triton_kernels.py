@@ -109,8 +109,4 @@ class TritonLinearScan(GuardedFunction):
         off, lens = S.device_steps()
         launch(linear_scan_grad, S.B * H, k, w, u, C, dC, dk, dw, du, dc0, off, lens, S.T, S.B,
                H, ACC=acc(k.dtype))
-        dc0 = S.unsort(dc0)
-        if tuple(ctx.c0_shape) != tuple(dc0.shape):  # c0 was broadcast over the batch
-            dc0 = dc0.sum(0, keepdim=True)
-        return (None,) + tuple(grad.to(dtype) if need else None for grad, dtype, need
-                               in zip((dk, dw, du, dc0), ctx.dtypes, ctx.needs_input_grad[1:]))
+        return LinearScan.grads(ctx, dk, dw, du, dc0)

@@ -1,0 +1,185 @@
+"""The fast paths of ``ran`` and ``knn-rnn`` (``lstmablate/cells/kernels/additive/``: the LSTM
+family's recurrence on the ``lstm-srnn-out`` layout each of them is) against the reference
+step loop.
+
+Outputs, final states and every gradient (inputs, initial states, all parameters) through
+stacked encoders, uni- and bidirectional (the backward direction sees padding too), with
+random initial states, on batches with every length 1..T and a length-0 row and on full
+batches, with and without recurrent dropout: in float64 to 1e-10, in float32 against a
+float64 reference (``fast_path_harness``), on the native (C) loops, the PyTorch loops and,
+under Triton's interpreter, the Triton kernels.  Padded outputs are exactly zero and receive
+no gradient (the harness).  Plus: the tie of ``knn-rnn`` (i_t = σ(−z) = 1 − λ_t) by
+gradcheck, the readings the kernels cannot compute (g = identity, the highway), which path
+each call takes, and autocast.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lstmablate.cells import get_cell
+from lstmablate.cells.kernels.additive import family
+from lstmablate.cells.kernels.common import triton_support
+from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
+
+from fast_path_harness import (FULL, VARLEN, assert_mask_with_holes_runs_the_reference,
+                               assert_runs_on, compare_encoder, random_state, use_loops)
+
+F64 = torch.float64
+#: the cases the LSTM kernels compute (the others run the reference loop)
+FAST = [(n, o) for n, o in family.KERNELS.cases
+        if o.get("activation", "tanh") == "tanh" and not o.get("highway")]
+SLOW = [(n, o) for n, o in family.KERNELS.cases if (n, o) not in FAST] + [
+    ("knn-rnn", {"highway": True})]
+IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in FAST]
+T = 7
+interpreted = pytest.mark.skipif(not triton_support.interpreting(),
+                                 reason="needs Triton with its interpreter on (TRITON_INTERPRET=1)")
+
+
+@pytest.fixture(params=["native", "python"])
+def loops(request, monkeypatch):
+    """native: the LSTM family's C loops (the CPU default); python: its PyTorch loops."""
+    return use_loops(request.param, monkeypatch, "lstm_family")
+
+
+def _compare(name, opts, dtype, lengths, **kw):
+    return compare_encoder(name, opts, dtype, lengths, T, **kw)
+
+
+@pytest.mark.parametrize("name,opts", FAST, ids=IDS)
+@pytest.mark.parametrize("lengths", [VARLEN, FULL], ids=["varlen", "full"])
+@pytest.mark.parametrize("bidirectional", [True, False], ids=["bi", "uni"])
+def test_float64_matches_the_reference(name, opts, lengths, bidirectional, loops):
+    enc = _compare(name, opts, F64, lengths, bidirectional=bidirectional)
+    assert_runs_on(enc.layers[0][0], f"recurrent ({loops.replace('python', 'pytorch')})",
+                   "RecurrentLSTMBackward")
+
+
+@pytest.mark.parametrize("name,opts", FAST, ids=IDS)
+def test_float32_matches_a_float64_reference(name, opts, loops):
+    _compare(name, opts, torch.float32, [7, 1, 2, 3, 4, 5, 6, 7])
+
+
+@pytest.mark.parametrize("name,opts", FAST, ids=IDS)
+def test_recurrent_dropout_and_input_size_unlike_hidden(name, opts, loops):
+    """The recurrent-dropout mask multiplies h_{t-1} where it enters the gates' product, in
+    the kernel as in the reference loop."""
+    _compare(name, opts, F64, VARLEN, I=3, H=6, recurrent_dropout=0.3)
+
+
+def test_the_tie_of_the_kernel_network_by_gradcheck():
+    """knn-rnn's one set of gate weights reaches the kernel twice (negated for 1 − λ_t): the
+    kernel's gradients with respect to the cell's parameters are the true ones."""
+    torch.manual_seed(0)
+    cell = get_cell("knn-rnn").build(3, 2).double()
+    x = torch.randn(4, 2, 3, dtype=F64)
+    mask = torch.tensor([[1, 1], [1, 1], [1, 0], [1, 0]], dtype=F64)
+    assert plan_of(cell, dtype=F64, mask="prefix") == "recurrent"
+
+    def run(w_ih, w_hh, bias, x):
+        cell.weight_ih, cell.weight_hh, cell.bias = w_ih, w_hh, bias
+        out, (h, c) = cell(x, None, mask)
+        return out, c
+
+    params = [torch.nn.Parameter(p.detach().clone()) for p in
+              (cell.weight_ih, cell.weight_hh, cell.bias)]
+    assert torch.autograd.gradcheck(run, (*params, x.requires_grad_(True)), eps=1e-6,
+                                    atol=1e-9, rtol=1e-7)
+
+
+@pytest.mark.parametrize("name,opts", SLOW,
+                         ids=[n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in SLOW])
+def test_what_the_lstm_kernels_cannot_compute_runs_the_reference_loop(name, opts):
+    """g = identity (h_t = c_t) and the kernel network's highway are not lstm-srnn-out."""
+    cell = get_cell(name).build(4, 4, **opts)
+    assert plan_of(cell) == plan_of(cell, device_type="cuda", triton=True) == "reference"
+    assert not cell.fast_path_available()
+
+
+def test_which_path_each_call_takes(monkeypatch):
+    """The LSTM family's choice for lstm-srnn-out, which has no PyTorch kernel to delegate to."""
+    monkeypatch.setenv("LSTMABLATE_TRITON", "auto")
+    for name, opts in FAST:
+        cell = get_cell(name).build(3, 4, **opts)
+        assert get_cell(name).fast_path
+        ablation = get_cell("lstm-srnn-out").build(3, 4)
+        for call in ({}, {"mask": "prefix0", "h_mask": True}, {"dtype": F64},
+                     {"mask": "other"}, {"autocast": True, "dtype": torch.bfloat16},
+                     {"device_type": "cuda", "triton": True},
+                     {"device_type": "cuda", "triton": True, "autocast": True,
+                      "dtype": torch.bfloat16},
+                     {"device_type": "cuda", "triton": False}):
+            assert plan_of(cell, **call) == plan_of(ablation, **call), (name, call)
+        assert plan_of(cell) == "recurrent"
+        assert plan_of(cell, device_type="cuda", triton=True) == "triton-recurrent"
+        assert plan_of(cell, mask="other") == "reference"
+
+
+@pytest.mark.parametrize("name", ["ran", "knn-rnn"])
+def test_a_mask_with_holes_runs_the_reference_loop(name):
+    cell = get_cell(name).build(3, 4).double()
+    assert_mask_with_holes_runs_the_reference(cell, torch.randn(4, 2, 3, dtype=F64),
+                                              compare_states=True)
+
+
+@interpreted
+@pytest.mark.parametrize("name,opts", FAST, ids=IDS)
+@pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["float64", "float32"])
+def test_triton_matches_the_reference(name, opts, dtype, monkeypatch):
+    monkeypatch.setenv("LSTMABLATE_TRITON", "1")
+    enc = _compare(name, opts, dtype, VARLEN if dtype == F64 else [7, 1, 2, 3, 4, 5, 6])
+    cell = enc.layers[0][0]
+    assert kernel_name_of(cell, dtype=dtype, mask="prefix0").startswith("triton-recurrent")
+
+
+def test_bench_rows_and_targets_against_the_closest_ablation(monkeypatch):
+    """`lstmablate bench` times each recurrent cell's closest LSTM ablation beside it (ran and
+    knn-rnn: lstm-srnn-out; sru: lstm-srnn-hidden), at ptb-650 only, and the target is the
+    ratio of their times."""
+    from lstmablate import bench
+    from lstmablate.bench import cells as bench_cells
+    from lstmablate.bench.render import to_markdown
+
+    ptb650 = bench_cells.SHAPES["ptb-650"]
+    for name, base in (("ran", "lstm-srnn-out"), ("knn-rnn", "lstm-srnn-out"),
+                       ("sru", "lstm-srnn-hidden")):
+        t = bench_cells._target(name, ptb650, {}, {name: 2.0, base: 3.0})
+        assert (t["target"], t["target_baseline"], t["target_ratio"], t["target_met"]) == (
+            1.0, base, 1.5, True)
+        assert not bench_cells._target(name, ptb650, {}, {name: 3.0, base: 2.0})["target_met"]
+        assert bench_cells._target(name, ptb650, {}, {name: 3.0})["target"] is None  # not timed
+        assert bench_cells._target(name, bench_cells.SHAPES["ptb-200"], {},
+                                   {name: 2.0, base: 3.0})["target"] is None
+    rows = bench.bench_cells(cells=["ran"], shapes=["2x3x4x1"], threads=1, repeats=1, warmup=0)
+    assert {r["cell"] for r in rows} == {"nn.LSTM", "nn.RNN", "ran"}  # no target: no baseline
+    shape = bench_cells.parse_shape("2x3x4x1").name  # a shape where ran's target applies:
+    monkeypatch.setitem(bench_cells.TARGET_ONLY_AT, "ran", (shape,))  # its baseline is timed
+    timed = {r["cell"]: r for r in bench.bench_cells(cells=["ran"], shapes=["2x3x4x1"],
+                                                     threads=1, repeats=1, warmup=0)}
+    assert set(timed) == {"nn.LSTM", "nn.RNN", "ran", "lstm-srnn-out"}
+    assert timed["ran"]["target_baseline"] == "lstm-srnn-out"
+    assert timed["ran"]["target_ratio"] == pytest.approx(timed["lstm-srnn-out"]["ms"]
+                                                         / timed["ran"]["ms"])
+    assert "1.00x lstm-srnn-out" in to_markdown(list(timed.values()))
+
+
+@interpreted
+@pytest.mark.parametrize("name,opts", FAST, ids=IDS)
+def test_triton_under_bfloat16_autocast(name, opts, monkeypatch):
+    """Under autocast the LSTM family casts the input, h and the (for knn-rnn: tied)
+    parameters to bfloat16 and its Triton kernels carry the memory in float32: within the
+    low-precision tolerance of a float64 reference loop (tests/tolerance.py)."""
+    from lstmablate.cells import build_encoder
+    from test_kernels_low_precision import assert_low_precision_close
+
+    monkeypatch.setenv("LSTMABLATE_TRITON", "1")
+    torch.manual_seed(0)
+    enc = build_encoder(name, 6, 16, num_layers=2, bidirectional=True, **opts).train()
+    assert plan_of(enc.layers[0][0], dtype=torch.bfloat16, autocast=True,
+                   mask="prefix") == "triton-recurrent"
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 8, 6, generator=gen)
+    state = tuple(s * 0.5 for s in random_state(enc, 4, gen, torch.float32))
+    assert_low_precision_close(enc, x, torch.tensor([8, 5, 4, 1]), state, torch.bfloat16, name)

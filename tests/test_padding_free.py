@@ -5,9 +5,10 @@ only the sequences still running and every buffer holds real tokens only.
 * the layout itself, against hand-computed offsets, orders and final rows;
 * every kernel family's every case (``KernelFamily.cases``), on the native loops and on the
   PyTorch loops, uni- and bidirectional (the linear-scan and SRU families' cases:
-  ``test_kernels_linear_scan.py``, ``test_kernels_sru.py``, with these lengths and by hand), against the reference loop in float64 (outputs,
-  final states, every gradient) on batches with lengths 1..T and a length-0 row, and with
-  all lengths equal and shorter than the call (steps past the longest sequence);
+  ``test_kernels_linear_scan.py``, ``test_kernels_sru.py``, with these lengths and by
+  hand), against the reference loop in float64 (outputs, final states, every gradient) on
+  batches with lengths 1..T and a length-0 row, and with all lengths equal and shorter
+  than the call (steps past the longest sequence);
   ``test_fused.py`` and ``test_fused_multiplicative.py`` hold the full batches, the other
   padded batch and recurrent dropout; ``test_kernels_triton.py`` the Triton kernels, here
   with these lengths too;

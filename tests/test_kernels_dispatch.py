@@ -28,6 +28,7 @@ def fresh(tmp_path, monkeypatch):
         pytest.skip("the native kernels cannot be built here (PyTorch's are then always taken)")
     monkeypatch.setenv("LSTMABLATE_KERNEL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("LSTMABLATE_TORCH_ON_CPU", "auto")
+    monkeypatch.setenv("LSTMABLATE_CPU_GEMM", "mkl")  # (the large products' GEMM: not timed here)
     monkeypatch.setattr(calibrate, "_decisions", {})
     return tmp_path / "cache"
 

@@ -21,6 +21,7 @@ import torch
 
 from lstmablate.cells import build_encoder, get_cell, reference_mode
 from lstmablate.cells.kernels.common import native, triton_support
+from lstmablate.cells.kernels.common.sequences import Steps
 from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
 from lstmablate.cells.kernels.linear_scan import family
 from lstmablate.cells.kernels.linear_scan.loops import LIBRARY, LinearScan
@@ -114,11 +115,11 @@ def test_native_loop_split_across_threads(monkeypatch):
 def test_the_pass_by_hand(loops):
     """c_1 = .5 * 1 + 1 * 2 = 2.5, c_2 = .25 * 2.5 + 2 * 4 = 8.625; with dL/dc_2 = 1 and
     dL/dc_1 = 3: g_2 = 1, g_1 = 3 + .25 = 3.25, g_0 = .5 * 3.25 = 1.625."""
-    keep = torch.tensor([[[0.5]], [[0.25]]], dtype=F64, requires_grad=True)
-    write = torch.tensor([[[1.0]], [[2.0]]], dtype=F64, requires_grad=True)
-    content = torch.tensor([[[2.0]], [[4.0]]], dtype=F64, requires_grad=True)
+    keep = torch.tensor([[0.5], [0.25]], dtype=F64, requires_grad=True)
+    write = torch.tensor([[1.0], [2.0]], dtype=F64, requires_grad=True)
+    content = torch.tensor([[2.0], [4.0]], dtype=F64, requires_grad=True)
     c0 = torch.tensor([[1.0]], dtype=F64, requires_grad=True)
-    C = LinearScan.apply(keep, write, content, c0)
+    C = LinearScan.apply(Steps(2, 1, None, "cpu"), keep, write, content, c0)
     assert C.flatten().tolist() == [1.0, 2.5, 8.625]
     (C[1] * 3 + C[2]).sum().backward()
     assert keep.grad.flatten().tolist() == [3.25 * 1.0, 1 * 2.5]  # g_t c_{t-1}
@@ -127,13 +128,40 @@ def test_the_pass_by_hand(loops):
     assert c0.grad.flatten().tolist() == [1.625]
 
 
+def test_the_padded_pass_by_hand(loops):
+    """Rows of lengths 1, 0, 2 (caller's order): sorted 2, 1, 0, so step 0 runs the rows
+    (2, 1) and step 1 the row 2 alone; the packed tokens are (step 0: row 2, row 0; step 1:
+    row 2).  Row 2 as test_the_pass_by_hand; row 0: c_1 = .5 * 2 + 3 * 1 = 4; row 1 never
+    runs.  The gradient of c_0 reaches each row in the caller's order: row 0 gets .5 * 5,
+    row 1 its own 7, row 2 .5 * 3.25."""
+    S = Steps(2, 3, torch.tensor([1, 0, 2]), "cpu")
+    assert S.off == [0, 2, 3]
+    keep = torch.tensor([[0.5], [0.5], [0.25]], dtype=F64, requires_grad=True)
+    write = torch.tensor([[1.0], [3.0], [2.0]], dtype=F64, requires_grad=True)
+    content = torch.tensor([[2.0], [1.0], [4.0]], dtype=F64, requires_grad=True)
+    c0 = torch.tensor([[2.0], [-1.0], [1.0]], dtype=F64, requires_grad=True)
+    C = LinearScan.apply(S, keep, write, content, c0)
+    # the state buffer: the initial rows sorted (rows 2, 0, 1), then c of every token
+    assert C.flatten().tolist() == [1.0, 2.0, -1.0, 2.5, 4.0, 8.625]
+    assert S.final(C).flatten().tolist() == [4.0, -1.0, 8.625]
+    (C[3] * 3 + C[4] * 5 + C[5] + C[2] * 7).sum().backward()
+    assert keep.grad.flatten().tolist() == [3.25 * 1.0, 5 * 2.0, 1 * 2.5]
+    assert write.grad.flatten().tolist() == [3.25 * 2.0, 5 * 1.0, 1 * 4.0]
+    assert content.grad.flatten().tolist() == [3.25 * 1.0, 5 * 3.0, 1 * 2.0]
+    assert c0.grad.flatten().tolist() == [0.5 * 5, 7.0, 0.5 * 3.25]
+
+
 def _gradcheck(function):
+    """gradcheck of the pass, unpadded and with lengths 4, 0, 2, 3 (every row's tokens)."""
     gen = torch.Generator().manual_seed(0)
-    keep = torch.rand(4, 2, 3, generator=gen, dtype=F64)
-    write, content = (torch.randn(4, 2, 3, generator=gen, dtype=F64) for _ in range(2))
-    c0 = torch.randn(2, 3, generator=gen, dtype=F64)
-    inputs = tuple(t.requires_grad_(True) for t in (keep, write, content, c0))
-    assert torch.autograd.gradcheck(function.apply, inputs, eps=1e-6, atol=1e-9, rtol=1e-7)
+    for T, B, lengths in ((4, 2, None), (4, 4, torch.tensor([4, 0, 2, 3]))):
+        S = Steps(T, B, lengths, "cpu")
+        keep = torch.rand(S.N, 3, generator=gen, dtype=F64)
+        write, content = (torch.randn(S.N, 3, generator=gen, dtype=F64) for _ in range(2))
+        c0 = torch.randn(B, 3, generator=gen, dtype=F64)
+        inputs = tuple(t.requires_grad_(True) for t in (keep, write, content, c0))
+        assert torch.autograd.gradcheck(lambda *a: function.apply(S, *a), inputs, eps=1e-6,
+                                        atol=1e-9, rtol=1e-7)
 
 
 def test_gradcheck(loops):
@@ -239,10 +267,12 @@ def test_outputs_may_be_modified_in_place():
 
 
 def test_zoneout_in_training(monkeypatch):
-    """The QRNN's zoneout draws its mask for all steps at once: with the draws fixed (kept
-    where row + unit is not a multiple of 3, at every step), the scan is the reference loop."""
+    """The QRNN's zoneout draws its mask for all tokens at once: with the draws fixed (kept
+    where the unit is not a multiple of 3, at every step and row: the same draws whatever the
+    layout, the reference loop's (B, H) per step or the packed (tokens, H)), the scan is the
+    reference loop."""
     def fixed(p):
-        keep = (torch.arange(p.shape[-2]).unsqueeze(-1) + torch.arange(p.shape[-1])) % 3 != 0
+        keep = torch.arange(p.shape[-1]) % 3 != 0
         return keep.to(p.dtype).expand(p.shape).clone()
     monkeypatch.setattr(torch, "bernoulli", fixed)
     _compare("qrnn", {"zoneout": 0.4}, F64, VARLEN)

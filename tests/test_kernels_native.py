@@ -46,10 +46,11 @@ def _private_copy(family: str, tmp_path) -> str:
 def test_signatures_come_from_the_c_prototypes():
     decls = native.declarations(native_build.source_text("gru"))
     fwd = decls["gru_fwd"]
-    assert [p.name for p in fwd.params] == ["T", "B", "H", "reset_after", "Z", "Hs", "U", "HM", "w_hh",
-                                            "bias", "b_hh", "hmask", "R", "par_min"]
-    assert [p.kind for p in fwd.params][:4] == ["int"] * 4 and fwd.params[-1].kind == "long"
-    assert set(decls) == {"gru_fwd", "gru_bwd", "gemm_check", "step_products"}
+    assert [p.name for p in fwd.params] == ["T", "B", "off", "H", "reset_after", "Z", "Hs", "U", "hm",
+                                            "w_hh", "bias", "b_hh", "hmask", "R", "par_min"]
+    assert [p.kind for p in fwd.params][:5] == ["int", "int", "int*", "int", "int"]
+    assert fwd.params[-1].kind == "long"
+    assert set(decls) == {"gru_fwd", "gru_bwd", "gemm_check", "step_products", "matmul"}
     so = native.declarations(native_build.source_text("second_order"))
     assert so["multi_fwd"].params[2].kind == "int*"  # Ks
     lay = native.layout_struct(native_build.source_text("lstm_family"))
@@ -137,9 +138,10 @@ def test_self_test_passes_with_an_lp64_or_ilp64_blas(int_type, tmp_path):
     outs = []
     for library in (lib, _library("gru")):
         Hs = torch.zeros(T + 1, B, H)
-        library.call("gru_fwd", torch.float32, T=T, B=B, H=H, reset_after=0, Z=Z.clone(), Hs=Hs,
-                     U=torch.empty(T, B, H), HM=None, w_hh=w_hh, bias=bias, b_hh=None, hmask=None,
-                     R=torch.empty(B, 3 * H), par_min=native.PAR_MIN)
+        library.call("gru_fwd", torch.float32, T=T, B=B, off=[t * B for t in range(T + 1)], H=H,
+                     reset_after=0, Z=Z.clone(), Hs=Hs, U=torch.empty(T, B, H), hm=None,
+                     w_hh=w_hh, bias=bias, b_hh=None, hmask=None, R=torch.empty(B, 3 * H),
+                     par_min=native.PAR_MIN)
         outs.append(Hs)
     torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
     del keep
@@ -212,6 +214,40 @@ def test_every_step_product_path_computes_right(mode):
             assert torch.all((C.double() - exact).abs() <= bound), (M, N, K)
     finally:
         lib.set_step_gemm(old)
+
+
+@pytest.mark.parametrize("gemm", ["own", "onednn", "mkl"])
+def test_call_products_on_each_gemm_compute_right(gemm):
+    """A call's large products on each CPU GEMM (``common/gemm.py``; ``own``: our packed GEMM,
+    transposing in C): a w^T, a w and a^T b, from operands that are views, on shapes with
+    partial row tiles and panels and an empty inner size, within the float32 dot product's
+    bound."""
+    from lstmablate.cells.kernels.common import gemm as gemms
+
+    if gemm == "onednn" and not gemms.onednn_available():
+        pytest.skip("PyTorch without oneDNN")
+    lib = _library("gru")
+    P = gemms.Products(gemm, lib)
+    gen = torch.Generator().manual_seed(0)
+    for M, N, K in ((1, 1, 1), (7, 33, 5), (37, 47, 130), (300, 70, 21), (5, 6, 0)):
+        a = torch.randn(M + 3, K + 2, generator=gen)[2:-1, 1:-1]  # a view, not contiguous
+        w = torch.randn(N, K, generator=gen)
+        for got, exact, absolute in (
+                (P.nt(a, w), a.double() @ w.double().t(), a.double().abs() @ w.double().abs().t()),
+                (P.nn(a, w.t()), a.double() @ w.double().t(),
+                 a.double().abs() @ w.double().abs().t()),
+                (P.tn(a.t(), w.t()), a.double() @ w.double().t(),
+                 a.double().abs() @ w.double().abs().t())):
+            bound = max(K, 1) * torch.finfo(torch.float32).eps * absolute
+            assert got.shape == (M, N) and torch.all((got.double() - exact).abs() <= bound), (
+                M, N, K)
+    x, w = torch.randn(9, 5, generator=gen), torch.randn(12, 5, generator=gen)
+    for bias in (torch.randn(12, generator=gen), torch.randn(4, generator=gen)):  # (first columns)
+        exact = x.double() @ w.double().t()
+        exact[:, :bias.shape[0]] += bias.double()
+        bound = 6 * torch.finfo(torch.float32).eps * (x.double().abs() @ w.double().abs().t()
+                                                      + 1)
+        assert torch.all((P.linear(x, w, bias).double() - exact).abs() <= bound)
 
 
 def test_a_stale_library_is_refused(tmp_path):

@@ -24,6 +24,7 @@ from lstmablate.cells import build_encoder, get_cell, reference_mode
 from lstmablate.cells.kernels.common import native, triton_support
 from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
 from lstmablate.cells.kernels.sru import family
+from lstmablate.cells.kernels.common.sequences import Steps
 from lstmablate.cells.kernels.sru.loops import LIBRARY, SRUMemory
 from lstmablate.cells.sru import SRU2018Cell
 
@@ -104,11 +105,11 @@ def test_the_pass_by_hand(loops):
     s, c_2 = s * 1 + (1 - s) * 4 with u_2 = 4.  With dL/dc_2 = 1: dz_2 = (c_1 - u_2) s (1 - s),
     du_2 = 1 - s; g_1 = s + dz_2 * v; dz_1 = g_1 (c_0 - u_1) / 4, du_1 = g_1 / 2, dv = dz_2 c_1
     + dz_1 c_0 = dz_2; dc_0 = g_1 / 2 + dz_1 * v."""
-    z = torch.zeros(2, 1, 1, dtype=F64, requires_grad=True)
-    u = torch.tensor([[[2.0]], [[4.0]]], dtype=F64, requires_grad=True)
+    z = torch.zeros(2, 1, dtype=F64, requires_grad=True)
+    u = torch.tensor([[2.0], [4.0]], dtype=F64, requires_grad=True)
     v = torch.ones(1, dtype=F64, requires_grad=True)
     c0 = torch.zeros(1, 1, dtype=F64, requires_grad=True)
-    C = SRUMemory.apply(z, u, v, c0)
+    C = SRUMemory.apply(Steps(2, 1, None, "cpu"), z, u, v, c0)  # (the packed layout: 2 steps)
     s = 1 / (1 + math.exp(-1))
     torch.testing.assert_close(C.flatten(), torch.tensor([0.0, 1.0, s + (1 - s) * 4], dtype=F64),
                                atol=1e-15, rtol=0)
@@ -122,13 +123,45 @@ def test_the_pass_by_hand(loops):
                                    rtol=0)
 
 
+def test_the_padded_pass_by_hand(loops):
+    """The pass of test_the_pass_by_hand as row 1 of a batch of lengths 1, 2 (caller's order;
+    sorted 2, 1: the packed tokens are step 0: row 1, row 0; step 1: row 1): row 0 (z = 0,
+    v = 1, c_0 = 2, u = 0) runs one step, f = σ(2), c_1 = 2 f, and its gradient from
+    dL/dc_1 = 1: dz = 2 f (1 - f), du = 1 - f, dc_0 = f + dz.  Row 1's numbers are the
+    unpadded pass's; dv adds both rows'."""
+    S = Steps(2, 2, torch.tensor([1, 2]), "cpu")
+    assert S.off == [0, 2, 3]
+    z = torch.zeros(3, 1, dtype=F64, requires_grad=True)
+    u = torch.tensor([[2.0], [0.0], [4.0]], dtype=F64, requires_grad=True)
+    v = torch.ones(1, dtype=F64, requires_grad=True)
+    c0 = torch.tensor([[2.0], [0.0]], dtype=F64, requires_grad=True)
+    C = SRUMemory.apply(S, z, u, v, c0)
+    s, f = 1 / (1 + math.exp(-1)), 1 / (1 + math.exp(-2))
+    # the state buffer: the initial rows sorted (rows 1, 0), then c of every token
+    want = [0.0, 2.0, 1.0, 2 * f, s + (1 - s) * 4]
+    torch.testing.assert_close(C.flatten(), torch.tensor(want, dtype=F64), atol=1e-15, rtol=0)
+    (C[4] + C[3]).sum().backward()
+    dz2, du2 = (1 - 4) * s * (1 - s), 1 - s
+    g1 = s + dz2
+    dz1, du1 = g1 * (0 - 2) / 4, g1 / 2
+    dz0 = 2 * f * (1 - f)
+    for got, want in ((z.grad, [dz1, dz0, dz2]), (u.grad, [du1, 1 - f, du2]),
+                      (v.grad, [dz2 + dz0 * 2]), (c0.grad, [f + dz0, g1 / 2 + dz1])):
+        torch.testing.assert_close(got.flatten(), torch.tensor(want, dtype=F64), atol=1e-15,
+                                   rtol=0)
+
+
 def _gradcheck(function):
+    """gradcheck of the pass, unpadded and with lengths 4, 0, 2, 3 (every row's tokens)."""
     gen = torch.Generator().manual_seed(0)
-    z, u = (torch.randn(4, 2, 3, generator=gen, dtype=F64) for _ in range(2))
-    v = torch.randn(3, generator=gen, dtype=F64)
-    c0 = torch.randn(2, 3, generator=gen, dtype=F64)
-    inputs = tuple(t.requires_grad_(True) for t in (z, u, v, c0))
-    assert torch.autograd.gradcheck(function.apply, inputs, eps=1e-6, atol=1e-9, rtol=1e-7)
+    for T_, B, lengths in ((4, 2, None), (4, 4, torch.tensor([4, 0, 2, 3]))):
+        S = Steps(T_, B, lengths, "cpu")
+        z, u = (torch.randn(S.N, 3, generator=gen, dtype=F64) for _ in range(2))
+        v = torch.randn(3, generator=gen, dtype=F64)
+        c0 = torch.randn(B, 3, generator=gen, dtype=F64)
+        inputs = tuple(t.requires_grad_(True) for t in (z, u, v, c0))
+        assert torch.autograd.gradcheck(lambda *a: function.apply(S, *a), inputs, eps=1e-6,
+                                        atol=1e-9, rtol=1e-7)
 
 
 def test_gradcheck(loops):

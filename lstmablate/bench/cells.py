@@ -206,7 +206,9 @@ def bench_cells(cells: list[str] | None = None, shapes: list[str] | None = None,
 
     Returns one dict per (shape, candidate) with ``kind="cell"``; the baselines have
     ``cell`` = ``"nn.LSTM"`` / ``"nn.RNN"``.  Keys: shape, cell, kernel, device,
-    threads, batch, steps, hidden, layers, bidirectional, tokens (per iteration),
+    threads, batch, steps, hidden, layers, bidirectional, tokens (the real, unpadded tokens
+    per iteration: tokens/s counts only those), padding (the share of the batch's
+    positions that are padding, 0 for fixed lengths),
     ms (median), ms_min, tokens_per_s, ratio_lstm, ratio_rnn, target, target_baseline,
     target_ratio (the measured ratio the target is about), target_met (None where
     no target applies), gflops, flops_per_token, memory_mb, memory_kind,
@@ -308,7 +310,8 @@ def _bench_shape(cells, shape: Shape, dev, threads, repeats, warmup, reference, 
         ref_ms = med[m["ref"]] * 1e3 if m["ref"] else None
         row = dict(kind="cell", shape=shape.name, cell=c.name, kernel=m["kernel"], device=dev.type,
                    threads=threads, batch=B, steps=T, hidden=shape.hidden, layers=shape.layers,
-                   bidirectional=shape.bidirectional, tokens=tokens, ms=t * 1e3,
+                   bidirectional=shape.bidirectional, tokens=tokens,
+                   padding=1 - tokens / (B * T), ms=t * 1e3,
                    ms_min=mins[c.name] * 1e3, tokens_per_s=tokens / t,
                    ratio_lstm=med["nn.LSTM"] / t, ratio_rnn=med["nn.RNN"] / t,
                    flops_per_token=flops_tok, gflops=gflops,

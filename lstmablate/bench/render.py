@@ -47,9 +47,11 @@ def render(rows: list[dict]):
         dev = cell_rows[0]["device"]
         mem = "peak MB" if dev == "cuda" else "saved MB"
         table = Table(title=f"forward+backward, {dev}, {cell_rows[0]['threads']} threads "
-                            "(median of the rounds; ratio = tokens/s over the baseline's)")
+                            "(median of the rounds; tokens/s: real tokens, padding excluded; "
+                            "ratio = tokens/s over the baseline's)")
         for col, kw in (("shape", {}), ("cell", {}), ("kernel", {}), ("ms/iter", {"justify": "right"}),
-                        ("tokens/s", {"justify": "right"}), ("vs nn.LSTM", {"justify": "right"}),
+                        ("tokens/s", {"justify": "right"}), ("padding", {"justify": "right"}),
+                        ("vs nn.LSTM", {"justify": "right"}),
                         ("vs nn.RNN", {"justify": "right"}), ("target", {"justify": "right"}),
                         ("met", {"justify": "center"}), ("GFLOP/s", {"justify": "right"}),
                         ("x ref", {"justify": "right"}), (mem, {"justify": "right"})):
@@ -62,7 +64,7 @@ def render(rows: list[dict]):
             tgt = _target_text(r)
             met = {True: "[green]yes[/]", False: "[red]NO[/]", None: ""}[r.get("target_met")]
             table.add_row(r["shape"], r["cell"], r["kernel"], _fmt(r["ms"], ".1f"),
-                          _fmt(r["tokens_per_s"], ",.0f"), _fmt(r["ratio_lstm"]),
+                          _fmt(r["tokens_per_s"], ",.0f"), _padding(r), _fmt(r["ratio_lstm"]),
                           _fmt(r["ratio_rnn"]), tgt, met, _fmt(r["gflops"], ".1f"),
                           _fmt(r.get("speedup_vs_reference")), _fmt(r["memory_mb"], ".1f"))
         if not model_rows:
@@ -89,6 +91,12 @@ def render(rows: list[dict]):
     return Table(title="no rows")
 
 
+def _padding(row: dict) -> str:
+    """A row's share of padded positions ("42%"; blank without padding)."""
+    share = row.get("padding")
+    return f"{share:.0%}" if share else ""
+
+
 def _by_shape(rows: list[dict]) -> list[list[dict]]:
     """Rows grouped by their ``shape``, in order of first appearance."""
     groups: dict[str, list[dict]] = {}
@@ -104,14 +112,15 @@ def to_markdown(rows: list[dict]) -> str:
     model_rows = [r for r in rows if r.get("kind") == "model"]
     if cell_rows:
         mem = "peak MB" if cell_rows[0]["device"] == "cuda" else "saved MB"
-        out.append(f"| shape | cell | kernel | ms/iter | tokens/s | vs nn.LSTM | vs nn.RNN | target "
-                   f"| met | GFLOP/s | x ref | {mem} | precision |")
-        out.append("|" + "---|" * 13)
+        out.append(f"| shape | cell | kernel | ms/iter | tokens/s | padding | vs nn.LSTM | vs nn.RNN "
+                   f"| target | met | GFLOP/s | x ref | {mem} | precision |")
+        out.append("|" + "---|" * 14)
         for r in cell_rows:
             tgt = _target_text(r)
             met = {True: "yes", False: "**no**", None: ""}[r.get("target_met")]
             out.append(f"| {r['shape']} | {r['cell']} | {r['kernel']} | {_fmt(r['ms'], '.1f')} | "
-                       f"{_fmt(r['tokens_per_s'], ',.0f')} | {_fmt(r['ratio_lstm'])} | "
+                       f"{_fmt(r['tokens_per_s'], ',.0f')} | {_padding(r)} | "
+                       f"{_fmt(r['ratio_lstm'])} | "
                        f"{_fmt(r['ratio_rnn'])} | {tgt} | {met} | {_fmt(r['gflops'], '.1f')} | "
                        f"{_fmt(r.get('speedup_vs_reference'))} | {_fmt(r['memory_mb'], '.1f')} | "
                        f"{r.get('precision', '')} |")

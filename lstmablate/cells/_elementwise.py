@@ -96,6 +96,15 @@ class ElementwiseCell(MemoryTraceMixin, Cell):
         h = self.readout(memory, terms)
         return h, self.next_state(h, memory, xp), terms["write"], terms["keep"], terms["content"]
 
+    @property
+    def terms_read_one_step(self) -> bool:
+        """True where :meth:`sequence_terms` is :meth:`scan_terms` of every step (a step's
+        terms read its own projections and the state before the sequence): then the terms of
+        any set of tokens are ``scan_terms`` of their projections, and the scan kernel
+        computes them for the real tokens of a padded batch only.  False where a class
+        overrides ``sequence_terms`` (the width-2 QRNN's step reads x_{t-1})."""
+        return type(self).sequence_terms is ElementwiseCell.sequence_terms
+
     def sequence_terms(self, xp: Tensor, state: State) -> dict[str, Tensor]:
         """The terms of every step of a sequence at once, each (T, B, H), from its projected
         inputs ``xp`` (T, B, *) and ``state``, the state before its first step (a linear scan

@@ -85,16 +85,17 @@ def lengths_to_mask(lengths: Tensor, T: int) -> Tensor:
 def reverse_padded(x: Tensor, lengths: Tensor | None) -> Tensor:
     """Reverse each sequence of time-major ``x`` (T, B, ...) within its length.
 
-    Padding stays where it is, so reversing twice is the identity.
+    Padding stays where it is, so reversing twice is the identity.  One ``index_select`` of
+    the (T * B) positions: its backward keeps only the index, not ``x`` (``gather`` would
+    keep the whole padded input of every backward direction for the backward pass).
     """
     if lengths is None:
         return x.flip(0)
-    T = x.shape[0]
+    T, B = x.shape[0], x.shape[1]
     t = torch.arange(T, device=x.device).unsqueeze(1)  # (T, 1)
     L = lengths.to(x.device).unsqueeze(0)  # (1, B)
-    idx = torch.where(t < L, L - 1 - t, t)  # (T, B)
-    idx = idx.view(T, -1, *([1] * (x.dim() - 2))).expand_as(x)
-    return x.gather(0, idx)
+    src = torch.where(t < L, L - 1 - t, t) * B + torch.arange(B, device=x.device)  # (T, B)
+    return x.reshape(T * B, *x.shape[2:]).index_select(0, src.view(-1)).view(x.shape)
 
 
 @dataclass

@@ -145,6 +145,11 @@ class QRNNCell(ElementwiseCell):
             return (h, memory)
         return (h, memory, xp[..., self.bias.shape[0]:])  # W^1 x_t, for the next step's eq 2
 
+    @property
+    def terms_read_one_step(self) -> bool:
+        """Width 1: a step's terms read its own projections alone (width 2: x_{t-1} too)."""
+        return self.window == 1
+
     def sequence_terms(self, xp: Tensor, state: State) -> dict[str, Tensor]:
         """As :meth:`ElementwiseCell.sequence_terms`; with width 2 step t reads W^1 x_{t-1},
         the state's ``conv`` at t = 0."""

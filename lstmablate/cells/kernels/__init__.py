@@ -49,11 +49,12 @@ What several families share: ``common/``
                         Triton or not, how ``lstmablate bench`` names a path
     ``calibrate.py``    on CPU, our native kernel or PyTorch's own, by a short timing on
                         first use per machine and shape class, cached on disk
-    ``gemm.py``         on CPU, the products of all steps on MKL's or oneDNN's GEMM,
-                        whichever is faster here (the linear-scan cells' input products)
+    ``gemm.py``         on CPU, which GEMM (MKL's, oneDNN's, our packed one) runs a call's
+                        large products (the products of all steps and their gradients),
+                        whichever is fastest here
     ``delegate.py``     PyTorch's fused LSTM / RNN / GRU (cuDNN, oneDNN): our weights kept
                         in their layout, a stacked encoder in one call
-    ``sequences.py``    input products, final states, outputs at padding
+    ``sequences.py``    the padding-free (packed) layout of a call, input products
     ``native_build.py`` compiling one library per family (compiler, flags, cache key,
                         private cache directory, remembered failures) from the family's
                         C source and the shared ``la_blas.[ch]``, ``la_gemm.c``, ``la_real.h``

@@ -44,15 +44,17 @@ SWITCHES: tuple[Switch, ...] = (
            "`0`: never the native (C) kernels; the PyTorch loops run instead"),
     Switch("LSTMABLATE_PACKED_GEMM", "`1` / `0`", "`1`",
            "`0`: no packed GEMM (the per-step products call sgemm; `LSTMABLATE_STEP_GEMM` "
-           "reads as `blas`)"),
+           "reads as `blas`; our packed GEMM is no candidate for a call's large products, "
+           "`LSTMABLATE_CPU_GEMM`)"),
     Switch("LSTMABLATE_STEP_GEMM", "`auto`, `blas`, `mkl-packed`, `own-packed`", "`auto`",
            "how the native kernels' float32 per-step products run; `auto`: the fastest here, "
            "by a short timing (`common/native.py`)"),
-    Switch("LSTMABLATE_CPU_GEMM", "`auto`, `mkl`, `onednn`", "`auto`",
-           "on CPU, the float32 products of all steps of the linear-scan cells (`qrnn`, "
-           "`sru-2017`, `mingru`, `minlstm`): `mkl` PyTorch's own (MKL's sgemm), `onednn` "
-           "oneDNN's GEMM, `auto` whichever a short timing on first use found faster for the "
-           "product's shape class (`common/gemm.py`)"),
+    Switch("LSTMABLATE_CPU_GEMM", "`auto`, `mkl`, `onednn`, `own`", "`auto`",
+           "on CPU, the GEMM of a call's large float32 products (the input products of all "
+           "steps, and in the backward the input and weight gradients): `mkl` PyTorch's own "
+           "(MKL's sgemm), `onednn` oneDNN's GEMM, `own` our packed GEMM (where a native "
+           "kernel runs the call; else PyTorch's own), `auto` whichever a short timing on "
+           "first use found fastest for the product's shape class (`common/gemm.py`)"),
     Switch("LSTMABLATE_TORCH_ON_CPU", "`auto`, `1`, `0`", "`auto`",
            "on CPU, for `lstm`, `lstm-gates` and `gru` with `reset_after`: `1` always "
            "PyTorch's kernel (oneDNN / ATen), `0` always ours, `auto` whichever a short timing "
@@ -158,7 +160,8 @@ def native_enabled() -> bool:
 
 
 def packed_gemm_enabled() -> bool:
-    """Whether MKL's packed GEMM may be used (``LSTMABLATE_PACKED_GEMM=0`` turns it off)."""
+    """Whether a packed GEMM (MKL's, or ours for the per-step and a call's large products)
+    may be used (``LSTMABLATE_PACKED_GEMM=0`` turns them off)."""
     return _flag("LSTMABLATE_PACKED_GEMM", True)
 
 
@@ -193,9 +196,9 @@ def torch_on_cpu() -> str:
 
 
 def cpu_gemm_setting() -> str:
-    """``"mkl"``, ``"onednn"`` or ``"auto"``, from ``LSTMABLATE_CPU_GEMM``."""
+    """``"mkl"``, ``"onednn"``, ``"own"`` or ``"auto"``, from ``LSTMABLATE_CPU_GEMM``."""
     value = read("LSTMABLATE_CPU_GEMM").strip().lower()
-    return value if value in ("mkl", "onednn") else "auto"
+    return value if value in ("mkl", "onednn", "own") else "auto"
 
 
 def triton_setting() -> str:

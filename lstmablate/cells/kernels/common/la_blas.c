@@ -42,14 +42,21 @@ LA_EXPORT int la_set_step_gemm(int mode) {
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, PACKED = 151, B_MATRIX = 162 };
 
 /* MKL's packed weights carry no size: ours do.  Tag each buffer with its kind so the product
-   and the release go to the right implementation whatever the mode is by then. */
-typedef struct { int kind; void* data; } la_packed_t;
+   and the release go to the right implementation whatever the mode is by then, and keep what
+   was packed (the weight, its layout, the row count M it was packed for). */
+typedef struct {
+    int kind;
+    void* data;
+    int tb, M, N, K, ldw;
+    const float* W;
+} la_packed_t;
 
 void* la_pack(int tb, int M, int N, int K, const float* W, int ldw) {
     if (M <= 0 || N <= 0 || K <= 0 || la_step_gemm == LA_STEP_BLAS) return 0;
     la_packed_t* p = (la_packed_t*)malloc(sizeof *p);
     if (!p) return 0;
     p->kind = la_step_gemm;
+    p->tb = tb; p->M = M; p->N = N; p->K = K; p->ldw = ldw; p->W = W;
     if (p->kind == LA_STEP_OWN_PACKED) {
         p->data = la_own_pack(tb, N, K, W, ldw);
     } else {
@@ -69,10 +76,23 @@ void la_free_packed(void* packed) {
     free(p);
 }
 
+/* A product with a packed weight for M rows, M at most the rows it was packed for: the steps
+   of a padding-free loop run fewer rows as sequences end (common/sequences.py).  Our packed
+   GEMM takes any M; MKL documents its packed format for the dimensions it was packed with,
+   so a step with fewer rows takes sgemm_ on the original weight instead. */
 void la_packed_mm(int M, int N, int K, const float* A, int lda, const void* packed, float beta,
                   float* Cm, int ldc) {
     const la_packed_t* p = (const la_packed_t*)packed;
-    if (p->kind == LA_STEP_OWN_PACKED) la_own_mm(M, A, lda, p->data, beta, Cm, ldc);
-    else la_compute_fn(ROW_MAJOR, NO_TRANS, PACKED, M, N, K, A, lda, (const float*)p->data, N, beta,
-                       Cm, ldc);
+    if (M <= 0) return;
+    if (p->kind == LA_STEP_OWN_PACKED) {
+        la_own_mm(M, A, lda, p->data, beta, Cm, ldc);
+    } else if (M == p->M) {
+        la_compute_fn(ROW_MAJOR, NO_TRANS, PACKED, M, N, K, A, lda, (const float*)p->data, N, beta,
+                      Cm, ldc);
+    } else {  /* row-major C = A op(W): the column-major C^T = op(W)^T A^T (la_real.h, gemm) */
+        const float one = 1;
+        const la_int m_ = M, n_ = N, k_ = K, lda_ = lda, ldw_ = p->ldw, ldc_ = ldc;
+        la_sgemm(p->tb ? "T" : "N", "N", &n_, &m_, &k_, &one, p->W, &ldw_, A, &lda_, &beta, Cm,
+                 &ldc_);
+    }
 }

@@ -54,7 +54,7 @@ extern int la_step_gemm;
    mode or when packing is unavailable; release with la_free_packed. */
 void* la_pack(int tb, int M, int N, int K, const float* W, int ldw);
 void la_free_packed(void* packed);
-/* C (M x N) = A (M x K) . (the packed W) + beta C */
+/* C (M x N) = A (M x K) . (the packed W) + beta C, for any M up to the rows W was packed for */
 void la_packed_mm(int M, int N, int K, const float* A, int lda, const void* packed, float beta,
                   float* Cm, int ldc);
 

@@ -94,6 +94,17 @@ static inline void SFX(gemm)(int tb, int M, int N, int K, const real_t* A, int l
     SFX(gemm)(tb, M, N, K, a, lda, w, ldw, beta, c, ldc)
 #endif
 
+/* The packed layout of a call (common/sequences.py, Steps): its rows sorted by length, longest
+   first, so that step t runs the first rows(t) = off[t+1] - off[t] rows, never more than the
+   step before (the sequences still running).  A per-step buffer holds step t's rows from row
+   off[t] (off[T]: the call's real tokens); a state buffer (h, c) holds the B initial rows,
+   then step t's states from row B + off[t].  Without padding off[t] = t * B. */
+static inline int la_rows(const int* off, int t) { return off[t + 1] - off[t]; }
+/* the first row, in a state buffer, of the state step t reads (its rows' states after t - 1) */
+static inline long la_prev(const int* off, int B, int t) { return t ? (long)B + off[t - 1] : 0; }
+/* the first row, in a state buffer, of the state step t writes */
+static inline long la_next(const int* off, int B, int t) { return (long)B + off[t]; }
+
 /* h' = h_{t-1} * h_mask (variational recurrent dropout, Gal & Ghahramani 2016), written to hm
    (kept for the weight gradients); h_{t-1} itself without recurrent dropout (hmask = 0). */
 static inline const real_t* SFX(dropped)(const real_t* hp, const real_t* hmask, real_t* hm, long n) {
@@ -146,6 +157,43 @@ LA_EXPORT int SFX(step_products)(int reps, int M, int N, int K, const real_t* A,
     (void)pw;
 #endif
     return 0;
+}
+
+/* The large products of a call (the input products of all steps, the input and weight
+   gradients after the loops: common/gemm.py) through our packed GEMM (la_gemm.c), where it
+   beats the other CPU GEMMs (gemm.choose): C (M x N) (= or += when
+   accumulate) op(A) op(W), A row-major (M x K), or (K x M) when ta; W (N x K) when tb, else
+   (K x N).  float32 only (returns 1 in float64: the BLAS runs those); 2 when out of memory. */
+LA_EXPORT int SFX(matmul)(int ta, int tb, int M, int N, int K, const real_t* A, const real_t* W,
+                          int accumulate, real_t* C) {
+#if CAN_PACK
+    if (M <= 0 || N <= 0) return 0;
+    real_t* at = 0;
+    if (ta) {  /* op(A) = A^T: made row-major once, in tiles of 16 x 16 */
+        at = (real_t*)malloc((size_t)M * (K > 0 ? K : 1) * sizeof(real_t));
+        if (!at) return 2;
+        #pragma omp parallel for schedule(static) if ((long)M * K >= (1L << 16))
+        for (int m0 = 0; m0 < M; m0 += 16)
+            for (int k0 = 0; k0 < K; k0 += 16)
+                for (int m = m0; m < m0 + 16 && m < M; ++m)
+                    for (int k = k0; k < k0 + 16 && k < K; ++k) at[(long)m * K + k] = A[(long)k * M + m];
+        A = at;
+    }
+    if (K <= 0) {
+        if (!accumulate) for (long e = 0; e < (long)M * N; ++e) C[e] = 0;
+        free(at);
+        return 0;
+    }
+    void* pw = la_own_pack(tb, N, K, W, tb ? K : N);
+    if (!pw) { free(at); return 2; }
+    la_own_mm(M, A, K, pw, accumulate ? 1.0f : 0.0f, C, N);
+    la_own_free(pw);
+    free(at);
+    return 0;
+#else
+    (void)ta; (void)tb; (void)M; (void)N; (void)K; (void)A; (void)W; (void)accumulate; (void)C;
+    return 1;
+#endif
 }
 
 #endif

@@ -1,17 +1,19 @@
-"""What every Triton kernel here shares: the jit helpers (activations, padding, the
-writing of h_t, the assembling of dh_t, int64 offsets of a step: ``step_base``), launching
-(a failure is raised as ``interface.KernelFailure``, naming the kernel, for the fallback),
-and the loops' common buffers and binding (``RecurrentLoops``: the memory cell in float32
-for float16 / bfloat16 calls, the recurrent weights of captured loops in 16-byte rows),
-used by the families' ``triton_kernels.py`` (``lstm/``, ``gru/`` and ``second_order/``).
+"""What every Triton kernel here shares: the jit helpers (activations, the writing of h_t,
+int64 offsets: ``row_base``), launching (a failure is raised as ``interface.KernelFailure``,
+naming the kernel, for the fallback), and the loops' common buffers and binding
+(``RecurrentLoops``: the memory cell in float32 for float16 / bfloat16 calls, the recurrent
+weights of captured loops in 16-byte rows), used by the families' ``triton_kernels.py``
+(``lstm/``, ``gru/`` and ``second_order/``).
 
-Padding (prefix masks: the encoder reverses each sequence within its length for the
-backward direction, so both directions are prefix masks here): the forward kernels carry
-a row's state unchanged through its padding and write zero outputs there, so the final
-state needs no gather; backward, padded steps get no gradient and the final state's
-gradient enters at the row's last real step (a length-0 row passes it straight to the
-initial state).  Recurrent dropout: the mask multiplies h_t once, as it is written, for the
-next step's product.
+Padding-free, as the CPU loops (``sequences.Steps``): the rows of a call are sorted by length
+once, every buffer holds real tokens only (the packed layout), and step t launches its
+element-wise kernel over the rows(t) sequences still running, its products over those rows
+only.  The gradients of the outputs and of the final states enter as one packed buffer
+(``Steps.grads``); each backward step adds what it sends back (the product with W_hh, the
+carried dc) into the previous step's rows of those buffers, so a step's kernels read
+complete gradients.  The scans (one launch per call) run each lane over its own row's
+length.  Recurrent dropout: the mask multiplies h_t once, as it is written, for the next
+step's product.
 """
 
 from __future__ import annotations
@@ -39,52 +41,12 @@ def tanh(x):
 
 
 @triton.jit
-def live_rows(LEN, b, m, t, HAS_LEN: tl.constexpr):
-    """Which elements' sequences are still real at step t (all, without lengths)."""
-    if HAS_LEN:
-        return m & (t < tl.load(LEN + b, mask=m, other=0))
-    return m
-
-
-@triton.jit
-def last_rows(LEN, b, m, t, T, HAS_LEN: tl.constexpr):
-    """Which elements' sequences end at step t (where the final state's gradient enters)."""
-    if HAS_LEN:
-        return m & (t == tl.load(LEN + b, mask=m, other=0) - 1)
-    return m & (t == T - 1)
-
-
-@triton.jit
-def emit(hh, H0, H1, HM1, OUT, MASK, offs, m, live, HAS_MASK: tl.constexpr,
-         HAS_LEN: tl.constexpr, ACC: tl.constexpr):
-    """Write h_t: the state (the previous one carried through padding), the output (zero at
-    padding) and, with recurrent dropout, h_t * mask (what the next product reads)."""
-    h = hh
-    if HAS_LEN:
-        h = tl.where(live, hh, tl.load(H0 + offs, mask=m, other=0.0).to(ACC))
-        tl.store(OUT + offs, tl.where(live, hh, 0.0), mask=m)
-    else:
-        tl.store(OUT + offs, hh, mask=m)
-    tl.store(H1 + offs, h, mask=m)
+def emit(hh, H1, HM1, MASK, offs, m, HAS_MASK: tl.constexpr, ACC: tl.constexpr):
+    """Write h_t (the state) and, with recurrent dropout, h_t * mask (what the next step's
+    product reads)."""
+    tl.store(H1 + offs, hh, mask=m)
     if HAS_MASK:
-        tl.store(HM1 + offs, h * tl.load(MASK + offs, mask=m, other=0.0).to(ACC), mask=m)
-
-
-@triton.jit
-def grad_h(DOUT, DHN, G, MASK, CARRY, offs, m, live, last, HAS_MASK: tl.constexpr,
-           HAS_CARRY: tl.constexpr, ACC: tl.constexpr):
-    """dh_t: the output's gradient (none at padding), the final state's (at the last real
-    step), mask * G (G: the previous backward step's product with W_hh) and a carried term
-    (the GRU's direct path dh_{t+1} (1 - z_{t+1}))."""
-    dh = tl.where(live, tl.load(DOUT + offs, mask=m, other=0.0).to(ACC), 0.0)
-    dh += tl.where(last, tl.load(DHN + offs, mask=m, other=0.0).to(ACC), 0.0)
-    g = tl.load(G + offs, mask=m, other=0.0).to(ACC)
-    if HAS_MASK:
-        g = g * tl.load(MASK + offs, mask=m, other=0.0).to(ACC)
-    if HAS_CARRY:
-        g += tl.load(CARRY + offs, mask=m, other=0.0).to(ACC)
-    return dh + g
-
+        tl.store(HM1 + offs, hh * tl.load(MASK + offs, mask=m, other=0.0).to(ACC), mask=m)
 
 
 @triton.jit
@@ -93,6 +55,14 @@ def step_base(t, size):
     int64: T x B x nb*H passes 2**31 in long batches (a Billion Word or character-level
     batch), where ``t * size`` in int32 would wrap around to a negative offset."""
     return tl.cast(t, tl.int64) * size
+
+
+@triton.jit
+def row_base(OFF, t, b, size):
+    """The offset of row ``b`` of step ``t`` in a packed buffer of ``size`` elements per row
+    (``OFF``: the call's step offsets, ``Steps.off``), in int64 (``step_base``): the packed
+    rows of a long batch times nb*H pass 2**31 as a padded buffer's steps do."""
+    return step_base(tl.load(OFF + t) + b, size)
 
 
 def acc(dtype: torch.dtype):
@@ -125,80 +95,110 @@ CUBLAS_ONLY = frozenset({"w_hh", "w_hr", "w_mh", "w_hm"})
 
 class RecurrentLoops(graphs.Loops):
     """What the loops of every recurrence share (the LSTM family, the GRU, the
-    second-order cells subclass it).
+    second-order cells subclass it), in the packed layout of one call's ``Steps`` (its
+    shape: T steps of ``off``, B rows, N real tokens; part of the loops' key, since a
+    captured loop replays its steps' slices).
 
-    ``Z`` (T, B, width) the input products (+ bias), then what the step kernels write
-    back; ``Hs`` (T+1, B, P) the state h (Hs[0] = h_0, carried through padding); ``HM``
-    (T+1, B, P) h * mask (with recurrent dropout: what the products read); ``OUT``
-    (T, B, P) the outputs; ``C`` (T+1, B, H) the memory cell (cells that have one; float32
-    for float16 / bfloat16 calls, :func:`memory_dtype`, as is its carried gradient); ``G``
-    (B, P) the backward's last product (what h'_{t-1} receives).  Inputs bound per call:
-    the weights, ``mask``, ``lengths``, ``dout``, ``dhn``, ``dcn``.
+    ``Z`` (N, width) the input products (+ bias), then what the step kernels write back;
+    ``Hs`` (B+N, P) the state h (the B initial rows first, then every step's); ``HM``
+    (B+N, P) h * mask (with recurrent dropout: what the products read); ``C`` (B+N, H) the
+    memory cell (cells that have one; float32 for float16 / bfloat16 calls,
+    :func:`memory_dtype`, as is its gradient); ``G`` (B, P) a product's scratch.  Inputs
+    bound per call: the weights, ``mask`` (B, P; sorted), and for the backward ``DH``
+    (N, P) and ``DC`` (N, H), the gradients w.r.t. every h_t and c_t (``Steps.grads``),
+    completed in place by the backward loop; ``DH0``, ``DC0`` (B, ...): the initial state's.
     """
 
-    def __init__(self, static: bool, T: int, B: int, H: int, P: int, width: int,
-                 like: torch.Tensor, mask: bool, lengths: bool, memory: bool):
+    def __init__(self, static: bool, steps, H: int, P: int, width: int, like: torch.Tensor,
+                 mask: bool, memory: bool):
         super().__init__(static)
-        self.T, self.B, self.H, self.P = T, B, H, P
-        self.has_mask, self.has_len = mask, lengths
+        self.T, self.B, self.N, self.off = steps.T, steps.B, steps.N, tuple(steps.off)
+        self.H, self.P = H, P
+        self.has_mask = mask
+        B, N = self.B, self.N
         new = like.new_empty
-        self.Z = new(T, B, width)
-        self.Hs, self.OUT, self.G = new(T + 1, B, P), new(T, B, P), new(B, P)
-        self.HM = new(T + 1, B, P) if mask else None
-        self.C = new(T + 1, B, H, dtype=memory_dtype(like.dtype)) if memory else None
-        # the carried dc (in the memory cell's dtype), or the GRU's direct path
-        self.DCR = new(B, H, dtype=memory_dtype(like.dtype) if memory else like.dtype)
-        self.dummy = self.DCR  # passed for pointers a kernel does not read
+        self.Z = new(N, width)
+        self.Hs, self.G = new(B + N, P), new(B, P)
+        self.HM = new(B + N, P) if mask else None
+        mem = memory_dtype(like.dtype) if memory else like.dtype
+        self.C = new(B + N, H, dtype=mem) if memory else None
+        self.DH0 = new(B, P)
+        self.DC0 = new(B, H, dtype=mem) if memory else None
+        self.dummy = self.G  # passed for pointers a kernel does not read
         self.acc = acc(like.dtype)
 
-    def bind(self, x, h0, c0, w_ih, bias, h_mask, lengths, **weights) -> None:
-        input_products(x, w_ih, bias, out=self.Z)
-        self.Hs[0].copy_(h0)
+    # -- the rows of a step -------------------------------------------------------------------
+    def rows(self, t: int) -> int:
+        return self.off[t + 1] - self.off[t]
+
+    def step(self, buf: torch.Tensor, t: int) -> torch.Tensor:
+        """Step t's rows of a per-step buffer (N, ...)."""
+        return buf[self.off[t]:self.off[t + 1]]
+
+    def s_in(self, buf: torch.Tensor, t: int) -> torch.Tensor:
+        """The state step t reads, of a state buffer (B+N, ...)."""
+        start = 0 if t == 0 else self.B + self.off[t - 1]
+        return buf[start:start + self.rows(t)]
+
+    def s_out(self, buf: torch.Tensor, t: int) -> torch.Tensor:
+        """The state step t writes, of a state buffer (B+N, ...)."""
+        return buf[self.B + self.off[t]:self.B + self.off[t + 1]]
+
+    def grad_in(self, t: int, which: str = "DH") -> torch.Tensor:
+        """Where step t sends a gradient back: the previous step's rows of ``DH`` (``DC``),
+        or the initial state's (``DH0``, ``DC0``) for step 0 (its first rows(t) rows)."""
+        if t == 0:
+            return getattr(self, which + "0")[:self.rows(0)]
+        return self.step(getattr(self, which), t - 1)[:self.rows(t)]
+
+    # -- binding -------------------------------------------------------------------------------
+    def bind(self, X, h0, c0, w_ih, bias, h_mask, **weights) -> None:
+        """This call's inputs: ``X`` (N, I) packed, ``h0``, ``c0``, ``h_mask`` (B, ...) sorted."""
+        input_products(X, w_ih, bias, out=self.Z)
+        self.Hs[:self.B].copy_(h0)
         if self.C is not None:
-            self.C[0].copy_(c0)
+            self.C[:self.B].copy_(c0)
         for name, w in weights.items():  # (rows padded in captured loops: graphs.Loops.put)
             self.put(name, w, align=name in CUBLAS_ONLY)
         if self.has_mask:
             self.put("mask", h_mask.expand(self.B, self.P))
-            torch.mul(self.Hs[0], self.mask, out=self.HM[0])
+            torch.mul(self.Hs[:self.B], self.mask, out=self.HM[:self.B])
         else:
             self.mask = self.dummy  # not read (HAS_MASK is off)
-        if self.has_len:
-            self.put("lengths", lengths.to(torch.int32))
-        else:
-            self.lengths = self.dummy  # not read (HAS_LEN is off)
 
-    def bind_grads(self, dout, dhn, dcn=None) -> None:
-        self.put("dout", dout, like=self.OUT)
-        self.put("dhn", dhn, like=self.G)
-        self.put("dcn", dcn, like=self.DCR)
+    def bind_grads(self, DH, DC=None) -> None:
+        self.put("DH", DH)
+        if self.C is not None:
+            self.put("DC", DC)
 
     def hprev(self) -> torch.Tensor:
-        """h'_{t-1} of every step, (T+1, B, P): what the recurrent products read."""
+        """h' of every state row, (B+N, P): what the recurrent products read."""
         return self.HM if self.has_mask else self.Hs
 
     def flags(self) -> dict:
-        return dict(HAS_MASK=self.has_mask, HAS_LEN=self.has_len, ACC=self.acc)
+        return dict(HAS_MASK=self.has_mask, ACC=self.acc)
 
-    def results(self):
-        """The outputs and final states (copies when the buffers are static)."""
-        own = (lambda t: t.clone()) if self.static else (lambda t: t)
-        cn = self.C[-1].clone() if self.C is not None else None
-        return own(self.OUT), self.Hs[-1].clone(), cn
+    # -- the backward's products ---------------------------------------------------------------
+    def send_back(self, t: int, g: torch.Tensor, w: torch.Tensor, into: str = "DH") -> None:
+        """dh_{t-1} += (g w) (times the recurrent-dropout mask): step t's product back into
+        the rows of the state it read."""
+        target = self.grad_in(t, into)
+        n = g.shape[0]
+        if self.has_mask:
+            torch.mm(g, w, out=self.G[:n])
+            target.addcmul_(self.G[:n], self.mask[:n])
+        else:
+            target.addmm_(g, w)
 
-    def initial_grads(self, carry: torch.Tensor | None = None):
-        """dh_0 (and dc_0) after the backward loop: mask * G (+ ``carry``; the memory
-        cell's dc: the carried DCR), and for a length-0 row the final state's gradient."""
-        dh0 = self.G * self.mask if self.has_mask else self.G.clone()
-        if carry is not None:
-            dh0 += carry
-        dc0 = self.DCR.clone() if self.C is not None else None
-        if self.has_len:
-            empty = (self.lengths == 0).unsqueeze(-1)
-            dh0 = torch.where(empty, self.dhn, dh0)
-            if dc0 is not None:
-                dc0 = torch.where(empty, self.dcn, dc0)
-        return dh0, dc0
+    def start_backward(self) -> None:
+        self.DH0.zero_()
+        if self.DC0 is not None:
+            self.DC0.zero_()
+
+    def initial_grads(self):
+        """dh_0 (and dc_0) after the backward loop, in the sorted order (zero for rows of
+        length 0; ``Steps.initial_grad`` adds the final states' gradients of those)."""
+        return self.DH0.clone(), self.DC0.clone() if self.DC0 is not None else None
 
 
 def run_loops(key, make, x: torch.Tensor, ctx, bind) -> graphs.Slot:

@@ -13,7 +13,7 @@ Per step the recurrent products stay cuBLAS's and the element-wise work is fused
   products.
 
 The weight gradients are one product each over all steps after the loop
-(``recurrent.RecurrentGRU._weight_grads``); padding and recurrent dropout as in
+(``recurrent.weight_grads``); padding-free and recurrent dropout as in
 ``common/triton_common.py``, whose helpers these kernels use.
 """
 
@@ -25,15 +25,16 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ..common.guard import GuardedFunction
-from ..common.triton_common import (RecurrentLoops, emit, grad_h, last_rows, launch, live_rows,
-                                    run_grads, run_loops, sigmoid, tanh)
+from ..common.sequences import Steps
+from ..common.triton_common import (RecurrentLoops, emit, launch, run_grads, run_loops, sigmoid,
+                                    tanh)
 from ..interface import KernelPath
-from .recurrent import RecurrentGRU
+from .recurrent import RecurrentGRU, weight_grads
 
 
-@triton.jit(do_not_specialize=["t"])
-def gru_step(A, R, BHH, U, H0, H1, HM1, OUT, MASK, LEN, t, n, H, HAS_MASK: tl.constexpr,
-             HAS_LEN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+@triton.jit
+def gru_step(A, R, BHH, U, H0, H1, HM1, MASK, n, H, HAS_MASK: tl.constexpr,
+             ACC: tl.constexpr, BLOCK: tl.constexpr):
     """``reset_after``: a step's element-wise work; A: the input side (+ b), R: h' W_hh^T."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
@@ -53,8 +54,7 @@ def gru_step(A, R, BHH, U, H0, H1, HM1, OUT, MASK, LEN, t, n, H, HAS_MASK: tl.co
     tl.store(a + H, z, mask=m)
     tl.store(a + 2 * H, cand, mask=m)
     tl.store(U + offs, u, mask=m)
-    emit(hh, H0, H1, HM1, OUT, MASK, offs, m, live_rows(LEN, b, m, t, HAS_LEN), HAS_MASK, HAS_LEN,
-         ACC)
+    emit(hh, H1, HM1, MASK, offs, m, HAS_MASK, ACC)
 
 
 @triton.jit
@@ -71,9 +71,9 @@ def gru_gates(A, HP, U, n, H, ACC: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(U + offs, r * tl.load(HP + offs, mask=m, other=0.0).to(ACC), mask=m)
 
 
-@triton.jit(do_not_specialize=["t"])
-def gru_out(A, H0, H1, HM1, OUT, MASK, LEN, t, n, H, HAS_MASK: tl.constexpr,
-            HAS_LEN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+@triton.jit
+def gru_out(A, H0, H1, HM1, MASK, n, H, HAS_MASK: tl.constexpr, ACC: tl.constexpr,
+            BLOCK: tl.constexpr):
     """Eq 58 as printed, second half (W_hh (r * h') added into A's candidate block): the
     candidate, h_t, and what ``emit`` writes."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -84,23 +84,20 @@ def gru_out(A, H0, H1, HM1, OUT, MASK, LEN, t, n, H, HAS_MASK: tl.constexpr,
     cand = tanh(tl.load(a + 2 * H, mask=m, other=0.0).to(ACC))  # eq 58
     tl.store(a + 2 * H, cand, mask=m)
     hp = tl.load(H0 + offs, mask=m, other=0.0).to(ACC)
-    emit((1.0 - z) * hp + z * cand, H0, H1, HM1, OUT, MASK, offs, m,  # eq 59
-         live_rows(LEN, b, m, t, HAS_LEN), HAS_MASK, HAS_LEN, ACC)
+    emit((1.0 - z) * hp + z * cand, H1, HM1, MASK, offs, m, HAS_MASK, ACC)  # eq 59
 
 
-@triton.jit(do_not_specialize=["t"])
-def gru_step_grad(A, U, H0, DOUT, DHN, G, MASK, CARRY, GB, DZN, LEN, t, T, n, H,
-                  RESET_AFTER: tl.constexpr, HAS_MASK: tl.constexpr, HAS_LEN: tl.constexpr,
+@triton.jit
+def gru_step_grad(A, U, H0, DH, DHP, GB, DZN, n, H, RESET_AFTER: tl.constexpr,
                   ACC: tl.constexpr, BLOCK: tl.constexpr):
-    """A backward step from dh_t: the gradients of a_z and a_n (``reset_after``: also of
-    a_r and of W_hh,n h' + b_hh), and the direct path dh_t (1 - z_t) into CARRY."""
+    """A backward step from dh_t (DH, complete): the gradients of a_z and a_n
+    (``reset_after``: also of a_r and of W_hh,n h' + b_hh), and the direct path
+    dh_t (1 - z_t) added into dh_{t-1} (DHP)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     b = offs // H
     j = offs - b * H
-    live = live_rows(LEN, b, m, t, HAS_LEN)
-    last = last_rows(LEN, b, m, t, T, HAS_LEN)
-    dh = grad_h(DOUT, DHN, G, MASK, CARRY, offs, m, live, last, HAS_MASK, True, ACC)
+    dh = tl.load(DH + offs, mask=m, other=0.0).to(ACC)
     a = A + b * (3 * H) + j
     gb = GB + b * (3 * H) + j
     r = tl.load(a, mask=m, other=0.0).to(ACC)
@@ -109,7 +106,8 @@ def gru_step_grad(A, U, H0, DOUT, DHN, G, MASK, CARRY, GB, DZN, LEN, t, T, n, H,
     hp = tl.load(H0 + offs, mask=m, other=0.0).to(ACC)
     da_z = dh * (cand - hp) * z * (1.0 - z)  # eqs 59, 57
     da_n = dh * z * (1.0 - cand * cand)  # eqs 59, 58
-    tl.store(CARRY + offs, dh * (1.0 - z), mask=m)  # eq 59: h_{t-1}'s direct share
+    tl.store(DHP + offs, tl.load(DHP + offs, mask=m, other=0.0).to(ACC) + dh * (1.0 - z),
+             mask=m)  # eq 59: h_{t-1}'s direct share
     tl.store(gb + H, da_z, mask=m)
     if RESET_AFTER:
         u = tl.load(U + offs, mask=m, other=0.0).to(ACC)
@@ -135,52 +133,63 @@ def gru_reset_grad(A, HP, DU, GB, G, n, H, ACC: tl.constexpr, BLOCK: tl.constexp
 
 
 class GRULoops(RecurrentLoops):
-    """The GRU's buffers and loops: ``Z`` (T, B, 3H) the input side, then r, z and the
-    candidate; ``U`` (T, B, H): W_hh,n h' + b_hh (``reset_after``) or r * h'; ``R`` (B, 3H)
-    the step's product; backward ``GB`` (T, B, 3H) the gradients of the products' outputs
-    (eq 58 as printed: = of the pre-activations), ``DZN`` (T, B, H) a_n's (``reset_after``),
-    ``DU`` (B, H); ``DCR`` carries the direct path dh_t (1 - z_t)."""
+    """The GRU's buffers and loops, in the packed layout of a call's ``Steps``: ``Z``
+    (N, 3H) the input side, then r, z and the candidate; ``U`` (N, H): W_hh,n h' + b_hh
+    (``reset_after``) or r * h'; ``R`` (B, 3H) the step's product; backward ``GB`` (N, 3H)
+    the gradients of the products' outputs (eq 58 as printed: = of the pre-activations),
+    ``DZN`` (N, H) a_n's (``reset_after``), ``DU`` (B, H), ``GS`` (B, H) h''s gradient."""
 
-    def __init__(self, static: bool, reset_after: bool, T: int, B: int, H: int,
-                 like: torch.Tensor, mask: bool, lengths: bool):
-        super().__init__(static, T, B, H, H, 3 * H, like, mask, lengths, memory=False)
+    def __init__(self, static: bool, reset_after: bool, steps, H: int, like: torch.Tensor,
+                 mask: bool):
+        super().__init__(static, steps, H, H, 3 * H, like, mask, memory=False)
         self.reset_after = reset_after
         new = like.new_empty
-        self.U, self.R, self.GB = new(T, B, H), new(B, 3 * H), new(T, B, 3 * H)
-        self.DZN = new(T, B, H) if reset_after else None
-        self.DU = new(B, H)
+        self.U, self.R, self.GB = new(self.N, H), new(self.B, 3 * H), new(self.N, 3 * H)
+        self.DZN = new(self.N, H) if reset_after else None
+        self.DU, self.GS = new(self.B, H), new(self.B, H)
 
     def forward_loop(self) -> None:
-        H, hm, n = self.H, self.hprev(), self.B * self.H
+        H, hp = self.H, self.hprev()
         for t in range(self.T):
+            rows = self.rows(t)
+            n = rows * H
+            z, u = self.step(self.Z, t), self.step(self.U, t)
+            h_in, h_out = self.s_in(self.Hs, t), self.s_out(self.Hs, t)
+            hm1 = self.s_out(self.HM, t) if self.has_mask else self.dummy
             if self.reset_after:
-                torch.mm(hm[t], self.w_hh.t(), out=self.R)
-                launch(gru_step, n, self.Z[t], self.R, self.b_hh, self.U[t], self.Hs[t],
-                       self.Hs[t + 1], hm[t + 1], self.OUT[t], self.mask, self.lengths, t, n, H,
+                torch.mm(self.s_in(hp, t), self.w_hh.t(), out=self.R[:rows])
+                launch(gru_step, n, z, self.R, self.b_hh, u, h_in, h_out, hm1, self.mask, n, H,
                        **self.flags())
             else:
-                self.Z[t][:, :2 * H].addmm_(hm[t], self.w_hh[:2 * H].t())
-                launch(gru_gates, n, self.Z[t], hm[t], self.U[t], n, H, ACC=self.acc)
-                self.Z[t][:, 2 * H:].addmm_(self.U[t], self.w_hh[2 * H:].t())
-                launch(gru_out, n, self.Z[t], self.Hs[t], self.Hs[t + 1], hm[t + 1], self.OUT[t],
-                       self.mask, self.lengths, t, n, H, **self.flags())
+                z[:, :2 * H].addmm_(self.s_in(hp, t), self.w_hh[:2 * H].t())
+                launch(gru_gates, n, z, self.s_in(hp, t), u, n, H, ACC=self.acc)
+                z[:, 2 * H:].addmm_(u, self.w_hh[2 * H:].t())
+                launch(gru_out, n, z, h_in, h_out, hm1, self.mask, n, H, **self.flags())
 
     def backward_loop(self) -> None:
-        H, T, hm, n = self.H, self.T, self.hprev(), self.B * self.H
-        self.G.zero_()
-        self.DCR.zero_()
-        for t in range(T - 1, -1, -1):
-            launch(gru_step_grad, n, self.Z[t], self.U[t], self.Hs[t], self.dout[t], self.dhn,
-                   self.G, self.mask, self.DCR, self.GB[t],
-                   self.DZN[t] if self.reset_after else self.dummy, self.lengths, t, T, n, H,
-                   RESET_AFTER=self.reset_after, **self.flags())
+        H, hp = self.H, self.hprev()
+        self.start_backward()
+        for t in range(self.T - 1, -1, -1):
+            rows = self.rows(t)
+            n = rows * H
+            gb = self.step(self.GB, t)
+            launch(gru_step_grad, n, self.step(self.Z, t), self.step(self.U, t),
+                   self.s_in(self.Hs, t), self.step(self.DH, t), self.grad_in(t), gb,
+                   self.step(self.DZN, t) if self.reset_after else self.dummy, n, H,
+                   RESET_AFTER=self.reset_after, ACC=self.acc)
             if self.reset_after:
-                torch.mm(self.GB[t], self.w_hh, out=self.G)
+                self.send_back(t, gb, self.w_hh)
             else:
-                torch.mm(self.GB[t][:, 2 * H:], self.w_hh[2 * H:], out=self.DU)
-                launch(gru_reset_grad, n, self.Z[t], hm[t], self.DU, self.GB[t], self.G, n, H,
-                       ACC=self.acc)
-                self.G.addmm_(self.GB[t][:, :2 * H], self.w_hh[:2 * H])
+                du = torch.mm(gb[:, 2 * H:], self.w_hh[2 * H:], out=self.DU[:rows])
+                gs = self.GS[:rows]
+                launch(gru_reset_grad, n, self.step(self.Z, t), self.s_in(hp, t), du, gb, gs, n,
+                       H, ACC=self.acc)
+                gs.addmm_(gb[:, :2 * H], self.w_hh[:2 * H])
+                target = self.grad_in(t)
+                if self.has_mask:
+                    target.addcmul_(gs, self.mask[:rows])
+                else:
+                    target.add_(gs)
 
 
 class TritonGRU(GuardedFunction):
@@ -193,18 +202,19 @@ class TritonGRU(GuardedFunction):
     @staticmethod
     def forward(ctx, reset_after, x, h0, w_ih, w_hh, bias, bias_hh, h_mask, lengths):
         GuardedFunction.keep(ctx, reset_after, x, h0, w_ih, w_hh, bias, bias_hh, h_mask, lengths)
-        T, B, _ = x.shape
+        S = Steps(x.shape[0], x.shape[1], lengths, x.device)
+        X = S.pack(x)
         H = h0.shape[-1]
-        key = ("gru", reset_after, T, B, H, x.dtype, x.device, h_mask is not None,
-               lengths is not None)
+        mask = h_mask is not None
+        key = ("gru", reset_after, S.B, tuple(S.off), H, x.dtype, x.device, mask)
         ws = dict(w_hh=w_hh, b_hh=bias_hh) if reset_after else dict(w_hh=w_hh)
-        slot = run_loops(key, lambda static: GRULoops(static, reset_after, T, B, H, x,
-                                                      h_mask is not None, lengths is not None),
-                         x, ctx, lambda lp: lp.bind(x, h0, None, w_ih, bias, h_mask, lengths, **ws))
-        out, hn, _ = slot.loops.results()
-        ctx.reset_after = reset_after
-        ctx.save_for_backward(x, w_ih, w_hh, bias, bias_hh)
-        return out, hn
+        slot = run_loops(key, lambda static: GRULoops(static, reset_after, S, H, x, mask), x, ctx,
+                         lambda lp: lp.bind(X, S.sort(h0), None, w_ih, bias,
+                                            S.sort(h_mask) if mask else None, **ws))
+        lp = slot.loops
+        ctx.reset_after, ctx.steps = reset_after, S
+        ctx.save_for_backward(X, w_ih, w_hh, bias, bias_hh)
+        return S.unpack(lp.Hs[S.B:]), S.final(lp.Hs)
 
     @staticmethod
     @once_differentiable
@@ -213,15 +223,20 @@ class TritonGRU(GuardedFunction):
 
     @staticmethod
     def _backward(ctx, dout, dhn):
-        x, w_ih, w_hh, bias, bias_hh = ctx.saved_tensors
-        lp = run_grads(ctx, lambda lp: lp.bind_grads(dout, dhn))
-        dh0, _ = lp.initial_grads(carry=lp.DCR)
+        X, w_ih, w_hh, bias, bias_hh = ctx.saved_tensors
+        S: Steps = ctx.steps
+        DH, dh0_direct = S.grads(dout, dhn, ctx.lease.slot.loops.Hs)
+        lp = run_grads(ctx, lambda lp: lp.bind_grads(DH))
+        dh0, _ = lp.initial_grads()
         H = lp.H
-        dzn = lp.DZN if ctx.reset_after else lp.GB[:, :, 2 * H:]
-        grads = RecurrentGRU._weight_grads(ctx, x, w_ih, w_hh, bias, bias_hh, lp.hprev()[:-1], lp.U,
-                                           lp.GB, dzn, dh0)
+        dzn = lp.DZN if ctx.reset_after else lp.GB[:, 2 * H:]
+        dx, grads = weight_grads(ctx.needs_input_grad, ctx.reset_after, X, w_ih, w_hh, bias,
+                                 bias_hh, S.prev(lp.hprev()), lp.U, lp.GB, dzn)
+        out = (None, None if dx is None else S.unpacked(dx),
+               S.initial_grad(dh0, dh0_direct) if ctx.needs_input_grad[2] else None, *grads,
+               None, None)
         ctx.lease.release()
-        return grads
+        return out
 
 
 def recurrent(v, x, h0, lengths, h_mask):

@@ -24,13 +24,21 @@ those methods runs the reference loop.  The cell's gates and readout are compute
 same operations as in the reference loop, on (T, B, H) tensors instead of T tensors of
 (B, H), so the only arithmetic of its own here is the pass over time.
 
-Padding (prefix masks; the encoder reverses each sequence within its length for the
-backward direction): every row runs all T steps; the outputs are zero at padding (so no
-gradient enters there), each state component is taken at the row's last real step (the
-initial state for a length-0 row), and nothing a padded step computes reaches anything the
-caller sees, in either direction.  The QRNN's zoneout (training) draws its mask for all
-steps at once: the same distribution as the reference loop's per-step draws, another
-sequence of random numbers.
+Padding-free (prefix masks; the encoder reverses each sequence within its length for the
+backward direction, so it too starts at each sequence's own last token): a call runs the
+packed layout of ``common/sequences.Steps`` (rows sorted by length once per call; step t
+runs the sequences still running), so the products, the terms, the pass and the readout are
+computed over real tokens only, and what is kept for the backward holds nothing else.  A
+cell's methods are element-wise over rows, so they run on the packed (N, *) tokens as they
+do on (T, B, *) ones: ``project_inputs`` on the packed inputs, ``scan_terms`` with each
+token's row of the initial state (``terms_read_one_step``; a cell whose ``sequence_terms``
+reads across steps, the width-2 QRNN, gets its projections back in the (T, B) layout for
+that one call and its terms packed again), ``readout`` and ``next_state`` per token.  The
+outputs are exactly zero at padding (so no gradient enters there), each state component is
+taken at the row's last real step (the initial state for a length-0 row).  Without padding
+the layout is the plain time-major one and nothing is sorted or copied.  The QRNN's zoneout
+(training) draws its mask for all tokens at once: the same distribution as the reference
+loop's per-step draws, another sequence of random numbers.
 
 Paths (``interface.KernelPath``):
 
@@ -54,20 +62,19 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-import torch
 from torch import Tensor
 
 from ..common.dispatch import describe, native_loops, triton_runs
 from ..common.gemm import faster_products
-from ..common.sequences import final, masked_outputs
+from ..common.sequences import Steps
 from ..interface import Call, KernelFamily, KernelPath, NativeSource, register
 from .loops import LIBRARY, LinearScan
 
 
 class LinearScanKernels(KernelFamily):
     name = "linear_scan"
-    reads = ("linear_scan", "memory_index", "project_inputs", "sequence_terms", "readout",
-             "next_state")
+    reads = ("linear_scan", "memory_index", "terms_read_one_step", "project_inputs",
+             "scan_terms", "sequence_terms", "readout", "next_state")
     paths = (KernelPath.TRITON_SCAN, KernelPath.SCAN)
     native = NativeSource(LIBRARY, "linear_scan.c")
     autocast_inside = True
@@ -102,29 +109,31 @@ class LinearScanKernels(KernelFamily):
 
 def scan_sequence(v, function, x: Tensor, state: tuple[Tensor, ...], lengths: Tensor | None):
     """One call of a linear-scan cell (``v``: its view) with the memory's pass ``function``
-    (``LinearScan`` or its Triton twin); see the module docstring.  ``h_mask`` has no part
-    in it: no product reads h_{t-1}."""
+    (``LinearScan`` or its Triton twin), over the real tokens only; see the module docstring.
+    ``h_mask`` has no part in it: no product reads h_{t-1}."""
+    T, B, _ = x.shape
+    S = Steps(T, B, lengths, x.device)
     with faster_products() if x.device.type == "cpu" else nullcontext():  # (common/gemm.py)
-        xp = v.project_inputs(x)  # every matrix product, all steps at once
-    terms = v.sequence_terms(xp, state)  # keep, write, content, ... of every step
-    C = function.apply(terms["keep"], terms["write"], terms["content"], state[v.memory_index])
-    memory = C[1:]
-    h = v.readout(memory, terms)  # h_t of every step
-    steps = v.next_state(h, memory, xp)  # the state after every step, component by component
-    finals = tuple(final(C, lengths) if k == v.memory_index else last_step(s, s0, lengths)
+        xp = v.project_inputs(S.pack(x))  # every matrix product, all real tokens at once
+    terms = packed_terms(v, S, xp, state)  # keep, write, content, ... of every real token
+    C = function.apply(S, terms["keep"], terms["write"], terms["content"], state[v.memory_index])
+    memory = C[B:]
+    h = v.readout(memory, terms)  # h_t of every real token
+    steps = v.next_state(h, memory, xp)  # the state after every token, component by component
+    finals = tuple(S.final(C) if k == v.memory_index else S.final_rows(s, s0)
                    for k, (s, s0) in enumerate(zip(steps, state)))
-    return masked_outputs(h, lengths), finals
+    return S.unpack(h), finals
 
 
-def last_step(steps: Tensor, initial: Tensor, lengths: Tensor | None) -> Tensor:
-    """Each row's value after its last real step, ``steps`` (T, B, n), or ``initial`` (B, n)
-    for a length-0 row (differentiable: the gradient goes to that step, or to the initial
-    state)."""
-    if lengths is None:
-        return steps[-1].clone()
-    rows = torch.arange(steps.shape[1], device=steps.device)
-    last = steps[(lengths - 1).clamp(min=0), rows]
-    return torch.where((lengths > 0).unsqueeze(-1), last, initial)
+def packed_terms(v, S: Steps, xp: Tensor, state: tuple[Tensor, ...]) -> dict[str, Tensor]:
+    """The cell's terms of every real token (N, H each) from its projections ``xp`` (N, *)."""
+    if not S.padded:  # the (T, B) layout itself: the cell's own sequence_terms
+        terms = v.sequence_terms(xp.view(S.T, S.B, -1), state)
+        return {name: t.reshape(S.N, *t.shape[2:]) for name, t in terms.items()}
+    if v.terms_read_one_step:  # a token's terms read its projections and its initial state
+        return v.scan_terms(xp, tuple(S.per_row(S.sort(s)) for s in state))
+    terms = v.sequence_terms(S.unpack(xp), state)  # the terms read across steps
+    return {name: S.pack(t) for name, t in terms.items()}
 
 
 KERNELS = register(LinearScanKernels())

@@ -13,9 +13,12 @@ reverse pass written by hand (g_t = dL/dc_t):
 in two implementations of the same loops: the **native kernel** (CPU, float32 / float64;
 ``linear_scan.c``: each chunk of (row, unit) columns runs every step, the chunks split across
 threads) and **PyTorch loops** (any device; no compiler; ``LSTMABLATE_NATIVE=0``): one
-``addcmul`` per step each way.  The memory is carried in float32 where the terms are
-float16 / bfloat16 (``common/precision.memory_dtype``; this function is the Triton scan's
-fallback, ``common/guard.py``, and sees such terms only there).
+``addcmul`` per step each way.  Both run the packed layout of ``common/sequences.Steps``: the
+terms hold the real tokens only (step t's rows(t) sequences still running), the memory is a
+state buffer (the B initial rows, then every step's), so no step of padding is computed,
+kept or differentiated.  The memory is carried in float32 where the terms are float16 /
+bfloat16 (``common/precision.memory_dtype``; this function is the Triton scan's fallback,
+``common/guard.py``, and sees such terms only there).
 """
 
 from __future__ import annotations
@@ -26,32 +29,36 @@ from torch.autograd.function import once_differentiable
 
 from ..common import native
 from ..common.precision import memory_dtype
+from ..common.sequences import Steps
 
 LIBRARY = "linear_scan"
 
 
 class LinearScan(torch.autograd.Function):
-    """``C = LinearScan.apply(keep, write, content, c0)``: keep, write, content (T, B, H),
-    c0 (B, H) -> C (T+1, B, H) with C[0] = c_0 and C[t] = c_t (in ``memory_dtype``)."""
+    """``C = LinearScan.apply(S, keep, write, content, c0)``: keep, write, content (N, H) in
+    the packed layout of ``S`` (a :class:`Steps`), c0 (B, H) in the caller's row order ->
+    the state buffer C (B + N, H) (``memory_dtype``): the B initial memories (sorted), then
+    c_t of every real token (``S.final(C)``: each sequence's last)."""
 
     @staticmethod
-    def forward(ctx, keep: Tensor, write: Tensor, content: Tensor, c0: Tensor) -> Tensor:
-        T, B, H = keep.shape
+    def forward(ctx, S: Steps, keep: Tensor, write: Tensor, content: Tensor, c0: Tensor
+                ) -> Tensor:
+        H = keep.shape[-1]
         dtype = memory_dtype(keep.dtype)
         k, w, u = (t.to(dtype).contiguous() for t in (keep, write, content))
-        C = k.new_empty(T + 1, B, H)
-        C[0] = c0
+        C = S.state_buffer(c0, dtype=dtype)
         lib = native.library_for(LIBRARY, k.device.type, dtype)
         if lib is not None:
-            lib.call("scan_fwd", dtype, _choose=False, T=T, n=B * H, keep=k, write=w, content=u,
-                     C=C, par_min=native.PAR_MIN)
+            lib.call("scan_fwd", dtype, _choose=False, T=S.T, B=S.B, off=S.off, H=H, keep=k,
+                     write=w, content=u, C=C, par_min=native.PAR_MIN)
         else:
-            cs = C.unbind(0)
-            U = w * u  # what every step writes: write_t ∘ content_t
-            for t in range(T):
-                torch.addcmul(U[t], k[t], cs[t], out=cs[t + 1])  # c_t = keep_t ∘ c_{t-1} + ...
-        ctx.native = lib
+            U = S.per_step(w * u)  # what every step writes: write_t ∘ content_t
+            for t, (kt, c_prev, c_t) in enumerate(zip(S.per_step(k), S.states_in(C),
+                                                      S.states_out(C))):
+                torch.addcmul(U[t], kt, c_prev, out=c_t)  # c_t = keep_t ∘ c_{t-1} + ...
+        ctx.native, ctx.steps = lib, S
         ctx.dtypes = (keep.dtype, write.dtype, content.dtype, c0.dtype)
+        ctx.c0_shape = c0.shape
         ctx.save_for_backward(k, w, u, C)
         return C
 
@@ -59,20 +66,29 @@ class LinearScan(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dC: Tensor):
         k, w, u, C = ctx.saved_tensors
-        T, B, H = k.shape
+        S: Steps = ctx.steps
+        B, H = S.B, k.shape[-1]
         dC = dC.to(C.dtype).contiguous()
         if ctx.native is not None:
             dk, dw, du, dc0 = (torch.empty_like(k), torch.empty_like(k), torch.empty_like(k),
                                k.new_empty(B, H))
-            ctx.native.call("scan_bwd", C.dtype, _choose=False, T=T, n=B * H, keep=k, write=w,
-                            content=u, C=C, dC=dC, dkeep=dk, dwrite=dw, dcontent=du, dc0=dc0,
-                            par_min=native.PAR_MIN)
+            ctx.native.call("scan_bwd", C.dtype, _choose=False, T=S.T, B=B, off=S.off, H=H,
+                            keep=k, write=w, content=u, C=C, dC=dC, dkeep=dk, dwrite=dw,
+                            dcontent=du, dc0=dc0, par_min=native.PAR_MIN)
         else:
-            G = dC.clone()  # G[t] = g_t once the loop has passed it
-            gs, ks = G.unbind(0), k.unbind(0)
-            for t in range(T, 0, -1):
-                gs[t - 1].addcmul_(ks[t - 1], gs[t])  # g_{t-1} = dC_{t-1} + keep_t ∘ g_t
-            g = G[1:]
-            dk, dw, du, dc0 = g * C[:-1], g * u, g * w, G[0]
-        return tuple(grad.to(dtype) if need else None for grad, dtype, need
-                     in zip((dk, dw, du, dc0), ctx.dtypes, ctx.needs_input_grad))
+            G = dC.clone()  # G's step rows hold g_t once the loop has passed them
+            gs, ks = S.states_out(G), S.per_step(k)
+            into = [G[:B]] + gs[:-1]  # the rows of step t - 1 (c_0 for t = 0)
+            for t in range(S.T - 1, -1, -1):
+                into[t][:S.rows(t)].addcmul_(ks[t], gs[t])  # g_{t-1} += keep_t ∘ g_t
+            g = G[B:]
+            dk, dw, du, dc0 = g * S.prev(C), g * u, g * w, G[:B]
+        return LinearScan.grads(ctx, dk, dw, du, dc0)
+
+    @staticmethod
+    def grads(ctx, dk: Tensor, dw: Tensor, du: Tensor, dc0: Tensor) -> tuple:
+        """``backward``'s result from the pass's gradients (dc0 sorted), each in its input's
+        dtype (this and the Triton pass)."""
+        dc0 = ctx.steps.grad_of_initial(dc0, ctx.c0_shape)
+        return (None,) + tuple(grad.to(dtype) if need else None for grad, dtype, need
+                               in zip((dk, dw, du, dc0), ctx.dtypes, ctx.needs_input_grad[1:]))

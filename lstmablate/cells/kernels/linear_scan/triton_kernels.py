@@ -1,13 +1,14 @@
 """The linear scan on Triton: the pass over time of every linear-scan cell's memory
 (``family.py``), one launch for the whole sequence each way.
 
-Each program owns a slice of the B x H (row, unit) columns and loops over time, forward
-c_t = keep_t ∘ c_{t-1} + write_t ∘ content_t (``linear_scan``), backward the reverse pass of
-``loops.py`` (``linear_scan_grad``).  The terms are read in their own dtype (float16 /
-bfloat16 under autocast) and every step is computed in float32 registers (float64 for
-float64); the memory and its gradient are stored in float32 (``memory_dtype``), the terms'
-gradients in the terms' dtype.  No padding here: every row runs all T steps, and
-``family.scan_sequence`` takes each row's final state at its own length.
+Each program owns a slice of the B x H (row, unit) lanes; each lane runs its own sequence's
+steps (LEN: the sorted lengths), forward c_t = keep_t ∘ c_{t-1} + write_t ∘ content_t
+(``linear_scan``), backward the reverse pass of ``loops.py`` (``linear_scan_grad``), in the
+packed layout of ``common/sequences.Steps`` (OFF: the step offsets; the memory a state buffer,
+the B initial rows first), so no step of padding is computed.  The terms are read in their
+own dtype (float16 / bfloat16 under autocast) and every step is computed in float32 registers
+(float64 for float64); the memory and its gradient are stored in float32 (``memory_dtype``),
+the terms' gradients in the terms' dtype.
 """
 
 from __future__ import annotations
@@ -18,46 +19,60 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ..common.guard import GuardedFunction
-from ..common.triton_common import acc, launch, memory_dtype, step_base
+from ..common.triton_common import acc, launch, memory_dtype, row_base
 from ..interface import KernelPath
 from .loops import LinearScan
 
 
 @triton.jit
-def linear_scan(KEEP, WRITE, CONTENT, C, T, n, ACC: tl.constexpr, BLOCK: tl.constexpr):
-    """C[t + 1] = KEEP[t] * C[t] + WRITE[t] * CONTENT[t] for t = 0..T-1 (C[0]: c_0)."""
+def linear_scan(KEEP, WRITE, CONTENT, C, OFF, LEN, T, B, H, ACC: tl.constexpr,
+                BLOCK: tl.constexpr):
+    """Each lane (row b, unit u): c_t = keep_t c_{t-1} + write_t content_t over its row's
+    steps, into the state buffer C (its initial row read first)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
+    m = offs < B * H
+    b = offs // H
+    u = offs - b * H
     c = tl.load(C + offs, mask=m, other=0.0).to(ACC)
+    n_real = tl.load(LEN + b, mask=m, other=0)
     for t in range(0, T):
-        s = step_base(t, n) + offs
-        k = tl.load(KEEP + s, mask=m, other=0.0).to(ACC)
-        w = tl.load(WRITE + s, mask=m, other=0.0).to(ACC)
-        u = tl.load(CONTENT + s, mask=m, other=0.0).to(ACC)
-        c = k * c + w * u  # c_t = keep_t c_{t-1} + write_t content_t
-        tl.store(C + step_base(t + 1, n) + offs, c, mask=m)
+        live = m & (t < n_real)
+        s = row_base(OFF, t, b, H) + u
+        k = tl.load(KEEP + s, mask=live, other=0.0).to(ACC)
+        w = tl.load(WRITE + s, mask=live, other=0.0).to(ACC)
+        x = tl.load(CONTENT + s, mask=live, other=0.0).to(ACC)
+        c = tl.where(live, k * c + w * x, c)  # c_t = keep_t c_{t-1} + write_t content_t
+        tl.store(C + B * H + s, c, mask=live)
 
 
 @triton.jit
-def linear_scan_grad(KEEP, WRITE, CONTENT, C, DC, DKEEP, DWRITE, DCONTENT, DC0, T, n,
-                     ACC: tl.constexpr, BLOCK: tl.constexpr):
-    """The reverse pass: g_T = DC[T], g_{t-1} = DC[t-1] + keep_t g_t, and the terms'
-    gradients g_t c_{t-1}, g_t content_t, g_t write_t; DC0 = g_0."""
+def linear_scan_grad(KEEP, WRITE, CONTENT, C, DC, DKEEP, DWRITE, DCONTENT, DC0, OFF, LEN, T, B,
+                     H, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """The reverse pass, each lane from its row's last step: g_t = DC_t + keep_{t+1} g_{t+1},
+    the terms' gradients g_t c_{t-1}, g_t content_t, g_t write_t; DC0 = DC_0 + keep_1 g_1."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    g = tl.load(DC + step_base(T, n) + offs, mask=m, other=0.0).to(ACC)
+    m = offs < B * H
+    b = offs // H
+    u = offs - b * H
+    n_real = tl.load(LEN + b, mask=m, other=0)
+    carry = tl.zeros([BLOCK], dtype=ACC)  # keep_{t+1} g_{t+1}
     for r in range(0, T):
         t = T - 1 - r
-        s = step_base(t, n) + offs
-        k = tl.load(KEEP + s, mask=m, other=0.0).to(ACC)
-        w = tl.load(WRITE + s, mask=m, other=0.0).to(ACC)
-        u = tl.load(CONTENT + s, mask=m, other=0.0).to(ACC)
-        c_prev = tl.load(C + s, mask=m, other=0.0).to(ACC)
-        tl.store(DKEEP + s, g * c_prev, mask=m)
-        tl.store(DWRITE + s, g * u, mask=m)
-        tl.store(DCONTENT + s, g * w, mask=m)
-        g = tl.load(DC + s, mask=m, other=0.0).to(ACC) + k * g
-    tl.store(DC0 + offs, g, mask=m)
+        live = m & (t < n_real)
+        s = row_base(OFF, t, b, H) + u
+        k = tl.load(KEEP + s, mask=live, other=0.0).to(ACC)
+        w = tl.load(WRITE + s, mask=live, other=0.0).to(ACC)
+        x = tl.load(CONTENT + s, mask=live, other=0.0).to(ACC)
+        # c_{t-1}: the previous step's row, or the initial row at t = 0
+        prev = tl.where(t > 0, row_base(OFF, tl.maximum(t - 1, 0), b, H) + u + B * H,
+                        offs.to(tl.int64))
+        c_prev = tl.load(C + prev, mask=live, other=0.0).to(ACC)
+        g = tl.load(DC + B * H + s, mask=live, other=0.0).to(ACC) + carry
+        tl.store(DKEEP + s, g * c_prev, mask=live)
+        tl.store(DWRITE + s, g * x, mask=live)
+        tl.store(DCONTENT + s, g * w, mask=live)
+        carry = tl.where(live, k * g, carry)
+    tl.store(DC0 + offs, tl.load(DC + offs, mask=m, other=0.0).to(ACC) + carry, mask=m)
 
 
 class TritonLinearScan(GuardedFunction):
@@ -67,14 +82,15 @@ class TritonLinearScan(GuardedFunction):
     family, path, fallback = "linear_scan", KernelPath.TRITON_SCAN, LinearScan
 
     @staticmethod
-    def forward(ctx, keep, write, content, c0):
-        GuardedFunction.keep(ctx, keep, write, content, c0)
-        T, B, H = keep.shape
+    def forward(ctx, S, keep, write, content, c0):
+        GuardedFunction.keep(ctx, S, keep, write, content, c0)
+        H = keep.shape[-1]
         k, w, u = keep.contiguous(), write.contiguous(), content.contiguous()
-        C = k.new_empty(T + 1, B, H, dtype=memory_dtype(k.dtype))
-        C[0] = c0
-        launch(linear_scan, B * H, k, w, u, C, T, B * H, ACC=acc(k.dtype))
+        C = S.state_buffer(c0, dtype=memory_dtype(k.dtype))
+        off, lens = S.device_steps()
+        launch(linear_scan, S.B * H, k, w, u, C, off, lens, S.T, S.B, H, ACC=acc(k.dtype))
         ctx.dtypes = (keep.dtype, write.dtype, content.dtype, c0.dtype)
+        ctx.steps, ctx.c0_shape = S, c0.shape
         ctx.save_for_backward(k, w, u, C)
         return C
 
@@ -86,11 +102,11 @@ class TritonLinearScan(GuardedFunction):
     @staticmethod
     def _backward(ctx, dC):
         k, w, u, C = ctx.saved_tensors
-        T, B, H = k.shape
+        S, H = ctx.steps, k.shape[-1]
         dC = dC.to(C.dtype).contiguous()
         dk, dw, du = (torch.empty(k.shape, dtype=d, device=k.device) for d in ctx.dtypes[:3])
-        dc0 = C.new_empty(B, H)
-        launch(linear_scan_grad, B * H, k, w, u, C, dC, dk, dw, du, dc0, T, B * H,
-               ACC=acc(k.dtype))
-        return tuple(grad.to(dtype) if need else None for grad, dtype, need
-                     in zip((dk, dw, du, dc0), ctx.dtypes, ctx.needs_input_grad))
+        dc0 = C.new_empty(S.B, H)
+        off, lens = S.device_steps()
+        launch(linear_scan_grad, S.B * H, k, w, u, C, dC, dk, dw, du, dc0, off, lens, S.T, S.B,
+               H, ACC=acc(k.dtype))
+        return LinearScan.grads(ctx, dk, dw, du, dc0)

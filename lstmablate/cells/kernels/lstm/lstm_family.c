@@ -11,7 +11,13 @@
    and, with a projection (Sak et al. 2014), h_t = W_hr (o_t * tanh(c_t)).
 
    Blocks: the gates i, f, o (as present) then the content g; the blocks that read h_{t-1}
-   are the contiguous range [r0, r1) (lstm/recurrent.py, Layout).  Compiled twice (la_real.h). */
+   are the contiguous range [r0, r1) (lstm/recurrent.py, Layout).  Compiled twice (la_real.h).
+
+   Padding-free: the loops run the packed layout of la_real.h (la_rows, la_prev, la_next), step
+   t only its rows(t) real rows.  What a step does around its product is one pass per row: the
+   forward reads the pre-activations and the bias, and writes the activations, c_t and h_t (or
+   o_t tanh(c_t) before a projection); the backward recomputes tanh(c_t) from c_t (it is not
+   kept: less memory for the same work) and writes dZ and the carried dc_{t-1} in place. */
 #include <stdlib.h>
 
 #include "la_real.h"
@@ -29,7 +35,6 @@ typedef struct {
     int r1;
     int srnn;     /* content = tanh(...) (eq 2), else linear (§3.1) */
     int memory;   /* 0: eq 1, h = tanh(z) */
-    int nbias;    /* the bias covers the first nbias columns */
     long par_min; /* element-wise work per step above which rows are split across threads */
 } LAYOUT;
 
@@ -43,72 +48,71 @@ typedef struct {
 
 /* One row (b) of one step of the forward element-wise work; HAS_F, HAS_O, SRNN are constants at
    every call site (see fwd_row), so each combination compiles to its own branch-free loop.
-   z (nb*H): pre-activations in, activations out. */
+   z (nb*H): pre-activations in (without the bias: bias, nb*H, is added here), activations out;
+   cp = c_{t-1}, c = c_t, h = h_t (o_t tanh(c_t) before a projection). */
 static inline __attribute__((always_inline)) void SFX(fwd_row_impl)(
-        const int HAS_F, const int HAS_O, const int SRNN, const int H, real_t* z, int fi, int oi, int nG,
-        const real_t* cp, real_t* c, real_t* tc, real_t* h) {
+        const int HAS_F, const int HAS_O, const int SRNN, const int H, real_t* z, const real_t* bias,
+        int fi, int oi, int nG, const real_t* cp, real_t* c, real_t* h) {
     GATE_BLOCKS(real_t, z, zi, zf, zo, zg);
+    GATE_BLOCKS(const real_t, bias, bi, bf, bo, bg);
     #pragma omp simd
     for (int j = 0; j < H; ++j) {
-        real_t i = SFX(sig)(zi[j]);                   /* eq 3 */
-        real_t g = SRNN ? TANH(zg[j]) : zg[j];        /* eq 2; linear content: §3.1 */
+        real_t i = SFX(sig)(zi[j] + bi[j]);                   /* eq 3 */
+        real_t g = SRNN ? TANH(zg[j] + bg[j]) : zg[j] + bg[j];  /* eq 2; linear content: §3.1 */
         real_t cc = i * g;
         real_t f = 1, o = 1;
-        if (HAS_F) { f = SFX(sig)(zf[j]); cc += f * cp[j]; }  /* eqs 4, 5 */
+        if (HAS_F) { f = SFX(sig)(zf[j] + bf[j]); cc += f * cp[j]; }  /* eqs 4, 5 */
         else cc += cp[j];                             /* Neubig eq 50: c_t = i_t u_t + c_{t-1} */
-        if (HAS_O) o = SFX(sig)(zo[j]);               /* eq 6 */
+        if (HAS_O) o = SFX(sig)(zo[j] + bo[j]);       /* eq 6 */
         real_t t = TANH(cc);
         zi[j] = i;
-        if (SRNN) zg[j] = g;
+        zg[j] = g;
         if (HAS_F) zf[j] = f;
         if (HAS_O) zo[j] = o;
         c[j] = cc;
-        tc[j] = t;
         h[j] = HAS_O ? o * t : t;                     /* eq 7; - OUT: h_t = tanh(c_t) */
     }
 }
 
 static void SFX(fwd_row)(const LAYOUT* L, real_t* z, const real_t* bias, const real_t* cp, real_t* c,
-                         real_t* tc, real_t* h) {
-    const int H = L->H, fi = L->fi, oi = L->oi, nG = L->nG, nbias = L->nbias;
-    if (bias) {  /* + b_i, b_f, b_o (and b_c): eqs 2-6 */
-        #pragma omp simd
-        for (int j = 0; j < nbias; ++j) z[j] += bias[j];
-    }
+                         real_t* h) {
+    const int H = L->H, fi = L->fi, oi = L->oi, nG = L->nG;
     if (!L->memory) {  /* eq 1: h_t = tanh(W_hh h_{t-1} + W_hx x_t + b_h) */
         real_t* zg = z + nG * H;
+        const real_t* bg = bias + nG * H;
         #pragma omp simd
-        for (int j = 0; j < H; ++j) { real_t v = TANH(zg[j]); zg[j] = v; h[j] = v; }
+        for (int j = 0; j < H; ++j) { real_t v = TANH(zg[j] + bg[j]); zg[j] = v; h[j] = v; }
         return;
     }
     switch ((fi >= 0) * 4 + (oi >= 0) * 2 + (L->srnn != 0)) {
-        case 7: SFX(fwd_row_impl)(1, 1, 1, H, z, fi, oi, nG, cp, c, tc, h); break;
-        case 6: SFX(fwd_row_impl)(1, 1, 0, H, z, fi, oi, nG, cp, c, tc, h); break;
-        case 5: SFX(fwd_row_impl)(1, 0, 1, H, z, fi, oi, nG, cp, c, tc, h); break;
-        case 4: SFX(fwd_row_impl)(1, 0, 0, H, z, fi, oi, nG, cp, c, tc, h); break;
-        case 3: SFX(fwd_row_impl)(0, 1, 1, H, z, fi, oi, nG, cp, c, tc, h); break;
-        case 2: SFX(fwd_row_impl)(0, 1, 0, H, z, fi, oi, nG, cp, c, tc, h); break;
-        case 1: SFX(fwd_row_impl)(0, 0, 1, H, z, fi, oi, nG, cp, c, tc, h); break;
-        default: SFX(fwd_row_impl)(0, 0, 0, H, z, fi, oi, nG, cp, c, tc, h); break;
+        case 7: SFX(fwd_row_impl)(1, 1, 1, H, z, bias, fi, oi, nG, cp, c, h); break;
+        case 6: SFX(fwd_row_impl)(1, 1, 0, H, z, bias, fi, oi, nG, cp, c, h); break;
+        case 5: SFX(fwd_row_impl)(1, 0, 1, H, z, bias, fi, oi, nG, cp, c, h); break;
+        case 4: SFX(fwd_row_impl)(1, 0, 0, H, z, bias, fi, oi, nG, cp, c, h); break;
+        case 3: SFX(fwd_row_impl)(0, 1, 1, H, z, bias, fi, oi, nG, cp, c, h); break;
+        case 2: SFX(fwd_row_impl)(0, 1, 0, H, z, bias, fi, oi, nG, cp, c, h); break;
+        case 1: SFX(fwd_row_impl)(0, 0, 1, H, z, bias, fi, oi, nG, cp, c, h); break;
+        default: SFX(fwd_row_impl)(0, 0, 0, H, z, bias, fi, oi, nG, cp, c, h); break;
     }
 }
 
-/* Forward over T steps.  Z (T,B,nb*H): x_t W_ih^T in (bias, if given, is added to the first
-   nbias columns here), activations out; Hs (T+1,B,P) with Hs[0] = h0; C (T+1,B,H) with
-   C[0] = c0; TC (T,B,H): tanh(c_t); HH (T,B,H) if proj (h before W_hr); HM (T,B,P) if hmask
-   (h_{t-1} * hmask). */
-LA_EXPORT int SFX(lstm_fwd)(const LAYOUT* L, int T, int B, real_t* Z, real_t* Hs, real_t* C,
-                            real_t* TC, real_t* HH, real_t* HM, const real_t* w_hh, const real_t* w_hr,
+/* Forward over T steps of the packed layout off (la_real.h; B rows at most).  Z (N,nb*H): x W_ih^T
+   in, activations out; bias (nb*H): the bias of every block (zeros where a block has none);
+   Hs (B+N,P) with the initial h in its first B rows; C (B+N,H) likewise (with a memory cell);
+   HH (N,H) if proj: o_t tanh(c_t), before W_hr; hm (B*P) scratch for h_{t-1} * hmask (hmask
+   (B,P): the recurrent-dropout mask of each row, or 0). */
+LA_EXPORT int SFX(lstm_fwd)(const LAYOUT* L, int T, int B, const int* off, real_t* Z, real_t* Hs,
+                            real_t* C, real_t* HH, real_t* hm, const real_t* w_hh, const real_t* w_hr,
                             const real_t* hmask, const real_t* bias) {
     const int H = L->H, P = L->P, nbH = L->nb * H, nR = L->r1 - L->r0;
-    const int proj = w_hr != 0;
+    const int proj = w_hr != 0, mem = L->memory;
     if (nR == 0 && !proj) {  /* no recurrent product (- HIDDEN): rows are independent, one pass each */
-        #pragma omp parallel for schedule(static) if ((long)B * H * T >= L->par_min)
+        #pragma omp parallel for schedule(static) if ((long)off[T] * H >= L->par_min)
         for (int b = 0; b < B; ++b)
-            for (int t = 0; t < T; ++t) {
-                const long s = (long)t * B + b;
-                SFX(fwd_row)(L, Z + s * nbH, bias, L->memory ? C + s * H : 0, L->memory ? C + (s + B) * H : 0,
-                             L->memory ? TC + s * H : 0, Hs + (s + B) * P);
+            for (int t = 0; t < T && b < la_rows(off, t); ++t) {
+                const long s = off[t] + b, sp = la_prev(off, B, t) + b, sn = la_next(off, B, t) + b;
+                SFX(fwd_row)(L, Z + s * nbH, bias, mem ? C + sp * H : 0, mem ? C + sn * H : 0,
+                             Hs + sn * P);
             }
         return 0;
     }
@@ -116,21 +120,22 @@ LA_EXPORT int SFX(lstm_fwd)(const LAYOUT* L, int T, int B, real_t* Z, real_t* Hs
     void* pw = nR ? la_pack(1, B, nR * H, P, w_hh, P) : 0;
 #endif
     for (int t = 0; t < T; ++t) {
-        real_t* z = Z + (long)t * B * nbH;
-        const real_t* hp = Hs + (long)t * B * P;
+        const int n = la_rows(off, t);
+        real_t* z = Z + (long)off[t] * nbH;
+        const long sp = la_prev(off, B, t), sn = la_next(off, B, t);
         if (nR) {
-            hp = SFX(dropped)(hp, hmask, hmask ? HM + (long)t * B * P : 0, (long)B * P);  /* h' */
+            const real_t* hp = SFX(dropped)(Hs + sp * P, hmask, hm, (long)n * P);  /* h' */
             /* + W_*h h'_{t-1} for the blocks that read it (eqs 1-4, 6) */
-            STEP_MM(pw, 1, B, nR * H, P, hp, P, w_hh, P, 1, z + L->r0 * H, nbH);
+            STEP_MM(pw, 1, n, nR * H, P, hp, P, w_hh, P, 1, z + L->r0 * H, nbH);
         }
-        real_t* hout = proj ? HH + (long)t * B * H : Hs + (long)(t + 1) * B * P;
-        #pragma omp parallel for schedule(static) if ((long)B * H >= L->par_min)
-        for (int b = 0; b < B; ++b)
-            SFX(fwd_row)(L, z + (long)b * nbH, bias, L->memory ? C + ((long)t * B + b) * H : 0,
-                         L->memory ? C + ((long)(t + 1) * B + b) * H : 0,
-                         L->memory ? TC + ((long)t * B + b) * H : 0, hout + (long)b * (proj ? H : P));
+        real_t* hout = proj ? HH + (long)off[t] * H : Hs + sn * P;
+        const int ldh = proj ? H : P;
+        #pragma omp parallel for schedule(static) if ((long)n * H >= L->par_min)
+        for (int b = 0; b < n; ++b)
+            SFX(fwd_row)(L, z + (long)b * nbH, bias, mem ? C + (sp + b) * H : 0,
+                         mem ? C + (sn + b) * H : 0, hout + (long)b * ldh);
         /* the projection: h_t = (o_t * tanh(c_t)) W_hr^T (Sak et al. 2014) */
-        if (proj) SFX(gemm)(1, B, P, H, hout, H, w_hr, H, 0, Hs + (long)(t + 1) * B * P, P);
+        if (proj) SFX(gemm)(1, n, P, H, hout, H, w_hr, H, 0, Hs + sn * P, P);
     }
 #if CAN_PACK
     la_free_packed(pw);
@@ -139,18 +144,19 @@ LA_EXPORT int SFX(lstm_fwd)(const LAYOUT* L, int T, int B, real_t* Z, real_t* Hs
 }
 
 /* One row of one step of the backward element-wise work: dz of every block from dhh (the
-   gradient w.r.t. o*tanh(c), or h without a memory cell) and the dc carried in (dcin); the dc
-   carried to the previous step goes to carry.  a: the activations of fwd_row.  Specialised
-   like fwd_row. */
+   gradient w.r.t. o*tanh(c), or h without a memory cell) and the dc carried in (dcin); dc_t f_t
+   goes to carry (= when first, else +=: the previous step's row of DC, or dc0).  a: the
+   activations of fwd_row; c = c_t (tanh(c_t) is recomputed), cp = c_{t-1}.  Specialised like
+   fwd_row. */
 static inline __attribute__((always_inline)) void SFX(bwd_row_impl)(
         const int HAS_F, const int HAS_O, const int SRNN, const int H, const real_t* a, int fi, int oi,
-        int nG, const real_t* cp, const real_t* tc, const real_t* dhh, const real_t* dcin, real_t* dz,
-        real_t* carry) {
+        int nG, const real_t* cp, const real_t* c, const real_t* dhh, const real_t* dcin, real_t* dz,
+        real_t* carry, const int first) {
     GATE_BLOCKS(const real_t, a, ai, af, ao, ag);
     GATE_BLOCKS(real_t, dz, di, df, dO, dg);
     #pragma omp simd
     for (int j = 0; j < H; ++j) {
-        real_t i = ai[j], g = ag[j], t = tc[j], d = dhh[j];
+        real_t i = ai[j], g = ag[j], t = TANH(c[j]), d = dhh[j];
         real_t o = HAS_O ? ao[j] : 1;
         real_t dc = dcin[j] + d * o * (1 - t * t);          /* eq 7: dh_t/dc_t = o_t tanh'(c_t) */
         real_t f = HAS_F ? af[j] : 1;
@@ -158,91 +164,89 @@ static inline __attribute__((always_inline)) void SFX(bwd_row_impl)(
         dg[j] = SRNN ? dc * i * (1 - g * g) : dc * i;       /* eqs 5, 2: dc * i * tanh' (or 1) */
         if (HAS_F) df[j] = dc * cp[j] * f * (1 - f);        /* eqs 5, 4: dc * c_{t-1} * sigma' */
         if (HAS_O) dO[j] = d * t * o * (1 - o);             /* eqs 7, 6: dh * tanh(c) * sigma' */
-        carry[j] = dc * f;                                  /* eq 5: dc_{t-1} += dc_t * f_t */
+        carry[j] = first ? dc * f : carry[j] + dc * f;      /* eq 5: dc_{t-1} += dc_t * f_t */
     }
 }
 
-static void SFX(bwd_row)(const LAYOUT* L, const real_t* a, const real_t* cp, const real_t* tc,
-                         const real_t* hh, const real_t* dhh, const real_t* dcin, real_t* dz, real_t* carry) {
+static void SFX(bwd_row)(const LAYOUT* L, const real_t* a, const real_t* cp, const real_t* c,
+                         const real_t* h, const real_t* dhh, const real_t* dcin, real_t* dz,
+                         real_t* carry, int first) {
     const int H = L->H, fi = L->fi, oi = L->oi, nG = L->nG;
     if (!L->memory) {  /* eq 1: dz = dh * (1 - h_t^2) */
         #pragma omp simd
-        for (int j = 0; j < H; ++j) dz[j] = dhh[j] * (1 - hh[j] * hh[j]);
+        for (int j = 0; j < H; ++j) dz[j] = dhh[j] * (1 - h[j] * h[j]);
         return;
     }
     switch ((fi >= 0) * 4 + (oi >= 0) * 2 + (L->srnn != 0)) {
-        case 7: SFX(bwd_row_impl)(1, 1, 1, H, a, fi, oi, nG, cp, tc, dhh, dcin, dz, carry); break;
-        case 6: SFX(bwd_row_impl)(1, 1, 0, H, a, fi, oi, nG, cp, tc, dhh, dcin, dz, carry); break;
-        case 5: SFX(bwd_row_impl)(1, 0, 1, H, a, fi, oi, nG, cp, tc, dhh, dcin, dz, carry); break;
-        case 4: SFX(bwd_row_impl)(1, 0, 0, H, a, fi, oi, nG, cp, tc, dhh, dcin, dz, carry); break;
-        case 3: SFX(bwd_row_impl)(0, 1, 1, H, a, fi, oi, nG, cp, tc, dhh, dcin, dz, carry); break;
-        case 2: SFX(bwd_row_impl)(0, 1, 0, H, a, fi, oi, nG, cp, tc, dhh, dcin, dz, carry); break;
-        case 1: SFX(bwd_row_impl)(0, 0, 1, H, a, fi, oi, nG, cp, tc, dhh, dcin, dz, carry); break;
-        default: SFX(bwd_row_impl)(0, 0, 0, H, a, fi, oi, nG, cp, tc, dhh, dcin, dz, carry); break;
+        case 7: SFX(bwd_row_impl)(1, 1, 1, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
+        case 6: SFX(bwd_row_impl)(1, 1, 0, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
+        case 5: SFX(bwd_row_impl)(1, 0, 1, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
+        case 4: SFX(bwd_row_impl)(1, 0, 0, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
+        case 3: SFX(bwd_row_impl)(0, 1, 1, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
+        case 2: SFX(bwd_row_impl)(0, 1, 0, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
+        case 1: SFX(bwd_row_impl)(0, 0, 1, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
+        default: SFX(bwd_row_impl)(0, 0, 0, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
     }
 }
 
-/* Backward over T steps (reverse).  DH (T,B,P): gradient w.r.t. h_t from the outputs and the
-   final state; the recurrent contributions are added in place, so on return DH[t] is the full
-   gradient w.r.t. h_t.  DC (T,B,H): gradient w.r.t. c_t injected from the final state; on return
-   the carry into each step.  dZ (T,B,nb*H) out; DHH (T,B,H) out if proj; dh0 (B,P), dc0 (B,H)
-   out; tmp (B*H + B*P) scratch. */
-LA_EXPORT int SFX(lstm_bwd)(const LAYOUT* L, int T, int B, const real_t* A, const real_t* C,
-                            const real_t* TC, const real_t* Hs, real_t* DH, real_t* DC, real_t* dZ,
+/* Backward over T steps (reverse) of the packed layout off.  DH (N,P): gradient w.r.t. h_t from
+   the outputs and the final states; the recurrent contributions are added in place, so on return
+   DH[t] is the full gradient w.r.t. h_t.  DC (N,H): gradient w.r.t. c_t injected from the final
+   states; the carry from each step is added into the step before.  dZ (N,nb*H) out; DHH (N,H)
+   out if proj; dh0 (B,P), dc0 (B,H) out (zero for rows of length 0); g (B*P) scratch. */
+LA_EXPORT int SFX(lstm_bwd)(const LAYOUT* L, int T, int B, const int* off, const real_t* A,
+                            const real_t* C, const real_t* Hs, real_t* DH, real_t* DC, real_t* dZ,
                             real_t* DHH, real_t* dh0, real_t* dc0, const real_t* w_hh,
-                            const real_t* w_hr, const real_t* hmask, real_t* tmp) {
+                            const real_t* w_hr, const real_t* hmask, real_t* g) {
     const int H = L->H, P = L->P, nbH = L->nb * H, nR = L->r1 - L->r0;
-    const int proj = w_hr != 0;
+    const int proj = w_hr != 0, mem = L->memory;
+    const int n0 = T > 0 ? la_rows(off, 0) : 0;  /* the rows of length > 0 */
+    for (long e = (long)n0 * P; e < (long)B * P; ++e) dh0[e] = 0;  /* length 0: nothing read h_0 */
+    if (mem) for (long e = (long)n0 * H; e < (long)B * H; ++e) dc0[e] = 0;
     if (nR == 0 && !proj) {  /* no recurrent product: each row's reverse scan on its own */
-        #pragma omp parallel for schedule(static) if ((long)B * H * T >= L->par_min)
-        for (int b = 0; b < B; ++b)
-            for (int t = T - 1; t >= 0; --t) {
-                const long s = (long)t * B + b;
-                real_t* cr = tmp + (long)b * H;
-                SFX(bwd_row)(L, A + s * nbH, C + s * H, TC + s * H, Hs + (s + B) * P, DH + s * P,
-                             DC + s * H, dZ + s * nbH, cr);
-                if (t > 0) { real_t* out = DC + (s - B) * H; for (int j = 0; j < H; ++j) out[j] += cr[j]; }
-                else { real_t* out = dc0 + (long)b * H; for (int j = 0; j < H; ++j) out[j] = cr[j]; }
+        #pragma omp parallel for schedule(static) if ((long)off[T] * H >= L->par_min)
+        for (int b = 0; b < n0; ++b) {
+            int t = 0;
+            while (t + 1 < T && b < la_rows(off, t + 1)) ++t;  /* the row's last step */
+            for (; t >= 0; --t) {
+                const long s = off[t] + b, sp = la_prev(off, B, t) + b, sn = la_next(off, B, t) + b;
+                SFX(bwd_row)(L, A + s * nbH, C + sp * H, C + sn * H, Hs + sn * P, DH + s * P,
+                             DC + s * H, dZ + s * nbH, t > 0 ? DC + (off[t - 1] + b) * (long)H
+                             : dc0 + (long)b * H, t == 0);
             }
-        for (long e = 0; e < (long)B * P; ++e) dh0[e] = 0;  /* nothing reads h_{t-1} */
+        }
+        for (long e = 0; e < (long)n0 * P; ++e) dh0[e] = 0;  /* nothing reads h_{t-1} */
         return 0;
     }
 #if CAN_PACK
     void* pw = nR ? la_pack(0, B, P, nR * H, w_hh, P) : 0;
 #endif
     for (int t = T - 1; t >= 0; --t) {
-        real_t* dh = DH + (long)t * B * P;
+        const int n = la_rows(off, t);
+        const long s = off[t], sp = la_prev(off, B, t), sn = la_next(off, B, t);
+        real_t* dh = DH + s * P;
         const real_t* dhh = dh;
         if (proj) {  /* d (o * tanh(c)) = dh_t W_hr */
-            SFX(gemm)(0, B, H, P, dh, P, w_hr, H, 0, DHH + (long)t * B * H, H);
-            dhh = DHH + (long)t * B * H;
+            SFX(gemm)(0, n, H, P, dh, P, w_hr, H, 0, DHH + s * H, H);
+            dhh = DHH + s * H;
         }
-        real_t* dz = dZ + (long)t * B * nbH;
-        real_t* carry = t > 0 ? DC + (long)(t - 1) * B * H : dc0;
-        #pragma omp parallel for schedule(static) if ((long)B * H >= L->par_min)
-        for (int b = 0; b < B; ++b) {
-            const long s = (long)t * B + b;
-            real_t* cr = L->memory ? tmp + (long)b * H : 0;
-            SFX(bwd_row)(L, A + s * nbH, L->memory ? C + s * H : 0, L->memory ? TC + s * H : 0,
-                         Hs + (s + B) * P, dhh + (long)b * H, L->memory ? DC + s * H : 0,
-                         dz + (long)b * nbH, cr);
-            if (L->memory) {
-                real_t* out = carry + (long)b * H;
-                if (t > 0) for (int j = 0; j < H; ++j) out[j] += cr[j];
-                else for (int j = 0; j < H; ++j) out[j] = cr[j];
-            }
-        }
-        real_t* target = t > 0 ? DH + (long)(t - 1) * B * P : dh0;
+        real_t* dz = dZ + s * nbH;
+        real_t* carry = mem ? (t > 0 ? DC + (long)off[t - 1] * H : dc0) : 0;
+        #pragma omp parallel for schedule(static) if ((long)n * H >= L->par_min)
+        for (int b = 0; b < n; ++b)
+            SFX(bwd_row)(L, A + (s + b) * nbH, mem ? C + (sp + b) * H : 0, mem ? C + (sn + b) * H : 0,
+                         Hs + (sn + b) * P, dhh + (long)b * H, mem ? DC + (s + b) * H : 0,
+                         dz + (long)b * nbH, mem ? carry + (long)b * H : 0, t == 0);
+        real_t* target = t > 0 ? DH + (long)off[t - 1] * P : dh0;
         if (nR) {  /* dh_{t-1} += dz_rec W_hh (times h_mask with recurrent dropout) */
             if (hmask) {
-                real_t* g = tmp + (long)B * H;
-                STEP_MM(pw, 0, B, P, nR * H, dz + L->r0 * H, nbH, w_hh, P, 0, g, P);
-                SFX(add_masked)(target, g, hmask, (long)B * P, t > 0);
+                STEP_MM(pw, 0, n, P, nR * H, dz + L->r0 * H, nbH, w_hh, P, 0, g, P);
+                SFX(add_masked)(target, g, hmask, (long)n * P, t > 0);
             } else {
-                STEP_MM(pw, 0, B, P, nR * H, dz + L->r0 * H, nbH, w_hh, P, t > 0 ? 1 : 0, target, P);
+                STEP_MM(pw, 0, n, P, nR * H, dz + L->r0 * H, nbH, w_hh, P, t > 0 ? 1 : 0, target, P);
             }
         } else if (t == 0) {
-            for (long e = 0; e < (long)B * P; ++e) dh0[e] = 0;
+            for (long e = 0; e < (long)n * P; ++e) dh0[e] = 0;
         }
     }
 #if CAN_PACK

@@ -15,8 +15,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..common import native
-from ..common.sequences import (add, final, input_products, input_side_grads, masked_outputs,
-                                state_grads_into_steps)
+from ..common.sequences import Steps, input_products, input_side_grads
 from .recurrent import Layout, layout, recurrent
 
 
@@ -31,86 +30,85 @@ def scan(cell, x, state, lengths):
 
 
 class ScanLSTM(torch.autograd.Function):
-    """c_t = f_t * c_{t-1} + i_t * c~_t as a scan, with its reverse scan for the backward."""
+    """c_t = f_t * c_{t-1} + i_t * c~_t as a scan, with its reverse scan for the backward, in
+    the packed layout of the call (``common/sequences.py``, ``Steps``): ``X`` (N, I), ``A``
+    (N, nb*H) the activations, ``C`` (B+N, H) the initial and every step's memory cell,
+    ``HH`` (N, H) o_t tanh(c_t) before a projection (kept for its weight's gradient)."""
 
     @staticmethod
     def forward(ctx, L: Layout, x, h0, c0, w_ih, bias, w_hr, lengths):
         T, B, _ = x.shape
-        H = L.H
-        A = input_products(x, w_ih, bias)
-        A4 = A.view(T, B, L.nb, H)
-        A4[:, :, :L.nG].sigmoid_()  # eqs 3, 4, 6 (from x alone)
+        S = Steps(T, B, lengths, x.device)
+        X = S.pack(x)
+        A = input_products(X, w_ih, bias)
+        A3 = A.view(S.N, L.nb, L.H)
+        A3[:, :L.nG].sigmoid_()  # eqs 3, 4, 6 (from x alone)
         if L.srnn:
-            A4[:, :, L.nG].tanh_()  # eq 2 (from x alone)
-        i, g = A4[:, :, 0], A4[:, :, L.nG]
-        C = x.new_empty(T + 1, B, H)
-        C[0] = c0
-        U = i * g  # what is written at each step: i_t c~_t
-        if L.fi >= 0:
-            f = A4[:, :, L.fi]
-            for t in range(T):  # eq 5: c_t = f_t * c_{t-1} + u_t
-                torch.addcmul(U[t], f[t], C[t], out=C[t + 1])
-        else:  # no forget gate (Neubig eq 50): c_t = c_0 + sum_{k<=t} u_k
-            torch.cumsum(U, 0, out=C[1:])
-            C[1:] += c0
-        TC = torch.tanh(C[1:])
-        HH = TC * A4[:, :, L.oi] if L.oi >= 0 else TC  # eq 7: o_t * tanh(c_t); - OUT: tanh(c_t)
-        Hn = HH if w_hr is None else torch.matmul(HH, w_hr.t())  # the projection, all steps at once
-        out = masked_outputs(Hn, lengths)
-        if lengths is None:
-            hn = Hn[-1].clone()
-        else:
-            hn = torch.cat([h0.unsqueeze(0), Hn])[lengths, torch.arange(B, device=x.device)]
-        cn = final(C, lengths)
-        ctx.L = L
-        ctx.save_for_backward(x, w_ih, bias, w_hr, lengths, A, C, TC, HH if w_hr is not None else None)
-        return out, hn, cn
+            A3[:, L.nG].tanh_()  # eq 2 (from x alone)
+        C = S.state_buffer(c0)
+        c_in, c_out = S.states_in(C), S.states_out(C)
+        us = S.per_step(A3[:, 0] * A3[:, L.nG])  # what is written at each step: i_t c~_t
+        fs = S.per_step(A3[:, L.fi]) if L.fi >= 0 else None
+        for t in range(S.T):  # eq 5: c_t = f_t * c_{t-1} + u_t (no forget gate: c_{t-1} + u_t)
+            if fs is not None:
+                torch.addcmul(us[t], fs[t], c_in[t], out=c_out[t])
+            else:
+                torch.add(us[t], c_in[t], out=c_out[t])
+        HH = torch.tanh(C[B:])
+        if L.oi >= 0:
+            HH.mul_(A3[:, L.oi])  # eq 7: o_t * tanh(c_t); - OUT: tanh(c_t)
+        Hn = HH if w_hr is None else torch.mm(HH, w_hr.t())  # the projection, all steps at once
+        ctx.L, ctx.steps = L, S
+        ctx.save_for_backward(X, w_ih, bias, w_hr, A, C, HH if w_hr is not None else None)
+        return S.unpack(Hn), S.final_rows(Hn, h0), S.final(C)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout, dhn, dcn):
         L: Layout = ctx.L
-        x, w_ih, bias, w_hr, lengths, A, C, TC, HH = ctx.saved_tensors
-        T, B, _ = x.shape
-        H, nb = L.H, L.nb
+        S: Steps = ctx.steps
+        X, w_ih, bias, w_hr, A, C, HH = ctx.saved_tensors
+        B, H, nb = S.B, L.H, L.nb
         need = ctx.needs_input_grad  # (L, x, h0, c0, w_ih, bias, w_hr, lengths)
-        A4 = A.view(T, B, nb, H)
-        DH, dh0 = state_grads_into_steps(dout, dhn, lengths, TC if w_hr is None else
-                                          TC.new_empty(T, B, L.P))
+        A3 = A.view(S.N, nb, H)
+        DH, dh0 = S.grads(dout, dhn, A[:, :L.P])  # dh0: only a length-0 row's (h_0 carried)
         dw_hr = None
         if w_hr is not None:
             if need[6]:
-                dw_hr = torch.mm(DH.reshape(T * B, L.P).t(), HH.reshape(T * B, H))
-            DH = torch.matmul(DH, w_hr)
-        DC, dc0_direct = state_grads_into_steps(None, dcn, lengths, TC)
-        dZ = A.new_empty(T, B, nb, H)
+                dw_hr = torch.mm(DH.t(), HH)
+            DH = torch.mm(DH, w_hr)
+        DC, dc0_direct = S.grads(None, dcn, C)
+        TC = torch.tanh(C[B:])
+        dZ = A.new_empty(S.N, nb, H)
         if L.oi >= 0:
-            o = A4[:, :, L.oi]
-            torch.mul(DH, TC, out=dZ[:, :, L.oi])  # d o
-            DH = DH * o
-        DC.addcmul_(DH, 1 - TC * TC)  # + dh * tanh'(c)
-        # reverse scan: dc_{t-1} += f_t * dc_t
+            torch.mul(DH, TC, out=dZ[:, L.oi])  # d o
+            DH = DH * A3[:, L.oi]
+        DC.addcmul_(DH, TC.mul_(TC).neg_().add_(1))  # + dh * tanh'(c)
+        dcs = S.per_step(DC)
+        fs = S.per_step(A3[:, L.fi]) if L.fi >= 0 else None
+        for t in range(S.T - 1, 0, -1):  # the reverse scan: dc_{t-1} += f_t dc_t
+            n = S.rows(t)
+            if fs is not None:
+                dcs[t - 1][:n].addcmul_(dcs[t], fs[t])
+            else:
+                dcs[t - 1][:n].add_(dcs[t])
+        dc0 = C.new_zeros(B, H)
+        if S.T:
+            n0 = S.rows(0)
+            torch.mul(dcs[0], fs[0], out=dc0[:n0]) if fs is not None else dc0[:n0].copy_(dcs[0])
+        dc0 = S.initial_grad(dc0, dc0_direct)
         if L.fi >= 0:
-            f = A4[:, :, L.fi]
-            for t in range(T - 1, 0, -1):
-                DC[t - 1].addcmul_(DC[t], f[t])
-            dc0 = DC[0] * f[0]
-            torch.mul(DC, C[:-1], out=dZ[:, :, L.fi])  # d f
-        else:
-            DC = DC.flip(0).cumsum(0).flip(0)
-            dc0 = DC[0].clone()
-        dc0 = add(dc0, dc0_direct)
-        i, g = A4[:, :, 0], A4[:, :, L.nG]
-        torch.mul(DC, g, out=dZ[:, :, 0])  # d i
-        torch.mul(DC, i, out=dZ[:, :, L.nG])  # d g
-        G = A4[:, :, :L.nG]
-        dZ[:, :, :L.nG].mul_(G * (1 - G))  # sigmoid'
+            torch.mul(DC, S.prev(C), out=dZ[:, L.fi])  # d f
+        i, g = A3[:, 0], A3[:, L.nG]
+        torch.mul(DC, g, out=dZ[:, 0])  # d i
+        torch.mul(DC, i, out=dZ[:, L.nG])  # d g
+        G = A3[:, :L.nG]
+        dZ[:, :L.nG].mul_(G * (1 - G))  # sigmoid'
         if L.srnn:
-            dZ[:, :, L.nG].mul_(1 - g * g)
-        dx, dw_ih, db = input_side_grads(dZ, x, w_ih, bias, need[1], need[4], need[5])
-        if need[2] and dh0 is None and lengths is not None:  # h_0 is read only as a carried state
-            dh0 = dc0.new_zeros(B, L.P)
-        return (None, dx, dh0 if need[2] else None, dc0 if need[3] else None, dw_ih, db, dw_hr,
-                None)
-
-
+            dZ[:, L.nG].mul_(1 - g * g)
+        dx, dw_ih, db = input_side_grads(dZ.view(S.N, nb * H), X, w_ih, bias, need[1], need[4],
+                                         need[5])
+        if need[2] and dh0 is None:
+            dh0 = dhn.new_zeros(dhn.shape) if dhn is not None else C.new_zeros(B, L.P)
+        return (None, None if dx is None else S.unpacked(dx), dh0 if need[2] else None,
+                dc0 if need[3] else None, dw_ih, db, dw_hr, None)

@@ -7,24 +7,23 @@ Equations: Levy et al. (ACL 2018) eqs 1-7, as in ``lstmablate/cells/lstm.py``.
 
 **A step with a recurrent product** (``lstm_step``, ``lstm_step_grad``): the product
 ``h'_{t-1} W_hh^T`` stays cuBLAS's (``addmm_`` straight into the recurrent blocks of the
-step's pre-activation buffer), and ALL the element-wise work of the step is one launch: the
-activations (written back in place: the backward reads them), the memory cell, h_t, the
-output (zero at padding), the state carried unchanged through padding, and h_t * mask for
-the next product.  Backward per step: one launch assembles dh_t (the output's gradient,
-the final state's at the sequence's last real step, and mask * the previous step's product
-``dZ_rec W_hh``), turns dh_t and the carried dc into the pre-activations' gradient dZ_t and
-dc_{t-1}; then one product ``dZ_rec W_hh``.  The weight gradients are one product each over
-all steps after the loop (``recurrent.RecurrentLSTM._weight_grads``).  A projection
-(``proj_size``) adds its product and one small launch per step each way.
+step's pre-activation rows), and ALL the element-wise work of the step is one launch: the
+activations (written back in place: the backward reads them), the memory cell, h_t, and
+h_t * mask for the next product.  Backward per step: one launch turns dh_t (complete: the
+output's and final state's gradients, and what the next step sent back) and dc_t into the
+pre-activations' gradient dZ_t, adding dc_t f_t into dc_{t-1}; then one product
+``dZ_rec W_hh`` added into dh_{t-1}.  The weight gradients are one product each over all
+steps after the loop (``recurrent.weight_grads``).  A projection (``proj_size``) adds its
+product each way.
 
 **No recurrent product** (``lstm_scan``, ``lstm_scan_grad``): the gates and the content read
-x only, so one launch runs the whole sequence: each program owns a slice of the batch x
-hidden units and loops over time (forward: the memory cell; backward: the reverse scan).
+x only, so one launch runs the whole call: each program owns a slice of the batch x hidden
+units and loops over its rows' steps (forward: the memory cell; backward: the reverse scan).
 
-Padding and recurrent dropout: in the kernels (``common/triton_common.py``).  Buffers are
+Padding-free and recurrent dropout: ``common/triton_common.py`` (the packed layout of
+``common/sequences.Steps``: step t runs only the sequences still running).  Buffers are
 allocated once per call shape (``triton_common.RecurrentLoops``); on CUDA the two loops are
-captured in CUDA graphs and replayed (``common/graphs.py``).  The step index ``t`` is not
-specialized on (``do_not_specialize``), so one compiled kernel serves every step.
+captured in CUDA graphs and replayed (``common/graphs.py``).
 """
 
 from __future__ import annotations
@@ -35,11 +34,11 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ..common.guard import GuardedFunction
-from ..common.sequences import input_products, input_side_grads
-from ..common.triton_common import (RecurrentLoops, acc, emit, grad_h, last_rows, launch, live_rows,
-                                    memory_dtype, run_grads, run_loops, sigmoid, step_base, tanh)
+from ..common.sequences import Steps, input_products, input_side_grads
+from ..common.triton_common import (RecurrentLoops, acc, emit, launch, memory_dtype, row_base,
+                                    run_grads, run_loops, sigmoid, tanh)
 from ..interface import KernelPath
-from .recurrent import Layout, RecurrentLSTM, apply_recurrence
+from .recurrent import Layout, RecurrentLSTM, apply_recurrence, weight_grads
 from .scan import ScanLSTM
 
 # ---------------------------------------------------------------------------------------
@@ -135,132 +134,106 @@ def row_lanes(n, H, NB: tl.constexpr, BLOCK: tl.constexpr):
     return offs, m, b, b * (NB * H) + (offs - b * H)
 
 
-@triton.jit(do_not_specialize=["t"])
-def lstm_step(Z, C0, C1, H0, H1, HM1, OUT, HH, MASK, LEN, t, n, H,
+@triton.jit
+def lstm_step(Z, C0, C1, H1, HM1, HH, MASK, n, H,
               NB: tl.constexpr, NG: tl.constexpr, FI: tl.constexpr, OI: tl.constexpr,
               MEMORY: tl.constexpr, SRNN: tl.constexpr, PROJ: tl.constexpr,
-              HAS_MASK: tl.constexpr, HAS_LEN: tl.constexpr, ACC: tl.constexpr,
-              BLOCK: tl.constexpr):
-    """One step's element-wise work; Z: the step's pre-activations (recurrent product added)."""
+              HAS_MASK: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """One step's element-wise work over its n = rows x H elements; Z: the step's
+    pre-activations (recurrent product added), C0 / C1: the memory cell it reads / writes."""
     offs, m, b, j = row_lanes(n, H, NB, BLOCK)
     z = Z + j
-    live = live_rows(LEN, b, m, t, HAS_LEN)
     if MEMORY:
         zi, zf, zo, zg = load_blocks(z, H, m, NG, FI, OI, ACC)
         c_prev = tl.load(C0 + offs, mask=m, other=0.0).to(ACC)
         i, f, o, g, c, tc, hh = lstm_cell(zi, zf, zo, zg, c_prev, FI >= 0, OI >= 0, SRNN)
         store_blocks(z, H, m, i, f, o, g, NG, FI, OI)
-        tl.store(C1 + offs, tl.where(live, c, c_prev), mask=m)
+        tl.store(C1 + offs, c, mask=m)
     else:
         hh = tanh(tl.load(z, mask=m, other=0.0).to(ACC))  # eq 1
         tl.store(z, hh, mask=m)
     if PROJ:
         tl.store(HH + offs, hh, mask=m)  # o_t tanh(c_t); the projection is the next product
     else:
-        emit(hh, H0, H1, HM1, OUT, MASK, offs, m, live, HAS_MASK, HAS_LEN, ACC)
+        emit(hh, H1, HM1, MASK, offs, m, HAS_MASK, ACC)
 
 
-@triton.jit(do_not_specialize=["t"])
-def lstm_step_grad(A, C0, C1, DOUT, DHN, DCN, G, MASK, DHH, DCR, DZ, LEN, t, T, n, H,
+@triton.jit
+def lstm_step_grad(A, C0, C1, DHH, DC, DCP, DZ, n, H,
                    NB: tl.constexpr, NG: tl.constexpr, FI: tl.constexpr, OI: tl.constexpr,
-                   MEMORY: tl.constexpr, SRNN: tl.constexpr, PROJ: tl.constexpr,
-                   HAS_MASK: tl.constexpr, HAS_LEN: tl.constexpr, ACC: tl.constexpr,
+                   MEMORY: tl.constexpr, SRNN: tl.constexpr, ACC: tl.constexpr,
                    BLOCK: tl.constexpr):
-    """One backward step: dZ_t from dh_t (with a projection: DHH, dh_t W_hr) and the
-    carried dc (DCR, replaced by dc_{t-1})."""
+    """One backward step: dZ_t from dh_t (DHH: with a projection dh_t W_hr) and dc_t (DC);
+    dc_t f_t is added into dc_{t-1} (DCP)."""
     offs, m, b, j = row_lanes(n, H, NB, BLOCK)
-    live = live_rows(LEN, b, m, t, HAS_LEN)
-    last = last_rows(LEN, b, m, t, T, HAS_LEN)
-    if PROJ:
-        dhh = tl.load(DHH + offs, mask=m, other=0.0).to(ACC)
-    else:
-        dhh = grad_h(DOUT, DHN, G, MASK, DOUT, offs, m, live, last, HAS_MASK, False, ACC)
+    dhh = tl.load(DHH + offs, mask=m, other=0.0).to(ACC)
     if MEMORY:
         i, f, o, g = load_blocks(A + j, H, m, NG, FI, OI, ACC)
         c_prev = tl.load(C0 + offs, mask=m, other=0.0).to(ACC)
         tc = tanh(tl.load(C1 + offs, mask=m, other=0.0).to(ACC))
-        dc = tl.load(DCR + offs, mask=m, other=0.0).to(ACC)
-        dc += tl.where(last, tl.load(DCN + offs, mask=m, other=0.0).to(ACC), 0.0)
+        dc = tl.load(DC + offs, mask=m, other=0.0).to(ACC)
         di, df, do, dg, dc = lstm_cell_grad(dhh, dc, i, f, o, g, c_prev, tc, FI >= 0, OI >= 0,
                                             SRNN)
         store_blocks(DZ + j, H, m, di, df, do, dg, NG, FI, OI)
-        tl.store(DCR + offs, dc, mask=m)
+        tl.store(DCP + offs, tl.load(DCP + offs, mask=m, other=0.0).to(ACC) + dc, mask=m)
     else:
         h = tl.load(A + j, mask=m, other=0.0).to(ACC)
         tl.store(DZ + j, dhh * (1.0 - h * h), mask=m)  # eq 1: tanh' = 1 - h^2
 
 
-@triton.jit(do_not_specialize=["t"])
-def emit_step(HP, H0, H1, HM1, OUT, MASK, LEN, t, n, P, HAS_MASK: tl.constexpr,
-              HAS_LEN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
-    """With a projection: h_t = the projection's output HP, written as ``emit`` does."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    live = live_rows(LEN, offs // P, m, t, HAS_LEN)
-    hh = tl.load(HP + offs, mask=m, other=0.0).to(ACC)
-    emit(hh, H0, H1, HM1, OUT, MASK, offs, m, live, HAS_MASK, HAS_LEN, ACC)
-
-
-@triton.jit(do_not_specialize=["t"])
-def grad_h_step(DOUT, DHN, G, MASK, DH, LEN, t, T, n, P, HAS_MASK: tl.constexpr,
-                HAS_LEN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
-    """With a projection: dh_t (``grad_h``) into DH, before its product with W_hr."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    b = offs // P
-    live = live_rows(LEN, b, m, t, HAS_LEN)
-    last = last_rows(LEN, b, m, t, T, HAS_LEN)
-    dh = grad_h(DOUT, DHN, G, MASK, DOUT, offs, m, live, last, HAS_MASK, False, ACC)
-    tl.store(DH + offs, dh, mask=m)
-
-
 @triton.jit
-def lstm_scan(Z, C, OUT, HN, H0, LEN, T, n, H, NB: tl.constexpr, NG: tl.constexpr,
-              FI: tl.constexpr, OI: tl.constexpr, SRNN: tl.constexpr, HAS_LEN: tl.constexpr,
-              ACC: tl.constexpr, BLOCK: tl.constexpr):
-    """The whole sequence of a cell in which nothing reads h_{t-1}: eq 5 as a scan."""
-    offs, m, b, j = row_lanes(n, H, NB, BLOCK)
-    c = tl.load(C + offs, mask=m, other=0.0).to(ACC)
-    hfin = tl.load(H0 + offs, mask=m, other=0.0).to(ACC)
+def lstm_scan(Z, C, HH, OFF, LEN, T, B, H, NB: tl.constexpr, NG: tl.constexpr,
+              FI: tl.constexpr, OI: tl.constexpr, SRNN: tl.constexpr, ACC: tl.constexpr,
+              BLOCK: tl.constexpr):
+    """The whole call of a cell in which nothing reads h_{t-1}: eq 5 as a scan, each lane
+    (row b, unit u) over its own row's steps (LEN: the sorted lengths); HH: o_t tanh(c_t)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < B * H
+    b = offs // H
+    u = offs - b * H
+    c = tl.load(C + offs, mask=m, other=0.0).to(ACC)  # the initial rows
+    n_real = tl.load(LEN + b, mask=m, other=0)
     for t in range(0, T):
-        z = Z + step_base(t, n * NB) + j
-        zi, zf, zo, zg = load_blocks(z, H, m, NG, FI, OI, ACC)
+        live = m & (t < n_real)
+        z = Z + row_base(OFF, t, b, NB * H) + u
+        zi, zf, zo, zg = load_blocks(z, H, live, NG, FI, OI, ACC)
         i, f, o, g, c_new, tc, hh = lstm_cell(zi, zf, zo, zg, c, FI >= 0, OI >= 0, SRNN)
-        store_blocks(z, H, m, i, f, o, g, NG, FI, OI)
-        live = live_rows(LEN, b, m, t, HAS_LEN)
+        store_blocks(z, H, live, i, f, o, g, NG, FI, OI)
         c = tl.where(live, c_new, c)
-        tl.store(C + step_base(t + 1, n) + offs, c, mask=m)
-        tl.store(OUT + step_base(t, n) + offs, tl.where(live, hh, 0.0), mask=m)
-        hfin = tl.where(live, hh, hfin)
-    tl.store(HN + offs, hfin, mask=m)
+        row = row_base(OFF, t, b, H) + u
+        tl.store(C + B * H + row, c, mask=live)
+        tl.store(HH + row, hh, mask=live)
 
 
 @triton.jit
-def lstm_scan_grad(A, C, DOUT, DHN, DCN, DZ, DC0, LEN, T, n, H, NB: tl.constexpr,
+def lstm_scan_grad(A, C, DHH, DC, DZ, DC0, OFF, LEN, T, B, H, NB: tl.constexpr,
                    NG: tl.constexpr, FI: tl.constexpr, OI: tl.constexpr, SRNN: tl.constexpr,
-                   HAS_LEN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
-    """The reverse scan: dZ for every step and dc_0, from the outputs' and final
-    state's gradients."""
-    offs, m, b, j = row_lanes(n, H, NB, BLOCK)
-    dhn = tl.load(DHN + offs, mask=m, other=0.0).to(ACC)
-    dcn = tl.load(DCN + offs, mask=m, other=0.0).to(ACC)
+                   ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """The reverse scan: dZ of every row and dc_0, from the gradients w.r.t. o_t tanh(c_t)
+    (DHH) and c_t (DC: the final states')."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < B * H
+    b = offs // H
+    u = offs - b * H
+    n_real = tl.load(LEN + b, mask=m, other=0)
     dc = tl.zeros([BLOCK], dtype=ACC)
     for s in range(0, T):
         t = T - 1 - s
-        live = live_rows(LEN, b, m, t, HAS_LEN)
-        last = last_rows(LEN, b, m, t, T, HAS_LEN)
-        dhh = tl.where(live, tl.load(DOUT + step_base(t, n) + offs, mask=m,
-                                     other=0.0).to(ACC), 0.0)
-        dhh += tl.where(last, dhn, 0.0)
-        dc += tl.where(last, dcn, 0.0)
-        i, f, o, g = load_blocks(A + step_base(t, n * NB) + j, H, m, NG, FI, OI, ACC)
-        c_prev = tl.load(C + step_base(t, n) + offs, mask=m, other=0.0).to(ACC)
-        tc = tanh(tl.load(C + step_base(t + 1, n) + offs, mask=m, other=0.0).to(ACC))
-        di, df, do, dg, dc = lstm_cell_grad(dhh, dc, i, f, o, g, c_prev, tc, FI >= 0, OI >= 0,
-                                            SRNN)
-        store_blocks(DZ + step_base(t, n * NB) + j, H, m, di, df, do, dg, NG, FI, OI)
-    if HAS_LEN:
-        dc = tl.where(tl.load(LEN + b, mask=m, other=0) == 0, dcn, dc)
+        live = m & (t < n_real)
+        row = row_base(OFF, t, b, H) + u
+        dhh = tl.load(DHH + row, mask=live, other=0.0).to(ACC)
+        dc += tl.load(DC + row, mask=live, other=0.0).to(ACC)
+        blocks = row_base(OFF, t, b, NB * H) + u
+        i, f, o, g = load_blocks(A + blocks, H, live, NG, FI, OI, ACC)
+        # c_{t-1}: the previous step's row, or the initial row at t = 0
+        prev = tl.where(t > 0, row_base(OFF, tl.maximum(t - 1, 0), b, H) + u + B * H,
+                        offs.to(tl.int64))
+        c_prev = tl.load(C + prev, mask=live, other=0.0).to(ACC)
+        tc = tanh(tl.load(C + B * H + row, mask=live, other=0.0).to(ACC))
+        di, df, do, dg, dc_prev = lstm_cell_grad(dhh, dc, i, f, o, g, c_prev, tc, FI >= 0,
+                                                 OI >= 0, SRNN)
+        store_blocks(DZ + blocks, H, live, di, df, do, dg, NG, FI, OI)
+        dc = tl.where(live, dc_prev, dc)
     tl.store(DC0 + offs, dc, mask=m)
 
 
@@ -272,67 +245,65 @@ def layout_flags(L: Layout) -> dict:
     return dict(NB=L.nb, NG=L.nG, FI=L.fi, OI=L.oi, MEMORY=L.memory, SRNN=L.srnn)
 
 
-
 class StepLoops(RecurrentLoops):
     """The LSTM family's recurrence (mRNN / mLSTM subclass it with their factored
-    product).  ``Z`` (T, B, nb*H): pre-activations, then activations; with a projection
-    ``HH`` (T, B, H) o_t tanh(c_t) and ``PR`` (B, P) its product; backward ``DZ``
-    (T, B, nb*H), and with a projection ``DH`` (T, B, P) and ``DHH`` (B, H) = dh_t W_hr.
+    product), in the packed layout of a call's ``Steps``.  ``Z`` (N, nb*H): pre-activations,
+    then activations; with a projection ``HH`` (N, H) o_t tanh(c_t); backward ``DZ``
+    (N, nb*H), and with a projection ``DHH`` (B, H) = dh_t W_hr.
     """
 
-    def __init__(self, static: bool, L: Layout, T: int, B: int, like: torch.Tensor,
-                 mask: bool, lengths: bool):
-        super().__init__(static, T, B, L.H, L.P, L.nb * L.H, like, mask, lengths, L.memory)
+    def __init__(self, static: bool, L: Layout, steps, like: torch.Tensor, mask: bool):
+        super().__init__(static, steps, L.H, L.P, L.nb * L.H, like, mask, L.memory)
         self.L = L
         self.proj = L.P != L.H and L.memory
         new = like.new_empty
-        self.DZ = new(T, B, L.nb * L.H)
-        self.HH = new(T, B, L.H) if self.proj else None
-        self.PR, self.DHH = (new(B, L.P), new(B, L.H)) if self.proj else (None, None)
-        self.DH = new(T, B, L.P) if self.proj else None
+        self.DZ = new(self.N, L.nb * L.H)
+        self.HH = new(self.N, L.H) if self.proj else None
+        self.DHH = new(self.B, L.H) if self.proj else None
 
     # -- the recurrent product (the factored cells override both) -----------------------
     def product(self, t: int, hp: torch.Tensor) -> None:
         """Z_t (recurrent blocks) += h'_{t-1} W_hh^T."""
         L = self.L
-        self.Z[t][:, L.r0 * L.H:L.r1 * L.H].addmm_(hp, self.w_hh.t())
+        self.step(self.Z, t)[:, L.r0 * L.H:L.r1 * L.H].addmm_(hp, self.w_hh.t())
 
     def product_grad(self, t: int) -> None:
-        """G = dZ_t (recurrent blocks) W_hh: what h'_{t-1} receives."""
+        """dh'_{t-1} += dZ_t (recurrent blocks) W_hh."""
         L = self.L
-        torch.mm(self.DZ[t][:, L.r0 * L.H:L.r1 * L.H], self.w_hh, out=self.G)
+        self.send_back(t, self.step(self.DZ, t)[:, L.r0 * L.H:L.r1 * L.H], self.w_hh)
 
     # -- the loops ------------------------------------------------------------------------
     def forward_loop(self) -> None:
-        L, B, mask, hm = self.L, self.B, self.mask, self.hprev()
+        L, hp = self.L, self.hprev()
         C = self.C if self.C is not None else self.Hs
         for t in range(self.T):
-            self.product(t, hm[t])
-            out = self.HH[t] if self.proj else self.OUT[t]
-            launch(lstm_step, B * L.H, self.Z[t], C[t], C[t + 1], self.Hs[t], self.Hs[t + 1],
-                   hm[t + 1], out, out, mask, self.lengths, t, B * L.H, L.H,
-                   PROJ=self.proj, **layout_flags(L), **self.flags())
-            if self.proj:
-                torch.mm(self.HH[t], self.w_hr.t(), out=self.PR)  # the projection
-                launch(emit_step, B * L.P, self.PR, self.Hs[t], self.Hs[t + 1], hm[t + 1],
-                       self.OUT[t], mask, self.lengths, t, B * L.P, L.P, **self.flags())
+            n = self.rows(t) * L.H
+            self.product(t, self.s_in(hp, t))
+            hh = self.step(self.HH, t) if self.proj else self.dummy
+            hm1 = self.s_out(self.HM, t) if self.has_mask else self.dummy
+            launch(lstm_step, n, self.step(self.Z, t), self.s_in(C, t), self.s_out(C, t),
+                   self.s_out(self.Hs, t), hm1, hh, self.mask, n, L.H, PROJ=self.proj,
+                   **layout_flags(L), **self.flags())
+            if self.proj:  # the projection: h_t = W_hr (o_t tanh(c_t))
+                h = torch.mm(hh, self.w_hr.t(), out=self.s_out(self.Hs, t))
+                if self.has_mask:
+                    torch.mul(h, self.mask[:self.rows(t)], out=hm1)
 
     def backward_loop(self) -> None:
-        L, B, T, mask = self.L, self.B, self.T, self.mask
+        L = self.L
+        self.start_backward()
+        DC = self.DC if self.C is not None else self.dummy
         C = self.C if self.C is not None else self.Hs
-        self.G.zero_()
-        self.DCR.zero_()
-        for t in range(T - 1, -1, -1):
+        for t in range(self.T - 1, -1, -1):
+            rows = self.rows(t)
+            dh = self.step(self.DH, t)
             if self.proj:
-                launch(grad_h_step, B * L.P, self.dout[t], self.dhn, self.G, mask, self.DH[t],
-                       self.lengths, t, T, B * L.P, L.P, **self.flags())
-                torch.mm(self.DH[t], self.w_hr, out=self.DHH)
-            launch(lstm_step_grad, B * L.H, self.Z[t], C[t], C[t + 1], self.dout[t], self.dhn,
-                   self.dcn, self.G, mask, self.DHH if self.proj else self.dummy, self.DCR,
-                   self.DZ[t], self.lengths, t, T, B * L.H, L.H, PROJ=self.proj,
-                   **layout_flags(L), **self.flags())
+                dh = torch.mm(dh, self.w_hr, out=self.DHH[:rows])
+            dcp = self.grad_in(t, "DC") if self.C is not None else self.dummy
+            launch(lstm_step_grad, rows * L.H, self.step(self.Z, t), self.s_in(C, t),
+                   self.s_out(C, t), dh, self.step(DC, t) if self.C is not None else self.dummy,
+                   dcp, self.step(self.DZ, t), rows * L.H, L.H, **layout_flags(L), ACC=self.acc)
             self.product_grad(t)
-
 
 
 class TritonRecurrentLSTM(GuardedFunction):
@@ -345,17 +316,19 @@ class TritonRecurrentLSTM(GuardedFunction):
     @staticmethod
     def forward(ctx, L, x, h0, c0, w_ih, w_hh, bias, w_hr, h_mask, lengths):
         GuardedFunction.keep(ctx, L, x, h0, c0, w_ih, w_hh, bias, w_hr, h_mask, lengths)
-        T, B, _ = x.shape
-        key = ("lstm_family", L, T, B, x.dtype, x.device, h_mask is not None,
-               lengths is not None)
+        S = Steps(x.shape[0], x.shape[1], lengths, x.device)
+        X = S.pack(x)
+        mask = h_mask is not None
+        key = ("lstm_family", L, S.B, tuple(S.off), x.dtype, x.device, mask)
         ws = dict(w_hh=w_hh) if w_hr is None else dict(w_hh=w_hh, w_hr=w_hr)
-        slot = run_loops(key, lambda static: StepLoops(static, L, T, B, x, h_mask is not None,
-                                                       lengths is not None),
-                         x, ctx, lambda lp: lp.bind(x, h0, c0, w_ih, bias, h_mask, lengths, **ws))
-        out, hn, cn = slot.loops.results()
-        ctx.L = L
-        ctx.save_for_backward(x, w_ih, w_hh, bias, w_hr)
-        return out, hn, cn
+        slot = run_loops(key, lambda static: StepLoops(static, L, S, x, mask), x, ctx,
+                         lambda lp: lp.bind(X, S.sort(h0), S.sort(c0) if L.memory else None,
+                                            w_ih, bias, S.sort(h_mask) if mask else None, **ws))
+        lp = slot.loops
+        ctx.L, ctx.steps = L, S
+        ctx.save_for_backward(X, w_ih, w_hh, bias, w_hr)
+        return (S.unpack(lp.Hs[S.B:]), S.final(lp.Hs),
+                S.final(lp.C) if lp.C is not None else None)
 
     @staticmethod
     @once_differentiable
@@ -365,14 +338,23 @@ class TritonRecurrentLSTM(GuardedFunction):
 
     @staticmethod
     def _backward(ctx, dout, dhn, dcn):
-        x, w_ih, w_hh, bias, w_hr = ctx.saved_tensors
-        lp = run_grads(ctx, lambda lp: lp.bind_grads(dout, dhn, dcn))
+        X, w_ih, w_hh, bias, w_hr = ctx.saved_tensors
+        L, S = ctx.L, ctx.steps
+        lp = ctx.lease.slot.loops
+        DH, dh0_direct = S.grads(dout, dhn, lp.Hs)
+        DC, dc0_direct = S.grads(None, dcn, lp.C) if lp.C is not None else (None, None)
+        lp = run_grads(ctx, lambda lp: lp.bind_grads(DH, DC))
         dh0, dc0 = lp.initial_grads()
-        hm = lp.HM[:-1] if lp.has_mask else None
-        grads = RecurrentLSTM._weight_grads(ctx, ctx.L, x, w_ih, w_hh, bias, w_hr, hm, lp.Hs,
-                                            lp.HH, lp.DH, lp.DZ, dh0, dc0)
+        hprev = S.prev(lp.hprev())
+        dx, grads = weight_grads(ctx.needs_input_grad, L, X, w_ih, w_hh, bias, w_hr, hprev,
+                                 lp.HH, lp.DH, lp.DZ)
+        need = ctx.needs_input_grad
+        out = (None, None if dx is None else S.unpacked(dx),
+               S.initial_grad(dh0, dh0_direct) if need[2] else None,
+               S.initial_grad(dc0, dc0_direct) if L.memory and need[3] else None,
+               *grads, None, None)
         ctx.lease.release()
-        return grads
+        return out
 
 
 def recurrent(v, L: Layout, x, state, lengths, h_mask):
@@ -386,36 +368,28 @@ def recurrent(v, L: Layout, x, state, lengths, h_mask):
 
 
 class TritonScanLSTM(GuardedFunction):
-    """``lstm-srnn-hidden`` / ``-out``: one launch per direction of the whole sequence
-    (no loop to capture: the input products and at most the projection surround it); the
-    inputs and gradients of ``scan.ScanLSTM``, its fallback (``common/guard.py``)."""
+    """``lstm-srnn-hidden`` / ``-out``: one launch per direction of the whole call (no loop
+    to capture: the input products and at most the projection surround it); the inputs and
+    gradients of ``scan.ScanLSTM``, its fallback (``common/guard.py``)."""
 
     family, path, fallback = "lstm_family", KernelPath.TRITON_SCAN, ScanLSTM
 
     @staticmethod
     def forward(ctx, L, x, h0, c0, w_ih, bias, w_hr, lengths):
         GuardedFunction.keep(ctx, L, x, h0, c0, w_ih, bias, w_hr, lengths)
-        T, B, _ = x.shape
-        H = L.H
-        Z = input_products(x, w_ih, bias)
-        C = x.new_empty(T + 1, B, H, dtype=memory_dtype(x.dtype))  # float32 in low precision
-        C[0] = c0
-        OUT, hfin = x.new_empty(T, B, H), x.new_empty(B, H)
-        lens = lengths.to(torch.int32) if lengths is not None else C
-        start = h0 if w_hr is None else h0.new_zeros(B, H)  # with a projection: the last o tanh(c)
-        launch(lstm_scan, B * H, Z, C, OUT, hfin, start, lens, T, B * H, H, NB=L.nb, NG=L.nG,
-               FI=L.fi, OI=L.oi, SRNN=L.srnn, HAS_LEN=lengths is not None, ACC=acc(x.dtype))
-        if w_hr is None:
-            out, hn, HH = OUT, hfin, None
-        else:  # h_t = W_hr (o_t tanh(c_t)): one product for all steps (zero rows stay zero)
-            HH = OUT
-            out = torch.matmul(HH, w_hr.t())
-            hn = hfin @ w_hr.t()
-            if lengths is not None:
-                hn = torch.where((lengths == 0).unsqueeze(-1), h0, hn)
-        ctx.L = L
-        ctx.save_for_backward(x, w_ih, bias, w_hr, lengths, Z, C, HH, hfin)
-        return out, hn, C[-1].clone()
+        S = Steps(x.shape[0], x.shape[1], lengths, x.device)
+        B, H = S.B, L.H
+        X = S.pack(x)
+        Z = input_products(X, w_ih, bias)
+        C = S.state_buffer(c0, dtype=memory_dtype(x.dtype))  # float32 in low precision
+        HH = x.new_empty(S.N, H)
+        off, lens = S.device_steps()
+        launch(lstm_scan, B * H, Z, C, HH, off, lens, S.T, B, H, NB=L.nb, NG=L.nG, FI=L.fi,
+               OI=L.oi, SRNN=L.srnn, ACC=acc(x.dtype))
+        Hn = HH if w_hr is None else torch.mm(HH, w_hr.t())  # h_t = W_hr (o_t tanh(c_t))
+        ctx.L, ctx.steps = L, S
+        ctx.save_for_backward(X, w_ih, bias, w_hr, Z, C, HH if w_hr is not None else None)
+        return S.unpack(Hn), S.final_rows(Hn, h0), S.final(C)
 
     @staticmethod
     @once_differentiable
@@ -426,33 +400,27 @@ class TritonScanLSTM(GuardedFunction):
     @staticmethod
     def _backward(ctx, dout, dhn, dcn):
         L: Layout = ctx.L
-        x, w_ih, bias, w_hr, lengths, A, C, HH, hfin = ctx.saved_tensors
-        T, B, _ = x.shape
-        H, P = L.H, L.P
+        S: Steps = ctx.steps
+        X, w_ih, bias, w_hr, A, C, HH = ctx.saved_tensors
+        B, H = S.B, L.H
         need = ctx.needs_input_grad  # (L, x, h0, c0, w_ih, bias, w_hr, lengths)
-        dout = dout.contiguous() if dout is not None else x.new_zeros(T, B, P)
-        dhn = dhn if dhn is not None else x.new_zeros(B, P)
-        dcn = dcn.contiguous() if dcn is not None else C.new_zeros(B, H)
+        DH, dh0 = S.grads(dout, dhn, A[:, :L.P])  # dh0: only a length-0 row's (h_0 carried)
         dw_hr = None
-        if w_hr is not None:  # back through the projection: dh W_hr for every step
+        if w_hr is not None:  # back through the projection: dh W_hr for every row
             if need[6]:
-                dw_hr = torch.mm(dout.reshape(T * B, P).t(), HH.reshape(T * B, H))
-                dw_hr += torch.mm(dhn.t(), hfin) if lengths is None else torch.mm(
-                    (dhn * (lengths > 0).unsqueeze(-1)).t(), hfin)
-            dhh_out, dhh_fin = torch.matmul(dout, w_hr), dhn @ w_hr
-        else:
-            dhh_out, dhh_fin = dout, dhn.contiguous()
+                dw_hr = torch.mm(DH.t(), HH)
+            DH = torch.mm(DH, w_hr)
+        DC, dc0_direct = S.grads(None, dcn, C)
         dZ = torch.empty_like(A)
         dc0 = C.new_empty(B, H)  # the carried dc: in the memory cell's dtype
-        lens = lengths.to(torch.int32) if lengths is not None else dc0
-        launch(lstm_scan_grad, B * H, A, C, dhh_out.contiguous(), dhh_fin.contiguous(), dcn, dZ,
-               dc0, lens, T, B * H, H, NB=L.nb, NG=L.nG, FI=L.fi, OI=L.oi, SRNN=L.srnn,
-               HAS_LEN=lengths is not None, ACC=acc(x.dtype))
-        dh0 = torch.zeros_like(dhn)  # h_0 is only ever carried (to a length-0 row's final state)
-        if lengths is not None:
-            dh0 = torch.where((lengths == 0).unsqueeze(-1), dhn, dh0)
-        dx, dw_ih, db = input_side_grads(dZ, x, w_ih, bias, need[1], need[4], need[5])
-        return None, dx, dh0 if need[2] else None, dc0 if need[3] else None, dw_ih, db, dw_hr, None
+        off, lens = S.device_steps()
+        launch(lstm_scan_grad, B * H, A, C, DH, DC, dZ, dc0, off, lens, S.T, B, H, NB=L.nb,
+               NG=L.nG, FI=L.fi, OI=L.oi, SRNN=L.srnn, ACC=acc(X.dtype))
+        if need[2] and dh0 is None:
+            dh0 = torch.zeros_like(dhn) if dhn is not None else X.new_zeros(B, L.P)
+        dx, dw_ih, db = input_side_grads(dZ, X, w_ih, bias, need[1], need[4], need[5])
+        return (None, None if dx is None else S.unpacked(dx), dh0 if need[2] else None,
+                S.initial_grad(dc0, dc0_direct) if need[3] else None, dw_ih, db, dw_hr, None)
 
 
 def scan(v, L: Layout, x, state, lengths):

@@ -4,7 +4,8 @@ matrices W_1, W_2 fixed buffers.
 
 ``project_inputs`` (g_t and g_t W^hx x_t for all steps) stays ordinary autograd; per step
 one product with the stacked shift matrices [W_1; W_2] and two ``addcmul``; backward per
-step one outer product and one matrix product; dg for all steps after the loop.  PyTorch
+step one outer product and one matrix product; dg for all steps after the loop; padding-free
+(``common/sequences.py``, ``Steps``: step t runs only the sequences still running).  PyTorch
 loops only (the cell's hidden sizes are a few units: there is nothing for C to gain).
 Trained (``requires_grad``) shift matrices are not what this kernel computes: such a cell
 runs the reference loop.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..common.sequences import add, final, masked_outputs, state_grads_into_steps
+from ..common.sequences import Steps
 from ..interface import Call, KernelPath, register
 from .shared import SecondOrderKernels
 
@@ -49,50 +50,54 @@ KERNELS = register(DyckKernels())
 class DyckRecurrence(torch.autograd.Function):
     """Eqs 4-5 given g_t (T, B, 1) and u_t = g_t W^hx x_t (T, B, H).
 
-    Buffers: ``S`` (T, B, 2H) = [W_1 h'; W_2 h'] per step; ``Hs`` (T+1, B, H).
+    Buffers, in the packed layout of the call's ``Steps`` (N real tokens): ``G`` (N, 1) and
+    ``U`` (N, H), g_t and u_t; ``S`` (N, 2H) = [W_1 h'; W_2 h'] per step; ``Hs`` (B+N, H): the
+    initial states, then h_t.
     """
 
     @staticmethod
     def forward(ctx, g, u, h0, shifts, h_mask, lengths):
         T, B, H = u.shape
-        G1 = 1 - g
-        S = u.new_empty(T, B, 2 * H)
-        Hs = u.new_empty(T + 1, B, H)
-        Hs[0] = h0
-        hs, ss, gs, g1s, us = Hs.unbind(0), S.unbind(0), g.unbind(0), G1.unbind(0), u.unbind(0)
+        St = Steps(T, B, lengths, u.device)
+        G, U = St.pack(g), St.pack(u)
+        S = u.new_empty(St.N, 2 * H)
+        Hs = St.state_buffer(h0)
+        hm = St.sort(h_mask) if h_mask is not None else None
+        h_in, h_out = St.states_in(Hs), St.states_out(Hs)
+        ss, gs, us = St.per_step(S), St.per_step(G), St.per_step(U)
+        g1s = St.per_step(1 - G)
         sh_t = shifts.t()
-        tmp = u.new_empty(B, H) if h_mask is not None else None
-        for t in range(T):
-            hp = hs[t] if h_mask is None else torch.mul(hs[t], h_mask, out=tmp)
+        tmp = u.new_empty(B, H) if hm is not None else None
+        for t in range(St.T):
+            m = St.rows(t)
+            hp = h_in[t] if hm is None else torch.mul(h_in[t], hm[:m], out=tmp[:m])
             s = torch.mm(hp, sh_t, out=ss[t])  # [W_1 h'; W_2 h']
-            h = torch.addcmul(us[t], gs[t], s[:, :H], out=hs[t + 1])  # eqs 4-5: g W_1 h' + g W^hx x
+            h = torch.addcmul(us[t], gs[t], s[:, :H], out=h_out[t])  # eqs 4-5: g W_1 h' + g W^hx x
             h.addcmul_(g1s[t], s[:, H:])  # + (1 - g) W_2 h' (eqs 4-5)
-        out = masked_outputs(Hs[1:], lengths)
-        hn = final(Hs, lengths)
-        ctx.save_for_backward(g, shifts, h_mask, lengths, S)
-        return out, hn
+        ctx.steps = St
+        ctx.save_for_backward(G, shifts, hm, S)
+        return St.unpack(Hs[B:]), St.final(Hs)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout, dhn):
-        g, shifts, h_mask, lengths, S = ctx.saved_tensors
-        T, B, H2 = S.shape
-        H = H2 // 2
-        DH, dh0_direct = state_grads_into_steps(dout, dhn, lengths, S[..., :H])
-        G2 = torch.cat([g, 1 - g], dim=-1).unsqueeze(-1)  # (T, B, 2, 1): [g, 1 - g]
-        dS = S.new_empty(T, B, 2, H)
-        dhs, dss, g2s = DH.unbind(0), dS.unbind(0), G2.unbind(0)
-        for t in range(T - 1, -1, -1):
+        G, shifts, hm, S = ctx.saved_tensors
+        St: Steps = ctx.steps
+        B, H = St.B, S.shape[-1] // 2
+        DH, dh0_direct = St.grads(dout, dhn, S[:, :H])
+        G2 = torch.cat([G, 1 - G], dim=-1).unsqueeze(-1)  # (N, 2, 1): [g, 1 - g]
+        dS = S.new_empty(St.N, 2, H)
+        dhs, dss, g2s = St.per_step(DH), St.per_step(dS), St.per_step(G2)
+        dh0 = S.new_zeros(B, H)
+        for t in range(St.T - 1, -1, -1):
+            m = St.rows(t)
             torch.mul(g2s[t], dhs[t].unsqueeze(1), out=dss[t])
-            if t > 0:
-                if h_mask is None:
-                    dhs[t - 1].addmm_(dss[t].view(B, 2 * H), shifts)
-                else:
-                    dhs[t - 1].addcmul_(torch.mm(dss[t].view(B, 2 * H), shifts), h_mask)
-        dh0 = torch.mm(dss[0].view(B, 2 * H), shifts)
-        if h_mask is not None:
-            dh0.mul_(h_mask)
-        dh0 = add(dh0, dh0_direct)
+            target = dhs[t - 1][:m] if t > 0 else dh0[:m]
+            if hm is None:
+                target.addmm_(dss[t].view(m, 2 * H), shifts)
+            else:
+                target.addcmul_(torch.mm(dss[t].view(m, 2 * H), shifts), hm[:m])
         need = ctx.needs_input_grad
-        dg = (DH * (S[..., :H] - S[..., H:])).sum(-1, keepdim=True) if need[0] else None
-        return dg, DH if need[1] else None, dh0 if need[2] else None, None, None, None
+        dg = (DH * (S[:, :H] - S[:, H:])).sum(-1, keepdim=True) if need[0] else None
+        return (None if dg is None else St.unpacked(dg), St.unpacked(DH) if need[1] else None,
+                St.initial_grad(dh0, dh0_direct) if need[2] else None, None, None, None)

@@ -22,6 +22,9 @@ whole, (T, B, K + K*H), for the backward), the tiny v_{t-1} BD^T, and per row th
 the softmaxes, the mixture and the activations in one pass; backward: per row d pre, dv_t,
 dR_t and the softmax backward in one pass, then the two products dh_{t-1} += [d logits,
 dR_t] W_hh and dv_{t-1} += d logits BD.
+
+Both run padding-free (``common/sequences.py``, ``Steps``): step t runs only the sequences
+still running, every buffer holds real tokens only.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..common import native
-from ..common.sequences import add, final, outputs, state_grads_into_steps
+from ..common import gemm, native
+from ..common.sequences import Steps
 from ..interface import KernelPath, register
 from . import shared
 from .shared import SecondOrderKernels, lstm_factors, multi_weight_grads, state_buffers
@@ -104,170 +107,181 @@ def _cols(b0: int, nb: int, k: int, ko: int, H: int) -> tuple[slice, slice, slic
     return slice(ko, ko + nb * k), slice(b0 * H, (b0 + nb) * H), slice(ko * H, (ko + nb * k) * H)
 
 
-def _per_step(buf: Tensor, cols: slice, *shape: int) -> tuple[Tensor, ...]:
-    """``buf[:, :, cols]`` (T, B, m) viewed as (T, *shape), split into per-step views.
+def _per_step(S: Steps, buf: Tensor, cols: slice, *shape: int, times: int = 1
+              ) -> list[Tensor]:
+    """Step t's rows of ``buf[:, cols]`` (N, m), each viewed as (rows(t) * times, *shape).
 
     (Only the last dimension is split, or ``cols`` covers whole contiguous rows, so
     this is always a view.)"""
-    part = buf[:, :, cols]
-    return part.view(part.shape[0], *shape).unbind(0)
+    part = buf[:, cols]
+    return [p.view(p.shape[0] * times, *shape) for p in S.per_step(part)]
 
 
 class MultiMatrixRecurrence(torch.autograd.Function):
     """mmRNN (``memory=False``: one block) and mmLSTM (``memory=True``: blocks i, f, o, c).
 
-    Forward buffers: ``XK`` (T, B, K): the key logits (x-columns, + bias, then the h- and
-    v-columns added per step); ``V`` (T+1, B, K): the keys, V[0] = v_0; ``rs``: T tensors
-    R_t (B, K*H), every W_g[j] h'_{t-1} (the per-step product's own output, kept rather
-    than copied into a buffer); ``XP`` (T, B, n*H): W_g^hx x_t (+ bias), + the mixture,
-    then the activations in place; ``Hs`` (T+1, B, H); ``HM`` (T, B, H) with recurrent
-    dropout; mmLSTM: ``C`` (T+1, B, H), ``TC`` = tanh(c_t).
+    Forward buffers, in the packed layout of the call's ``Steps`` (N real tokens): ``X`` (N, I)
+    the inputs; ``XK`` (N, K): the key logits (x-columns, + bias, then the h- and v-columns
+    added per step); ``V`` (B+N, K): the initial keys, then v_t of every step; ``rs``: per step
+    R_t (rows, K*H), every W_g[j] h'_{t-1} (the per-step product's own output, kept rather than
+    copied into a buffer); ``XP`` (N, n*H): W_g^hx x_t (+ bias), + the mixture, then the
+    activations in place; ``Hs`` (B+N, H); ``HM`` (N, H) with recurrent dropout; mmLSTM:
+    ``C`` (B+N, H), ``TC`` (N, H) = tanh(c_t).
 
-    Backward buffers: ``DPRE`` (T, B, n*H): d pre-activations; ``DV`` (T, B, K): dv_t (the
-    final keys' gradient, then the carry from t+1, then R_t . d pre added); ``DL``
-    (T, B, K): d logits; ``dR`` (T, B, K + K*H): [d logits, dR_t], the gradient of
-    h'_{t-1} W_hh^T, so that dh'_{t-1} is ONE product with W_hh per step and dW_hh ONE
-    product over all steps.
+    Backward buffers: ``DPRE`` (N, n*H): d pre-activations; ``DV`` (N, K): dv_t (the final
+    keys' gradient, then the carry from t+1, then R_t . d pre added); ``DL`` (N, K): d logits;
+    ``dR`` (N, K + K*H): [d logits, dR_t], the gradient of h'_{t-1} W_hh^T, so that dh'_{t-1}
+    is ONE product with W_hh per step and dW_hh ONE product over all steps.
 
     On CPU in float32 / float64 both loops are one call each into the native kernel
     (``multi_fwd`` / ``multi_bwd`` of ``second_order.c``; ``ctx.native``), which fill
-    the same buffers except ``rs``: one (T, B, K + K*H) buffer, [h' W_key^T, R_t] per step.
+    the same buffers except ``rs``: one (N, K + K*H) buffer, [h' W_key^T, R_t] per step.
     """
 
     @staticmethod
     def forward(ctx, memory, Ks, x, h0, c0, v0, w_ih, w_hh, bd, bias, h_mask, lengths):
-        T, B, I = x.shape
+        T, B, _ = x.shape
         H = h0.shape[-1]
         n, Kt = len(Ks), sum(Ks)
-        groups = _groups(Ks)
-        x2 = x.reshape(T * B, I)
-        if bias is None:
-            XK = torch.mm(x2, w_ih[:Kt].t()).view(T, B, Kt)
-            XP = torch.mm(x2, w_ih[Kt:].t()).view(T, B, n * H)
-        else:
-            XK = torch.addmm(bias[:Kt], x2, w_ih[:Kt].t()).view(T, B, Kt)
-            XP = torch.addmm(bias[Kt:], x2, w_ih[Kt:].t()).view(T, B, n * H)
-        V = x.new_empty(T + 1, B, Kt)
-        V[0] = v0
-        Hs, HM, C, TC = state_buffers(x, h0, c0 if memory else None, h_mask)
+        S = Steps(T, B, lengths, x.device)
+        X = S.pack(x)
         ctx.native = lib = shared.native_library(x)
+        ctx.products = P = gemm.for_call(lib, X, w_ih, any(ctx.needs_input_grad))
+        XK = P.linear(X, w_ih[:Kt], None if bias is None else bias[:Kt])
+        XP = P.linear(X, w_ih[Kt:], None if bias is None else bias[Kt:])
+        V = S.state_buffer(v0)
+        Hs, HM, C, TC = state_buffers(S, h0, c0 if memory else None, h_mask)
+        hm = S.sort(h_mask) if h_mask is not None else None
         if lib is not None:  # the whole loop in one C call (multi_fwd, second_order.c)
-            R = x.new_empty(T, B, Kt + Kt * H)  # h'_{t-1} W_hh^T: key h-columns, every W_g[j] h'
-            if h_mask is not None:
-                h_mask = h_mask.expand(B, H).contiguous()
+            R = x.new_empty(S.N, Kt + Kt * H)  # h'_{t-1} W_hh^T: key h-columns, every W_g[j] h'
             w_hh, bd = w_hh.contiguous(), bd.contiguous()
-            lib.call("multi_fwd", x.dtype, memory=int(memory), n=n, Ks=Ks, T=T, B=B, H=H,
-                     par_min=native.PAR_MIN, XK=XK, V=V, R=R, XP=XP, Hs=Hs, HM=HM, C=C, TC=TC,
-                     w_hh=w_hh, bd=bd, hmask=h_mask)
-            return MultiMatrixRecurrence._finish(ctx, memory, Ks, x, w_ih, w_hh, bd, bias, h_mask,
-                                                  lengths, V, XP, Hs, HM, C, TC, [R])
-        hs, vs, xks, xps = Hs.unbind(0), V.unbind(0), XK.unbind(0), XP.unbind(0)
-        rs = []  # R_t (B, K*H): every W_g[j] h'_{t-1}, one tensor per step
-        hms = HM.unbind(0) if HM is not None else None
+            lib.call("multi_fwd", x.dtype, memory=int(memory), n=n, Ks=Ks, T=S.T, B=B, off=S.off,
+                     H=H, par_min=native.PAR_MIN, XK=XK, V=V, R=R, XP=XP, Hs=Hs, HM=HM, C=C, TC=TC,
+                     w_hh=w_hh, bd=bd, hmask=hm)
+            rs = [R]
+        else:
+            rs = MultiMatrixRecurrence._forward_loop(memory, Ks, S, XK, V, XP, Hs, HM, C, TC,
+                                                     w_hh, bd, hm)
+        ctx.memory, ctx.Ks, ctx.steps = memory, Ks, S
+        ctx.save_for_backward(X, w_ih, w_hh, bd, bias, hm, V, XP, Hs, HM, C, TC, *rs)
+        return (S.unpack(Hs[B:]), S.final(Hs), S.final(C) if memory else None, S.final(V))
+
+    @staticmethod
+    def _forward_loop(memory, Ks, S: Steps, XK, V, XP, Hs, HM, C, TC, w_hh, bd, hm):
+        """The forward loop in PyTorch operations (any device); returns the R_t."""
+        H, Kt = Hs.shape[-1], sum(Ks)
+        groups = _groups(Ks)
+        h_in, h_out = S.states_in(Hs), S.states_out(Hs)
+        v_in, xks, xps = S.states_in(V), S.per_step(XK), S.per_step(XP)
+        rs = []  # R_t (rows, K*H): every W_g[j] h'_{t-1}, one tensor per step
+        hms = S.per_step(HM) if HM is not None else None
         w_key_t, bd_t = w_hh[:Kt].t(), bd.t()  # small: the key logits' h- and v-columns
-        choice = StepProduct(w_hh[Kt:].t(), B, T)  # the choice matrices: the big per-step product
+        choice = StepProduct(w_hh[Kt:].t(), S.B, S.T)  # the choice matrices: the big per-step product
         if memory:
-            cs, tcs = C.unbind(0), TC.unbind(0)
-            XP4 = XP.view(T, B, 4, H)
-            zg, zc = XP[:, :, :3 * H].unbind(0), XP[:, :, 3 * H:].unbind(0)
-            zi, zf, zo = (XP4[:, :, k].unbind(0) for k in range(3))
+            c_in, c_out, tcs = S.states_in(C), S.states_out(C), S.per_step(TC)
+            XP4 = XP.view(S.N, 4, H)
+            zg, zc = S.per_step(XP[:, :3 * H]), S.per_step(XP[:, 3 * H:])
+            zi, zf, zo = (S.per_step(XP4[:, k]) for k in range(3))
         one = len(groups) == 1  # the softmax outputs are whole rows (contiguous)
-        Vn = V[1:]
+        Vn = V[S.B:]
         # per group, the per-step views every step needs (made once, not per step)
         gviews = []
         for b0, nb, k, ko in groups:
             kk, hc, rc = _cols(b0, nb, k, ko, H)
-            gviews.append((_per_step(XK, kk, B, nb, k), _per_step(Vn, kk, B, nb, k),
-                           _per_step(Vn, kk, B * nb, 1, k), _per_step(XP, hc, B * nb, 1, H),
-                           (rc, B * nb, k, H)))
-        for t in range(T):
-            hp = hs[t] if hms is None else torch.mul(hs[t], h_mask, out=hms[t])
-            xks[t].addmm_(hp, w_key_t).addmm_(vs[t], bd_t)  # eqs 6 / 9-15: the key logits
+            gviews.append((_per_step(S, XK, kk, nb, k), _per_step(S, Vn, kk, nb, k),
+                           _per_step(S, Vn, kk, 1, k, times=nb),
+                           _per_step(S, XP, hc, 1, H, times=nb), (rc, nb, k, H)))
+        for t in range(S.T):
+            m = S.rows(t)
+            hp = h_in[t] if hms is None else torch.mul(h_in[t], hm[:m], out=hms[t])
+            xks[t].addmm_(hp, w_key_t).addmm_(v_in[t], bd_t)  # eqs 6 / 9-15: the key logits
             r = choice(hp)  # every W_g[j] h'_{t-1}
             rs.append(r)
-            for lg3, v3, vb, preb, (rc, *rshape) in gviews:
+            for lg3, v3, vb, preb, (rc, nb, k, H_) in gviews:
                 _softmax(lg3[t], v3[t], one)
                 # eqs 7 / 10-16: pre_g += sum_j v_g[j] (W_g[j] h'), one batched product
-                preb[t].baddbmm_(vb[t], r[:, rc].view(rshape))
+                preb[t].baddbmm_(vb[t], r[:, rc].view(m * nb, k, H_))
             pre = xps[t]
             if not memory:
-                torch.tanh(pre, out=hs[t + 1])  # eq 8
+                torch.tanh(pre, out=h_out[t])  # eq 8
             else:
                 zg[t].sigmoid_()  # eqs 17-19
                 zc[t].tanh_()  # eq 20
-                c = torch.mul(zf[t], cs[t], out=cs[t + 1])
+                c = torch.mul(zf[t], c_in[t], out=c_out[t])
                 c.addcmul_(zi[t], zc[t])  # eq 21
-                torch.mul(zo[t], torch.tanh(c, out=tcs[t]), out=hs[t + 1])  # eq 22
-        return MultiMatrixRecurrence._finish(ctx, memory, Ks, x, w_ih, w_hh, bd, bias, h_mask,
-                                              lengths, V, XP, Hs, HM, C, TC, rs)
-
-    @staticmethod
-    def _finish(ctx, memory, Ks, x, w_ih, w_hh, bd, bias, h_mask, lengths, V, XP, Hs, HM, C, TC,
-                rs):
-        """The outputs (zero at padding) and final states; saves what the backward reads
-        (``rs``: the T tensors R_t, or with the native loops ONE (T, B, K + K*H) buffer)."""
-        out, hn, cn = outputs(Hs, C, lengths)
-        vn = final(V, lengths)
-        ctx.memory, ctx.Ks = memory, Ks
-        ctx.save_for_backward(x, w_ih, w_hh, bd, bias, h_mask, lengths, V, XP, Hs, HM, C, TC, *rs)
-        return out, hn, cn, vn
+                torch.mul(zo[t], torch.tanh(c, out=tcs[t]), out=h_out[t])  # eq 22
+        return rs
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout, dhn, dcn, dvn):
-        x, w_ih, w_hh, bd, bias, h_mask, lengths, V, XP, Hs, HM, C, TC, *rs = ctx.saved_tensors
+        X, w_ih, w_hh, bd, bias, hm, V, XP, Hs, HM, C, TC, *rs = ctx.saved_tensors
         memory, Ks = ctx.memory, ctx.Ks
-        T, B, _ = x.shape
-        H = Hs.shape[-1]
+        S: Steps = ctx.steps
+        B, H = S.B, Hs.shape[-1]
         n, Kt = len(Ks), sum(Ks)
-        groups = _groups(Ks)
-        DH, dh0_direct = state_grads_into_steps(dout, dhn, lengths, Hs[1:])
-        DV, dv0_direct = state_grads_into_steps(None, dvn, lengths, V[1:])  # dv_t (+ carry)
-        DPRE = XP.new_empty(T, B, n * H)  # gradient of the pre-activations (= of W_g^hx x_t)
-        dR = XP.new_empty(T, B, Kt + Kt * H)  # gradient of h' W_hh^T: [d logits, d R]
-        DL = XP.new_empty(T, B, Kt)  # d logits (contiguous; copied into dR per step)
-        # mmLSTM: dc_t from the final state (the carry from t+1 is added in place)
-        DC, dc0_direct = (state_grads_into_steps(None, dcn, lengths, C[1:]) if memory
-                          else (None, None))
+        DH, dh0_direct = S.grads(dout, dhn, Hs)
+        DV, dv0_direct = S.grads(None, dvn, V)  # dv_t (+ carry)
+        DPRE = XP.new_empty(S.N, n * H)  # gradient of the pre-activations (= of W_g^hx x_t)
+        dR = XP.new_empty(S.N, Kt + Kt * H)  # gradient of h' W_hh^T: [d logits, d R]
+        DL = XP.new_empty(S.N, Kt)  # d logits (contiguous; copied into dR per step)
+        # mmLSTM: dc_t from the final states (the carry from t+1 is added in place)
+        DC, dc0_direct = S.grads(None, dcn, C) if memory else (None, None)
         if ctx.native is not None:  # the reverse loop in one C call (multi_bwd)
             dh0, dv0 = XP.new_empty(B, H), XP.new_empty(B, Kt)
             dc0 = XP.new_empty(B, H) if memory else None
-            tmp = XP.new_empty(B * H)
-            ctx.native.call("multi_bwd", XP.dtype, memory=int(memory), n=n, Ks=Ks, T=T, B=B, H=H,
-                            par_min=native.PAR_MIN, V=V, R=rs[0], XP=XP, C=C, TC=TC, Hs=Hs, DH=DH,
-                            DV=DV, DC=DC, DPRE=DPRE, dR=dR, DL=DL, dh0=dh0, dv0=dv0, dc0=dc0,
-                            w_hh=w_hh, bd=bd, hmask=h_mask, tmp=tmp)
-            return multi_weight_grads(
-                ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR, DL, add(dh0, dh0_direct),
-                add(dv0, dv0_direct), add(dc0, dc0_direct))
-        dhs, dvs, dpres = DH.unbind(0), DV.unbind(0), DPRE.unbind(0)
-        dRs, dls = dR.unbind(0), DL.unbind(0)
-        one = len(groups) == 1
-        rec = StepProduct(w_hh, B, T)  # dh' = [d logits, dR] W_hh
-        if not memory:
-            Kz = Hs[1:] * Hs[1:]
-            Kz.neg_().add_(1)
-            kzs = Kz.unbind(0)
+            ctx.native.call("multi_bwd", XP.dtype, memory=int(memory), n=n, Ks=Ks, T=S.T, B=B,
+                            off=S.off, H=H, par_min=native.PAR_MIN, V=V, R=rs[0], XP=XP, C=C, TC=TC,
+                            Hs=Hs, DH=DH, DV=DV, DC=DC, DPRE=DPRE, dR=dR, DL=DL, dh0=dh0, dv0=dv0,
+                            dc0=dc0, w_hh=w_hh, bd=bd, hmask=hm, tmp=XP.new_empty(B * H))
         else:
-            XP4 = XP.view(T, B, 4, H)  # activations i, f, o, c^
-            K, Kc = lstm_factors(XP4, C, TC)
-            dcs, kcs, ks, kos = DC.unbind(0), Kc.unbind(0), K.unbind(0), K[:, :, 2].unbind(0)
-            DPRE4 = DPRE.view(T, B, 4, H)
-            dp4s, dpos = DPRE4.unbind(0), DPRE4[:, :, 2].unbind(0)
-            fs = XP4[:, :, 1].unbind(0)
-        Vn = V[1:]
+            dh0, dv0, dc0 = MultiMatrixRecurrence._backward_loop(
+                memory, Ks, S, V, XP, Hs, C, TC, rs, DH, DV, DC, DPRE, dR, DL, w_hh, bd, hm)
+        dx, grads = multi_weight_grads(ctx.needs_input_grad, Ks, X, w_ih, bias, S.prev(V),
+                                       HM if HM is not None else S.prev(Hs), DPRE, dR, DL,
+                                       ctx.products)
+        return (None, None, None if dx is None else S.unpacked(dx), S.initial_grad(dh0, dh0_direct),
+                S.initial_grad(dc0, dc0_direct) if memory else None,
+                S.initial_grad(dv0, dv0_direct), *grads, None, None)
+
+    @staticmethod
+    def _backward_loop(memory, Ks, S: Steps, V, XP, Hs, C, TC, rs, DH, DV, DC, DPRE, dR, DL, w_hh,
+                       bd, hm):
+        """The backward loop in PyTorch operations: fills DPRE, dR, DL, adds the recurrent
+        parts into DH, DV (and DC); returns dh_0, dv_0, dc_0 (sorted)."""
+        B, H = S.B, Hs.shape[-1]
+        Kt = sum(Ks)
+        groups = _groups(Ks)
+        dhs, dvs, dpres = S.per_step(DH), S.per_step(DV), S.per_step(DPRE)
+        dRs, dls = S.per_step(dR), S.per_step(DL)
+        one = len(groups) == 1
+        rec = StepProduct(w_hh, B, S.T)  # dh' = [d logits, dR] W_hh
+        if not memory:
+            kzs = [1 - h * h for h in S.states_out(Hs)]
+        else:
+            XP4 = XP.view(S.N, 4, H)  # activations i, f, o, c^
+            K, Kc = lstm_factors(XP4, S.prev(C), TC)
+            dcs, kcs, ks, kos = (S.per_step(DC), S.per_step(Kc), S.per_step(K),
+                                 S.per_step(K[:, 2]))
+            DPRE4 = DPRE.view(S.N, 4, H)
+            dp4s, dpos = S.per_step(DPRE4), S.per_step(DPRE4[:, 2])
+            fs = S.per_step(XP4[:, 1])
+        Vn = V[B:]
         gviews = []
         for b0, nb, k, ko in groups:
             kk, hc, rc = _cols(b0, nb, k, ko, H)
             rcd = slice(Kt + rc.start, Kt + rc.stop)
-            gviews.append((_per_step(DV, kk, B * nb, k, 1),
-                           [r[:, rc].view(B * nb, k, H) for r in rs],
-                           _per_step(DPRE, hc, B * nb, H, 1), _per_step(Vn, kk, B, nb, k, 1),
-                           _per_step(DPRE, hc, B, nb, 1, H), _per_step(dR, rcd, B, nb, k, H),
-                           _per_step(DV, kk, B, nb, k), _per_step(Vn, kk, B, nb, k),
-                           _per_step(DL, kk, B, nb, k)))
-        dRk = dR[:, :, :Kt].unbind(0)
-        for t in range(T - 1, -1, -1):
+            gviews.append((_per_step(S, DV, kk, k, 1, times=nb),
+                           [r[:, rc].view(r.shape[0] * nb, k, H) for r in rs],
+                           _per_step(S, DPRE, hc, H, 1, times=nb), _per_step(S, Vn, kk, nb, k, 1),
+                           _per_step(S, DPRE, hc, nb, 1, H), _per_step(S, dR, rcd, nb, k, H),
+                           _per_step(S, DV, kk, nb, k), _per_step(S, Vn, kk, nb, k),
+                           _per_step(S, DL, kk, nb, k)))
+        dRk = S.per_step(dR[:, :Kt])
+        dh0, dv0 = DH.new_zeros(B, H), DH.new_zeros(B, Kt)
+        dc0 = DH.new_zeros(B, H) if memory else None
+        for t in range(S.T - 1, -1, -1):
+            m = S.rows(t)
             dh = dhs[t]
             if not memory:
                 torch.mul(dh, kzs[t], out=dpres[t])
@@ -281,19 +295,15 @@ class MultiMatrixRecurrence(torch.autograd.Function):
                 _softmax_backward(dv3[t], v3[t], dl3[t], one)
             dr = dRs[t]
             dRk[t].copy_(dls[t])
-            if t > 0:
-                if h_mask is None:
-                    rec.add_to(dhs[t - 1], dr)
+            target = dhs[t - 1][:m] if t > 0 else dh0[:m]
+            if hm is None:
+                rec.add_to(target, dr)
+            else:
+                target.addcmul_(rec(dr), hm[:m])
+            (dvs[t - 1][:m] if t > 0 else dv0[:m]).addmm_(dls[t], bd)  # the key's own recurrence
+            if memory:
+                if t > 0:
+                    dcs[t - 1][:m].addcmul_(dc, fs[t])
                 else:
-                    dhs[t - 1].addcmul_(rec(dr), h_mask)
-                dvs[t - 1].addmm_(dls[t], bd)  # the key's own recurrence
-                if memory:
-                    dcs[t - 1].addcmul_(dc, fs[t])
-        dh0 = rec(dRs[0])
-        if h_mask is not None:
-            dh0.mul_(h_mask)
-        dh0 = add(dh0, dh0_direct)
-        dv0 = add(torch.mm(dls[0], bd), dv0_direct)
-        dc0 = add(dcs[0] * fs[0], dc0_direct) if memory else None
-        return multi_weight_grads(ctx, x, w_ih, w_hh, bias, V, Hs, HM, DPRE, dR,
-                                                    DL, dh0, dv0, dc0)
+                    torch.mul(dc, fs[0], out=dc0[:m])
+        return dh0, dv0, dc0

@@ -17,11 +17,14 @@ reproduces), so its only arithmetic is eqs 1-2's pass.  ``scan_terms`` computes 
 for all steps at once (what the readout does not read costs one sigmoid per element and no
 gradient).
 
-Padding (prefix masks; the encoder reverses each sequence within its length for the
-backward direction): every row runs all T steps; the outputs are zero at padding (so no
-gradient enters there), each state component is taken at the row's last real step (the
-initial state for a length-0 row), and nothing a padded step computes reaches anything the
-caller sees, in either direction.
+Padding-free (prefix masks; the encoder reverses each sequence within its length for the
+backward direction): a call runs the packed layout of ``common/sequences.Steps`` (rows sorted
+by length once; step t runs the sequences still running), so the products, the pass, the
+gates and the readout are computed over real tokens only.  The cell's methods are
+element-wise over rows, so they run on the packed (tokens, *) tensors as on (T, B, *) ones,
+with each token's c_{t-1} and its row of the rest of the initial state.  The outputs are
+exactly zero at padding, each state component is taken after the row's last real step (the
+initial state for a length-0 row).
 
 Paths (``interface.KernelPath``):
 
@@ -40,12 +43,11 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-import torch
 from torch import Tensor
 
 from ..common.dispatch import describe, native_loops, triton_runs
 from ..common.gemm import faster_products
-from ..common.sequences import final, masked_outputs
+from ..common.sequences import Steps
 from ..interface import Call, KernelFamily, KernelPath, NativeSource, register
 from .loops import LIBRARY, SRUMemory
 
@@ -85,27 +87,22 @@ class SRUKernels(KernelFamily):
 
 def sru_sequence(v, function, x: Tensor, state: tuple[Tensor, ...], lengths: Tensor | None):
     """One call of the 2018 SRU (``v``: its view) with the memory's pass ``function``
-    (``SRUMemory`` or its Triton twin); see the module docstring.  ``h_mask`` has no part in
-    it: no product reads h_{t-1}."""
+    (``SRUMemory`` or its Triton twin), over the real tokens only; see the module docstring.
+    ``h_mask`` has no part in it: no product reads h_{t-1}."""
+    T, B, _ = x.shape
+    S = Steps(T, B, lengths, x.device)
     with faster_products() if x.device.type == "cpu" else nullcontext():  # (common/gemm.py)
-        xp = v.project_inputs(x)  # every matrix product, all steps at once
+        xp = v.project_inputs(S.pack(x))  # every matrix product, all real tokens at once
     k = v.memory_index
-    C = function.apply(*v.memory_inputs(xp), state[k])  # c_0, c_1, ..., c_T
-    before = tuple(C[:-1] if i == k else s for i, s in enumerate(state))  # c_{t-1} of every t
-    memory = C[1:]
-    h = v.readout(memory, v.scan_terms(xp, before))  # eqs 3-4 for every step
-    steps = v.next_state(h, memory, xp)  # the state after every step, component by component
-    finals = tuple(final(C, lengths) if i == k else last(s, s0, lengths)
+    C = function.apply(S, *v.memory_inputs(xp), state[k])  # c_0 (sorted), then every c_t
+    # what each token's step read: c_{t-1}, and its row of the rest of the initial state
+    before = tuple(S.prev(C) if i == k else S.per_row(S.sort(s)) for i, s in enumerate(state))
+    memory = C[B:]
+    h = v.readout(memory, v.scan_terms(xp, before))  # eqs 3-4 for every token
+    steps = v.next_state(h, memory, xp)  # the state after every token, component by component
+    finals = tuple(S.final(C) if i == k else S.final_rows(s, s0)
                    for i, (s, s0) in enumerate(zip(steps, state)))
-    return masked_outputs(h, lengths), finals
-
-
-def last(steps: Tensor, initial: Tensor, lengths: Tensor | None) -> Tensor:
-    """Each row's value after its last real step, ``steps`` (T, B, n), or ``initial`` for a
-    length-0 row (as :func:`~..common.sequences.final` takes it from a (T+1, B, n) buffer)."""
-    if lengths is None:
-        return steps[-1].clone()
-    return final(torch.cat([initial.unsqueeze(0).to(steps.dtype), steps]), lengths)
+    return S.unpack(h), finals
 
 
 KERNELS = register(SRUKernels())

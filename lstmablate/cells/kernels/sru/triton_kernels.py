@@ -6,9 +6,10 @@ c_{t-1}), c_t = f_t ∘ c_{t-1} + (1 − f_t) ∘ u_t (``sru_memory``), backward
 of ``loops.py`` (``sru_memory_grad``; dv is one reduction after it).  The inputs are read in
 their own dtype (float16 / bfloat16 under autocast) and every step is computed in float32
 registers (float64 for float64); the memory, f_t and the carried gradient are stored in
-float32 (``memory_dtype``), the inputs' gradients in the inputs' dtype.  No padding here:
-every row runs all T steps, and ``family.sru_sequence`` takes each row's final state at its
-own length.
+float32 (``memory_dtype``), the inputs' gradients in the inputs' dtype.  Padding-free, in
+the packed layout of ``common/sequences.Steps`` (OFF: the step offsets, LEN: the sorted
+lengths): each row runs its own steps only; the memory is a state buffer, the B initial rows
+first.
 """
 
 from __future__ import annotations
@@ -19,51 +20,57 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from ..common.guard import GuardedFunction
-from ..common.triton_common import acc, launch_grid, memory_dtype, sigmoid, step_base
+from ..common.triton_common import acc, launch_grid, memory_dtype, row_base, sigmoid
 from ..common.triton_support import block
 from ..interface import KernelPath
 from .loops import SRUMemory
 
 
 @triton.jit
-def sru_memory(Z, U, V, C, F, T, n, H, ACC: tl.constexpr, BLOCK: tl.constexpr):
-    """C[t + 1] = f_t C[t] + (1 - f_t) U[t], f_t = σ(Z[t] + V C[t]) (stored in F[t])."""
+def sru_memory(Z, U, V, C, F, OFF, LEN, B, H, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """Row b's steps: c_t = f_t c_{t-1} + (1 - f_t) u_t, f_t = σ(z_t + v c_{t-1}) (stored
+    in F), c_t into the state buffer C (its initial row read first)."""
+    b = tl.program_id(0)
     j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = j < H
-    offs = tl.program_id(0) * H + j
     v = tl.load(V + j, mask=m, other=0.0).to(ACC)
-    c = tl.load(C + offs, mask=m, other=0.0).to(ACC)
-    for t in range(0, T):
-        s = step_base(t, n) + offs
+    c = tl.load(C + b * H + j, mask=m, other=0.0).to(ACC)
+    for t in range(0, tl.load(LEN + b)):
+        s = row_base(OFF, t, b, H) + j
         z = tl.load(Z + s, mask=m, other=0.0).to(ACC)
         u = tl.load(U + s, mask=m, other=0.0).to(ACC)
         f = sigmoid(z + v * c)  # eq 1
         c = f * c + (1.0 - f) * u  # eq 2
         tl.store(F + s, f, mask=m)
-        tl.store(C + step_base(t + 1, n) + offs, c, mask=m)
+        tl.store(C + B * H + s, c, mask=m)
 
 
 @triton.jit
-def sru_memory_grad(U, V, C, F, DC, DZ, DU, DC0, T, n, H, ACC: tl.constexpr,
+def sru_memory_grad(U, V, C, F, DC, DZ, DU, DC0, OFF, LEN, B, H, ACC: tl.constexpr,
                     BLOCK: tl.constexpr):
-    """The reverse pass: g_T = DC[T]; dz_t, du_t; g_{t-1} = DC[t-1] + g_t f_t + dz_t v;
-    DC0 = g_0."""
+    """The reverse pass from row b's last step: g_t = DC_t + carry; dz_t, du_t; carry =
+    g_t f_t + dz_t v; DC0 = DC_0 + carry."""
+    b = tl.program_id(0)
     j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = j < H
-    offs = tl.program_id(0) * H + j
     v = tl.load(V + j, mask=m, other=0.0).to(ACC)
-    g = tl.load(DC + step_base(T, n) + offs, mask=m, other=0.0).to(ACC)
-    for r in range(0, T):
-        t = T - 1 - r
-        s = step_base(t, n) + offs
+    carry = tl.zeros([BLOCK], dtype=ACC)
+    n_real = tl.load(LEN + b)
+    for r in range(0, n_real):
+        t = n_real - 1 - r
+        s = row_base(OFF, t, b, H) + j
         u = tl.load(U + s, mask=m, other=0.0).to(ACC)
-        c_prev = tl.load(C + s, mask=m, other=0.0).to(ACC)
+        # c_{t-1}: the previous step's row, or the initial row at t = 0
+        prev = tl.where(t > 0, row_base(OFF, tl.maximum(t - 1, 0), b, H) + j + B * H,
+                        (b * H + j).to(tl.int64))
+        c_prev = tl.load(C + prev, mask=m, other=0.0).to(ACC)
         f = tl.load(F + s, mask=m, other=0.0).to(ACC)
+        g = tl.load(DC + B * H + s, mask=m, other=0.0).to(ACC) + carry
         dz = g * (c_prev - u) * f * (1.0 - f)
         tl.store(DZ + s, dz, mask=m)
         tl.store(DU + s, g * (1.0 - f), mask=m)
-        g = tl.load(DC + s, mask=m, other=0.0).to(ACC) + g * f + dz * v
-    tl.store(DC0 + offs, g, mask=m)
+        carry = g * f + dz * v
+    tl.store(DC0 + b * H + j, tl.load(DC + b * H + j, mask=m, other=0.0).to(ACC) + carry, mask=m)
 
 
 def _grid(B: int, H: int) -> tuple[tuple[int, int], int]:
@@ -78,18 +85,19 @@ class TritonSRUMemory(GuardedFunction):
     family, path, fallback = "sru", KernelPath.TRITON_RECURRENT, SRUMemory
 
     @staticmethod
-    def forward(ctx, z, u, v, c0):
-        GuardedFunction.keep(ctx, z, u, v, c0)
-        T, B, H = z.shape
+    def forward(ctx, S, z, u, v, c0):
+        GuardedFunction.keep(ctx, S, z, u, v, c0)
+        H = z.shape[-1]
         zz, uu, vv = z.contiguous(), u.contiguous(), v.contiguous()
         dtype = memory_dtype(z.dtype)
-        C = zz.new_empty(T + 1, B, H, dtype=dtype)
-        C[0] = c0
-        F = zz.new_empty(T, B, H, dtype=dtype)
-        grid, size = _grid(B, H)
-        launch_grid(sru_memory, grid, zz, uu, vv, C, F, T, B * H, H, ACC=acc(z.dtype),
+        C = S.state_buffer(c0, dtype=dtype)
+        F = zz.new_empty(S.N, H, dtype=dtype)
+        off, lens = S.device_steps()
+        grid, size = _grid(S.B, H)
+        launch_grid(sru_memory, grid, zz, uu, vv, C, F, off, lens, S.B, H, ACC=acc(z.dtype),
                     BLOCK=size)
         ctx.dtypes = (z.dtype, u.dtype, v.dtype, c0.dtype)
+        ctx.steps, ctx.c0_shape = S, c0.shape
         ctx.save_for_backward(uu, vv, C, F)
         return C
 
@@ -101,13 +109,12 @@ class TritonSRUMemory(GuardedFunction):
     @staticmethod
     def _backward(ctx, dC):
         u, v, C, F = ctx.saved_tensors
-        T, B, H = u.shape
+        S, H = ctx.steps, u.shape[-1]
         dC = dC.to(C.dtype).contiguous()
         dz, du = (torch.empty(u.shape, dtype=d, device=u.device) for d in ctx.dtypes[:2])
-        dc0 = C.new_empty(B, H)
-        grid, size = _grid(B, H)
-        launch_grid(sru_memory_grad, grid, u, v, C, F, dC, dz, du, dc0, T, B * H, H,
+        dc0 = C.new_empty(S.B, H)
+        off, lens = S.device_steps()
+        grid, size = _grid(S.B, H)
+        launch_grid(sru_memory_grad, grid, u, v, C, F, dC, dz, du, dc0, off, lens, S.B, H,
                     ACC=acc(u.dtype), BLOCK=size)
-        dv = (dz.to(C.dtype) * C[:-1]).sum((0, 1)) if ctx.needs_input_grad[2] else None
-        return tuple(None if grad is None or not need else grad.to(dtype) for grad, dtype, need
-                     in zip((dz, du, dv, dc0), ctx.dtypes, ctx.needs_input_grad))
+        return SRUMemory.grads(ctx, dz, du, dc0, C)

@@ -27,7 +27,7 @@ from torch.autograd.function import once_differentiable
 
 from ..common import gemm, native
 from ..common.gemm import TORCH
-from ..common.sequences import Steps, add, input_products, input_side_grads
+from ..common.sequences import Steps, input_products, input_side_grads
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ def test_an_overlay_is_a_named_change_applied_over_the_base(tmp_path):
     write(tmp_path, "other", "base: parent\noverlay: overlays/small.yaml\n")
     assert load_recipe(str(tmp_path / "other.yaml"))[1]["model"]["hidden_size"] == 4
     _, sst = load_recipe("sst5-bilstm-max-cpu")
-    assert sst["train"]["lr"] == 0.01 and sst["seeds"] == [1, 2, 3] and "cell_overrides" not in sst
+    assert sst["train"]["lr"] == 0.01 and sst["seeds"] == [1, 2, 3, 4, 5] and "cell_overrides" not in sst
 
 
 def test_cell_overrides_merge_cell_by_cell_and_key_by_key(tmp_path):

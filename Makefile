@@ -60,12 +60,12 @@ test: install
 recipe-snapshot:
 	$(PY) tests/fixtures/resolved_recipes.py
 
-# The README's "Using it" commands, in order, in a fresh folder after the demo (CI runs it).
 # ruff with the project's style (pyproject.toml [tool.ruff]); CI runs it before the tests, and
 # pre-commit runs it on each commit (.pre-commit-config.yaml: `pre-commit install` once).
 lint: install
 	$(PY) -m ruff check .
 
+# The README's "Using it" commands, in order, in a fresh folder after the demo (CI runs it).
 readme-check: install
 	$(PY) tests/readme_check.py
 

@@ -61,9 +61,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lstmablate import cli, task
-from lstmablate.errors import DataError
-from lstmablate.io import load_yaml, parse_json, read_json, read_lines
+from lstmablate.io import load_yaml, read_json
 from lstmablate.recipes import load_recipe
+from lstmablate.run.record import read_metrics
 from lstmablate.run.runs import RunFiles
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,10 +127,9 @@ class Run:
         return read_json(self.files.env) if self.files.env.is_file() else None
 
     def evaluations(self) -> list[dict[str, Any]]:
-        """``metrics.jsonl``: the dev evaluations, in order."""
-        path = self.files.metrics
-        return [parse_json(line, f"{path}, line {i}") for i, line in
-                enumerate(read_lines(path, DataError), 1) if line.strip()]
+        """``metrics.jsonl``: the dev evaluations, in order (read and checked as every command
+        reads them, :func:`lstmablate.run.record.read_metrics`)."""
+        return read_metrics(self.files.metrics)
 
 
 def find(runs_dir: str, tables: list[str]) -> list[Run]:

@@ -5,6 +5,7 @@ Adagrad as Józefowicz et al., and one data-parallel step (2 CPU processes, gloo
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import os
 from pathlib import Path
@@ -129,7 +130,7 @@ def _ddp_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     from lstmablate.batching import shard_batch
-    from lstmablate.train.distributed import DistInfo, all_reduce_sum
+    from lstmablate.train.distributed import DistInfo, all_reduce_sum, cleanup
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -147,7 +148,11 @@ def _ddp_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         if rank == 0:
             torch.save({n: p.grad for n, p in model.named_parameters()},
                        Path(out_dir) / f"ddp-{num_sampled}.pt")
-    dist.destroy_process_group()
+        del ddp, model, out  # nothing of the group's work outlives the group
+    # leave together, as the runner does (a group or its work still alive at interpreter exit
+    # can abort the process from gloo's threads)
+    gc.collect()
+    cleanup(info)
 
 
 @pytest.mark.slow

@@ -41,3 +41,54 @@ def test_two_process_ddp_matches_one_process(tmp_path):
         assert rb["loss"] == pytest.approx(ra["loss"], abs=1e-5)
     env = json.loads(RunFiles(tmp_path / "two" / "dyck" / "lstm" / "seed-1").env.read_text())
     assert env["world_size"] == 2
+
+
+def test_cleanup_waits_for_the_group_then_leaves_it(tmp_path):
+    """One process in a gloo group: ``cleanup`` passes the barrier and destroys the group
+    (after an error it leaves at once); outside torchrun it does nothing."""
+    import torch.distributed as dist
+
+    from lstmablate.train.distributed import DistInfo, cleanup
+
+    cleanup(DistInfo())  # no group: nothing to do, nothing raised
+    for finished in (True, False):
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / f'init-{finished}'}",
+                                rank=0, world_size=1)
+        try:
+            cleanup(DistInfo(0, 1, 0))  # world 1: not a torchrun run, the group is left alone
+            assert dist.is_initialized()
+            cleanup(DistInfo(0, 2, 0), finished=finished)
+            assert not dist.is_initialized()
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+
+def test_a_run_leaves_its_process_group_however_it_ends(tmp_path, monkeypatch):
+    """The runner leaves the group after training (waiting for the other ranks), and at once
+    when training raised, so that no group is alive at interpreter exit."""
+    import io
+
+    from rich.console import Console
+
+    from lstmablate.errors import UserError
+    from lstmablate.run import runner
+    from lstmablate.train import distributed
+
+    calls = []
+    monkeypatch.setattr(distributed, "cleanup",
+                        lambda info, finished=True: calls.append((info, finished)))
+    quiet = dict(console=Console(file=io.StringIO()), progress=False, threads=1)
+    small = ["data.train_tokens=0", "data.train_sequences=32", "data.m=3", "data.dev_sequences=8",
+             "data.test_sequences=8", "train.max_steps=2", "train.eval_every=2"]
+    runner.train_run("dyck", "lstm", overrides=small, out=tmp_path / "runs", **quiet)
+    assert calls == [(distributed.DistInfo(), True)]
+    calls.clear()
+
+    def fail(*args, **kwargs):
+        raise UserError("a data error in the middle of setting up the run")
+
+    monkeypatch.setattr(runner, "check_train_batches", fail)
+    with pytest.raises(UserError):
+        runner.train_run("dyck", "lstm", overrides=small, out=tmp_path / "runs2", **quiet)
+    assert calls == [(distributed.DistInfo(), False)]

@@ -248,7 +248,24 @@ def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, re
     if note:
         console.print(note, highlight=False)
     dist = distributed.setup(dev)  # a no-op unless launched by torchrun
-    dev = distributed.device_for(dev, dist)
+    try:
+        outcome = _run_in_group(cfg, distributed.device_for(dev, dist), dist, out, resume, force,
+                                data_dir, console, progress, note, tensorboard, log_interval)
+    except BaseException:
+        distributed.cleanup(dist, finished=False)
+        raise
+    # every rank finished its training: they leave the group together (an interrupted rank
+    # leaves at once: the others may have stopped at another step, or not at all)
+    distributed.cleanup(dist, finished=not outcome.interrupted)
+    return outcome
+
+
+def _run_in_group(cfg: RunConfig, dev: torch.device, dist: distributed.DistInfo, out: Path,
+                  resume: bool, force: bool, data_dir: str | None, console: Console,
+                  progress: bool | None, note: str | None, tensorboard: bool,
+                  log_interval: float) -> TrainOutcome:
+    """The run of ``_start`` once this process has its place in the group (``note``: what
+    ``--deterministic`` set, recorded in env.json)."""
     if not dist.is_main:
         console, progress = Console(file=io.StringIO()), False
     files = RunFiles.of(out, cfg.experiment, cfg.cell, cfg.seed)

@@ -75,6 +75,12 @@ def all_reduce_sum(value: float, info: DistInfo, device: torch.device) -> float:
     return float(t.item())
 
 
-def cleanup(info: DistInfo) -> None:
+def cleanup(info: DistInfo, finished: bool = True) -> None:
+    """Leave the process group before the process ends (what PyTorch asks of every program:
+    a group still alive at interpreter exit can abort the process from gloo's or NCCL's
+    worker threads).  ``finished``: every rank got here, so wait for the others first; after
+    an error, leave at once (another rank may never arrive)."""
     if info.enabled and dist.is_initialized():
+        if finished:
+            dist.barrier()
         dist.destroy_process_group()

@@ -82,10 +82,10 @@ TARGETS: dict[str, tuple[str, float]] = {
     "lstm-srnn-out": ("nn.LSTM", 1.4),
     "lstm-srnn-hidden": ("nn.LSTM", 0.9 * 2.0),  # 0.9 x its bound (4 weight blocks vs 8)
     "lstm-gates": ("nn.RNN", 0.9),
-    # the linear-scan cells (issue 49; 3 weight blocks against the LSTM's 8, 2 for mingru)
+    # the linear-scan cells (3 weight blocks against the LSTM's 8, 2 for mingru)
     "qrnn": ("nn.LSTM", 1.8), "sru-2017": ("nn.LSTM", 1.8), "mingru": ("nn.LSTM", 1.8),
     "minlstm": ("nn.LSTM", 1.8),
-    # the recurrent ones (issue 49): at least their closest LSTM ablation, timed beside them
+    # the recurrent simpler recurrences: at least their closest LSTM ablation, timed beside them
     # (:data:`CELL_BASELINES`).  ran (g = tanh) is lstm-srnn-out; knn-rnn is its tied form
     # (one gate, run as two); the 2018 sru is lstm-srnn-hidden with i = 1 - f, v ∘ c_{t-1}
     # in the gates and a highway for the output gate (3 weight blocks against 4)

@@ -211,14 +211,20 @@ def test_a_mask_with_holes_runs_the_reference_loop(name):
 
 @interpreted
 @pytest.mark.parametrize("name,opts", FAST, ids=IDS)
-@pytest.mark.parametrize("dtype,lengths,bidirectional",
-                         [(F64, VARLEN, True), (F64, FULL, True), (F64, VARLEN, False),
-                          (torch.float32, [7, 1, 2, 3, 4, 5, 6], True)],
+@pytest.mark.parametrize("dtype,lengths,bidirectional,dropout",
+                         [(F64, VARLEN, True, 0.0), (F64, FULL, True, 0.0),
+                          (F64, VARLEN, False, 0.0), (F64, VARLEN, True, 0.3),
+                          (torch.float32, [7, 1, 2, 3, 4, 5, 6], True, 0.0)],
                          ids=["float64-bi-varlen", "float64-bi-full", "float64-uni-varlen",
-                              "float32"])
-def test_triton_matches_the_reference(name, opts, dtype, lengths, bidirectional, monkeypatch):
+                              "float64-recurrent-dropout", "float32"])
+def test_triton_matches_the_reference(name, opts, dtype, lengths, bidirectional, dropout,
+                                      monkeypatch):
+    """Uni- and bidirectional, every length 1..T with a length-0 row and all equal, recurrent
+    dropout (on h_{t-1} where it enters the product, input size unlike hidden)."""
     monkeypatch.setenv("LSTMABLATE_TRITON", "1")
-    enc = _compare(name, opts, dtype, lengths, bidirectional=bidirectional)
+    sizes = dict(I=3, H=6) if dropout else {}
+    enc = _compare(name, opts, dtype, lengths, bidirectional=bidirectional,
+                   recurrent_dropout=dropout, **sizes)
     coupled = COUPLED if name == "knn-rnn" else ""
     assert kernel_name_of(enc.layers[0][0], dtype=dtype, mask="prefix0") == (
         f"triton-recurrent (interpreter{coupled})")

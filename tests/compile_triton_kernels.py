@@ -45,6 +45,7 @@ MEMORY_POINTERS = {"C", "C0", "C1", "DC", "DCP", "DC0"}
 LSTM_LAYOUTS = [dict(NB=4, NG=3, FI=1, OI=2, MEMORY=True, SRNN=True),  # lstm
                 dict(NB=3, NG=2, FI=1, OI=-1, MEMORY=True, SRNN=False),  # lstm-srnn-out
                 dict(NB=3, NG=2, FI=-1, OI=1, MEMORY=True, SRNN=True),  # lstm-noforget
+                dict(NB=2, NG=1, FI=0, OI=-1, MEMORY=True, SRNN=False),  # knn-rnn (coupled i)
                 dict(NB=1, NG=0, FI=-1, OI=-1, MEMORY=False, SRNN=True)]  # lstm-gates, mrnn
 ALL_FLAGS = [dict(HAS_MASK=m) for m in (False, True)]
 FLAGS = ALL_FLAGS[-1:]

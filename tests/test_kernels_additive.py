@@ -8,12 +8,16 @@ random initial states, on batches with every length 1..T and a length-0 row and 
 batches, with and without recurrent dropout: in float64 to 1e-10, in float32 against a
 float64 reference (``fast_path_harness``), on the native (C) loops, the PyTorch loops and,
 under Triton's interpreter, the Triton kernels.  Padded outputs are exactly zero and receive
-no gradient (the harness).  Plus: the tie of ``knn-rnn`` (i_t = σ(−z) = 1 − λ_t) by
-gradcheck, the readings the kernels cannot compute (g = identity, the highway), which path
-each call takes, and autocast.
+no gradient (the harness).  Plus: ``knn-rnn``'s coupled input gate (i_t = 1 − λ_t, computed
+element-wise from the one recurrent gate, on the cell's own parameters) by gradcheck on every
+path, and in the LSTM family's scan (a coupled layout that reads no h_{t-1}) against a
+hand-written loop; the readings the kernels cannot compute (g = identity, the highway), which
+path each call takes, and autocast.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,7 +25,9 @@ import torch
 from lstmablate.cells import get_cell
 from lstmablate.cells.kernels.additive import family
 from lstmablate.cells.kernels.common import triton_support
-from lstmablate.cells.kernels.interface import kernel_name_of, plan_of
+from lstmablate.cells.kernels.interface import KernelPath, kernel_name_of, plan_of
+from lstmablate.cells.kernels.lstm.family import KERNELS as LSTM_KERNELS
+from lstmablate.cells.kernels.lstm.recurrent import Layout, layout
 
 from fast_path_harness import (FULL, VARLEN, assert_mask_with_holes_runs_the_reference,
                                assert_runs_on, compare_encoder, random_state, use_loops)
@@ -36,6 +42,8 @@ IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in FAST]
 T = 7
 interpreted = pytest.mark.skipif(not triton_support.interpreting(),
                                  reason="needs Triton with its interpreter on (TRITON_INTERPRET=1)")
+#: how bench names the kernel network's paths: the coupled input gate
+COUPLED = ", coupled i = 1 - f"
 
 
 @pytest.fixture(params=["native", "python"])
@@ -53,7 +61,8 @@ def _compare(name, opts, dtype, lengths, **kw):
 @pytest.mark.parametrize("bidirectional", [True, False], ids=["bi", "uni"])
 def test_float64_matches_the_reference(name, opts, lengths, bidirectional, loops):
     enc = _compare(name, opts, F64, lengths, bidirectional=bidirectional)
-    assert_runs_on(enc.layers[0][0], f"recurrent ({loops.replace('python', 'pytorch')})",
+    coupled = COUPLED if name == "knn-rnn" else ""
+    assert_runs_on(enc.layers[0][0], f"recurrent ({loops.replace('python', 'pytorch')}{coupled})",
                    "RecurrentLSTMBackward")
 
 
@@ -69,24 +78,100 @@ def test_recurrent_dropout_and_input_size_unlike_hidden(name, opts, loops):
     _compare(name, opts, F64, VARLEN, I=3, H=6, recurrent_dropout=0.3)
 
 
-def test_the_tie_of_the_kernel_network_by_gradcheck():
-    """knn-rnn's one set of gate weights reaches the kernel twice (negated for 1 − λ_t): the
-    kernel's gradients with respect to the cell's parameters are the true ones."""
+def test_the_kernel_network_runs_its_own_parameters_on_one_recurrent_gate():
+    """knn-rnn reaches the LSTM kernels as the coupled layout — blocks (f, g), f alone reading
+    h_{t-1} — with the cell's own tensors: a recurrent product of H rows, no copies; ran as the
+    lstm-srnn-out it is."""
+    knn, ran = get_cell("knn-rnn").build(3, 4), get_cell("ran").build(3, 4)
+    v = family.lstm_view(family.KERNELS.view(knn))
+    assert (v.weight_ih, v.weight_hh, v.bias) == (knn.weight_ih, knn.weight_hh, knn.bias)
+    assert v.weight_hh.shape == (4, 4) and v.weight_ih.shape == (8, 3)
+    assert layout(v) == Layout(H=4, P=4, nb=2, nG=1, fi=0, oi=-1, r0=0, r1=1, srnn=False,
+                               memory=True, coupled=True)
+    r = family.lstm_view(family.KERNELS.view(ran))
+    assert layout(r) == layout(get_cell("lstm-srnn-out").build(3, 4)) and not layout(r).coupled
+    assert kernel_name_of(knn) == f"recurrent (native{COUPLED})"
+    assert kernel_name_of(ran) == "recurrent (native)"
+
+
+@pytest.mark.parametrize("loops", ["native", "python"])
+def test_the_coupled_input_gate_by_gradcheck(loops, monkeypatch):
+    """The gradients of knn-rnn's coupled kernel (i = 1 − λ reaches f's pre-activation as −dI)
+    with respect to the input, the initial state and every parameter, W_λh included, are the
+    true ones: float64, a batch with a length-0 row and recurrent dropout, on the C and the
+    PyTorch loops (the Triton kernels free their buffers after one backward, which gradcheck
+    repeats: they are held to the reference loop's gradients above)."""
+    use_loops(loops, monkeypatch, "lstm_family")
     torch.manual_seed(0)
     cell = get_cell("knn-rnn").build(3, 2).double()
-    x = torch.randn(4, 2, 3, dtype=F64)
-    mask = torch.tensor([[1, 1], [1, 1], [1, 0], [1, 0]], dtype=F64)
-    assert plan_of(cell, dtype=F64, mask="prefix") == "recurrent"
+    x = torch.randn(4, 3, 3, dtype=F64)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 0, 0], [1, 0, 0]], dtype=F64)
+    h_mask = torch.tensor([[2.0, 0.0], [1.0, 2.0], [0.0, 2.0]], dtype=F64)
+    assert plan_of(cell, dtype=F64, mask="prefix0", h_mask=True) == "recurrent"
 
-    def run(w_ih, w_hh, bias, x):
+    def run(w_ih, w_hh, bias, x, h0, c0):
         cell.weight_ih, cell.weight_hh, cell.bias = w_ih, w_hh, bias
-        out, (h, c) = cell(x, None, mask)
-        return out, c
+        out, (h, c) = cell(x, (h0, c0), mask, h_mask)
+        return out, h, c
 
     params = [torch.nn.Parameter(p.detach().clone()) for p in
               (cell.weight_ih, cell.weight_hh, cell.bias)]
-    assert torch.autograd.gradcheck(run, (*params, x.requires_grad_(True)), eps=1e-6,
+    state = [torch.randn(3, 2, dtype=F64, requires_grad=True) for _ in range(2)]
+    assert torch.autograd.gradcheck(run, (*params, x.requires_grad_(True), *state), eps=1e-6,
                                     atol=1e-9, rtol=1e-7)
+
+
+def coupled_scan_reference(w_ih, bias, x, c0, lengths):
+    """The coupled memory with nothing reading h_{t-1}, step by step on the padded batch:
+    f_t = σ(W_f x_t + b), c_t = f_t c_{t-1} + (1 − f_t) W_c x_t, h_t = tanh(c_t)."""
+    H = c0.shape[1]
+    c, outs = c0, []
+    for t in range(x.shape[0]):
+        z = x[t] @ w_ih.t()
+        f = torch.sigmoid(z[:, :H] + bias)
+        live = (t < lengths).unsqueeze(1)
+        c = torch.where(live, f * c + (1 - f) * z[:, H:], c)
+        outs.append(torch.tanh(c) * live)
+    return torch.stack(outs), c
+
+
+@pytest.mark.parametrize("path", ["native", "python",
+                                  pytest.param("triton", marks=interpreted)])
+def test_the_coupled_input_gate_in_the_scan(path, monkeypatch):
+    """The LSTM family's scan (C: its recurrence without a product; PyTorch; Triton) computes
+    the coupled layout too: the outputs, final states and every gradient of a hand-written
+    loop (float64, lengths 3, 1, 0)."""
+    kernel = KernelPath.TRITON_SCAN if path == "triton" else KernelPath.SCAN
+    if path != "triton":
+        use_loops(path, monkeypatch, "lstm_family")
+    torch.manual_seed(0)
+    H, lengths = 2, torch.tensor([3, 1, 0])
+    x = torch.randn(3, 3, 3, dtype=F64, requires_grad=True)
+    w_ih = torch.randn(2 * H, 3, dtype=F64, requires_grad=True)
+    bias = torch.randn(H, dtype=F64, requires_grad=True)
+    h0, c0 = (torch.randn(3, H, dtype=F64, requires_grad=True) for _ in range(2))
+
+    def run(w_ih, bias, x, h0, c0):
+        v = SimpleNamespace(hidden_size=H, output_size=H, blocks=("f", "g"),
+                            recurrent_blocks=(), coupled=True, content="linear",
+                            memory_cell=True, weight_ih=w_ih, weight_hh=None, bias=bias,
+                            weight_hr=None)
+        out, (hn, cn) = LSTM_KERNELS.run(kernel, v, x, (h0, c0), lengths, None)
+        return out, hn, cn
+
+    inputs = (w_ih, bias, x, h0, c0)
+    out, hn, cn = run(*inputs)
+    want, c_last = coupled_scan_reference(w_ih, bias, x, c0, lengths)
+    h_last = torch.cat([torch.tanh(c_last[:2]), h0[2:]])  # length 0: h_0 carried
+    for got, ref in ((out, want), (hn, h_last), (cn, c_last)):
+        torch.testing.assert_close(got, ref, rtol=0, atol=1e-12)
+    weights = [torch.randn_like(t) for t in (out, hn, cn)]
+
+    def grads(outputs):
+        loss = sum((w * o).sum() for w, o in zip(weights, outputs))
+        return torch.autograd.grad(loss, inputs)
+    for got, ref in zip(grads((out, hn, cn)), grads((want, h_last, c_last))):
+        torch.testing.assert_close(got, ref, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("name,opts", SLOW,
@@ -126,12 +211,23 @@ def test_a_mask_with_holes_runs_the_reference_loop(name):
 
 @interpreted
 @pytest.mark.parametrize("name,opts", FAST, ids=IDS)
-@pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["float64", "float32"])
-def test_triton_matches_the_reference(name, opts, dtype, monkeypatch):
+@pytest.mark.parametrize("dtype,lengths,bidirectional,dropout",
+                         [(F64, VARLEN, True, 0.0), (F64, FULL, True, 0.0),
+                          (F64, VARLEN, False, 0.0), (F64, VARLEN, True, 0.3),
+                          (torch.float32, [7, 1, 2, 3, 4, 5, 6], True, 0.0)],
+                         ids=["float64-bi-varlen", "float64-bi-full", "float64-uni-varlen",
+                              "float64-recurrent-dropout", "float32"])
+def test_triton_matches_the_reference(name, opts, dtype, lengths, bidirectional, dropout,
+                                      monkeypatch):
+    """Uni- and bidirectional, every length 1..T with a length-0 row and all equal, recurrent
+    dropout (on h_{t-1} where it enters the product, input size unlike hidden)."""
     monkeypatch.setenv("LSTMABLATE_TRITON", "1")
-    enc = _compare(name, opts, dtype, VARLEN if dtype == F64 else [7, 1, 2, 3, 4, 5, 6])
-    cell = enc.layers[0][0]
-    assert kernel_name_of(cell, dtype=dtype, mask="prefix0").startswith("triton-recurrent")
+    sizes = dict(I=3, H=6) if dropout else {}
+    enc = _compare(name, opts, dtype, lengths, bidirectional=bidirectional,
+                   recurrent_dropout=dropout, **sizes)
+    coupled = COUPLED if name == "knn-rnn" else ""
+    assert kernel_name_of(enc.layers[0][0], dtype=dtype, mask="prefix0") == (
+        f"triton-recurrent (interpreter{coupled})")
 
 
 def test_bench_rows_and_targets_against_the_closest_ablation(monkeypatch):
@@ -168,7 +264,7 @@ def test_bench_rows_and_targets_against_the_closest_ablation(monkeypatch):
 @interpreted
 @pytest.mark.parametrize("name,opts", FAST, ids=IDS)
 def test_triton_under_bfloat16_autocast(name, opts, monkeypatch):
-    """Under autocast the LSTM family casts the input, h and the (for knn-rnn: tied)
+    """Under autocast the LSTM family casts the input, h and the
     parameters to bfloat16 and its Triton kernels carry the memory in float32: within the
     low-precision tolerance of a float64 reference loop (tests/tolerance.py)."""
     from lstmablate.cells import build_encoder

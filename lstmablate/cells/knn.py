@@ -51,9 +51,9 @@ class KernelRNNCell(MemoryTraceMixin, Cell):
     option_choices = {"activation": ACTIVATIONS}
     keep_bias = (0, 1)  # b_λ
     state_names = ("h", "c")
-    #: g = tanh without the highway runs the LSTM family's kernels as an lstm-srnn-out whose
-    #: input gate is the keep gate negated, σ(-z) = 1 - λ_t (kernels/additive/); the identity
-    #: and the highway run the reference loop
+    #: g = tanh without the highway runs the LSTM family's kernels as an lstm-srnn-out with
+    #: their coupled input gate, i_t = 1 - λ_t (kernels/additive/); the identity and the
+    #: highway run the reference loop
     fast_kernels = FastKernels("lstmablate.cells.kernels.additive.family",
                                math=("memory_step", "project_inputs"))
     coupled = True  # i_t = 1 - λ_t

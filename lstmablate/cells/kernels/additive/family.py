@@ -1,19 +1,17 @@
-"""The fast paths of ``ran`` and ``knn-rnn``: each is an LSTM − S-RNN − OUT, so the LSTM
-family's kernels (``lstm/``: the hand-written recurrence in C or PyTorch loops, and its
-Triton kernels) run it on that ablation's layout.
+"""The fast paths of ``ran`` and ``knn-rnn``: each is an LSTM − S-RNN − OUT, ``knn-rnn`` with its
+input gate coupled to its keep gate, so the LSTM family's kernels (``lstm/``: the hand-written
+recurrence in C or PyTorch loops, and its Triton kernels) run them on that ablation's layout.
 
 * ``ran`` with g = tanh **is** ``lstm-srnn-out`` (``lstmablate/cells/ran.py``): the same
   blocks (i, f, then the linear content W_cx x_t), the same ``weight_ih`` = [W_ix; W_fx;
   W_cx], ``weight_hh`` = [W_ih; W_fh] and ``bias`` = [b_i; b_f], h_t = tanh(c_t).  Its
   parameters go to the LSTM kernels as they are.
 * ``knn-rnn`` (``lstmablate/cells/knn.py``, adaptive decay, no highway) is RAN with the
-  input gate tied to 1 − λ_t: c_t = λ_t ∘ c_{t-1} + (1 − λ_t) ∘ W_c x_t, h_t = tanh(c_t).
-  Since 1 − σ(z) = σ(−z), an input gate with the negated weights of the keep gate computes
-  exactly 1 − λ_t, so the kernel runs ``lstm-srnn-out`` with ``weight_ih`` = [−W_λx; W_λx;
-  W_c], ``weight_hh`` = [−W_λh; W_λh], ``bias`` = [−b_λ; b_λ] (built by ``torch.cat``, so the
-  gradients of both copies add up on the cell's one parameter).  It pays for the tie with a
-  recurrent product of 2H rows where H would do (docs/performance.md measures what that
-  costs).
+  input gate coupled to 1 − λ_t: c_t = λ_t ∘ c_{t-1} + (1 − λ_t) ∘ W_c x_t, h_t = tanh(c_t).
+  The LSTM kernels run it with their coupled input gate (``lstm/recurrent.Layout.coupled``):
+  blocks (f, g), of which f alone reads h_{t-1}, and i_t = 1 − f_t computed element-wise, on
+  the cell's own parameters: ``weight_ih`` = [W_λx; W_c], ``weight_hh`` = W_λh, ``bias`` = b_λ.
+  Its recurrent product has H rows (``lstm-srnn-out``'s: 2H), its input products 2H (3H).
 
 What these kernels cannot compute runs the reference loop: g = identity (h_t = c_t: the
 LSTM kernels' h_t is tanh(c_t)) and the kernel network's highway (the next step's product
@@ -26,26 +24,21 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import torch
-
 from ..interface import Call, KernelFamily, KernelPath, register
 from ..lstm.family import KERNELS as LSTM_KERNELS
 
 
-def lstm_view(v, tie: bool = True) -> SimpleNamespace:
-    """The cell (its view ``v``) as the LSTM family's view of an ``lstm-srnn-out`` of the same
-    size: its blocks and flags, and its parameters (for ``knn-rnn`` with ``tie``: tied, see
-    the module docstring; without, as they are, for a choice that reads no weights)."""
+def lstm_view(v) -> SimpleNamespace:
+    """The cell (its view ``v``) as the LSTM family's view: ``ran`` an ``lstm-srnn-out`` of the
+    same size, ``knn-rnn`` the same with the coupled input gate (see the module docstring);
+    both on the cell's own parameters."""
     H = v.hidden_size
-    w_ih, w_hh, bias = v.weight_ih, v.weight_hh, v.bias
-    if v.coupled and tie:  # knn-rnn: [W_λx; W_c], W_λh, b_λ -> the input gate's negated copies first
-        w_ih = torch.cat([-w_ih[:H], w_ih[:2 * H]])
-        w_hh, bias = torch.cat([-w_hh, w_hh]), torch.cat([-bias[:H], bias[:H]])
+    blocks, recurrent = (("f", "g"), ("f",)) if v.coupled else (("i", "f", "g"), ("i", "f"))
     return SimpleNamespace(
         input_size=v.input_size, hidden_size=H, output_size=H, state_sizes=(H, H),
-        blocks=("i", "f", "g"), recurrent_blocks=("i", "f"), content="linear",
+        blocks=blocks, recurrent_blocks=recurrent, coupled=v.coupled, content="linear",
         memory_cell=True, use_forget_gate=True, use_output_gate=False, gates_see_hidden=True,
-        proj_size=0, weight_ih=w_ih, weight_hh=w_hh, bias=bias, weight_hr=None,
+        proj_size=0, weight_ih=v.weight_ih, weight_hh=v.weight_hh, bias=v.bias, weight_hr=None,
         parameters=v.parameters)
 
 
@@ -68,10 +61,10 @@ class AdditiveKernels(KernelFamily):
     def choose(self, v, call: Call) -> KernelPath:
         if not self.runs(v):
             return KernelPath.REFERENCE
-        return LSTM_KERNELS.choose(lstm_view(v, tie=False), call)
+        return LSTM_KERNELS.choose(lstm_view(v), call)
 
     def describe(self, path: KernelPath, v, call: Call) -> str:
-        return LSTM_KERNELS.describe(path, lstm_view(v, tie=False), call)
+        return LSTM_KERNELS.describe(path, lstm_view(v), call)
 
     def run(self, path, v, x, state, lengths, h_mask):
         if not any(path is p for p in self.paths):

@@ -20,7 +20,9 @@ Paths (``interface.KernelPath``):
 * ``triton-recurrent`` / ``triton-scan``: the Triton kernels (``triton_kernels.py``): on CUDA
   every other call (``LSTMABLATE_TRITON=1``: every call);
 * ``recurrent``: the hand-written recurrence (``recurrent.py``; native on CPU, PyTorch
-  loops elsewhere);
+  loops elsewhere); like the Triton recurrence, it also computes a coupled input gate, i_t =
+  1 − f_t (``recurrent.Layout.coupled``: ``knn-rnn``'s view, ``additive/family.py``), which
+  ``describe`` names;
 * ``scan``: nothing reads h_{t-1} (``scan.py``);
 * ``reference``: the cell's own step loop (forced, autocast, a mask with holes, another
   dtype; ``interface.refused``).
@@ -87,7 +89,10 @@ class LSTMFamilyKernels(CudnnStack, KernelFamily):
         return make
 
     def describe(self, path: KernelPath, v, call: Call) -> str:
-        return describe(path, call, native_loops(self, call), torch_kind(v, call) is not None)
+        text = describe(path, call, native_loops(self, call), torch_kind(v, call) is not None)
+        if layout(v).coupled:  # knn-rnn's view: one recurrent gate, i_t = 1 - f_t
+            text = f"{text[:-1]}, coupled i = 1 - f)"
+        return text
 
     def run(self, path, v, x, state, lengths, h_mask):
         if path is KernelPath.TORCH_LSTM:

@@ -11,7 +11,10 @@
    and, with a projection (Sak et al. 2014), h_t = W_hr (o_t * tanh(c_t)).
 
    Blocks: the gates i, f, o (as present) then the content g; the blocks that read h_{t-1}
-   are the contiguous range [r0, r1) (lstm/recurrent.py, Layout).  Compiled twice (la_real.h).
+   are the contiguous range [r0, r1) (lstm/recurrent.py, Layout).  A coupled input gate
+   (knn-rnn, kernels/additive/): i_t = 1 - f_t, computed element-wise from f, which is block 0
+   (blocks f, g); its backward adds -dc_t c~_t to f's: dz_f = dc_t (c_{t-1} - c~_t) f'.
+   Compiled twice (la_real.h).
 
    Padding-free: the loops run the packed layout of la_real.h (la_rows, la_prev, la_next), step
    t only its rows(t) real rows.  What a step does around its product is one pass per row: the
@@ -35,37 +38,58 @@ typedef struct {
     int r1;
     int srnn;     /* content = tanh(...) (eq 2), else linear (§3.1) */
     int memory;   /* 0: eq 1, h = tanh(z) */
+    int coupled;  /* i_t = 1 - f_t, f at block 0 (no block of i's own) */
     long par_min; /* element-wise work per step above which rows are split across threads */
 } LAYOUT;
 
 /* The blocks of one row of nb*H values: i at 0, f at block fi, o at block oi, the content at
-   block nG; an absent gate (HAS_F / HAS_O false) points at block 0 and is never touched. */
+   block nG; an absent gate (HAS_F / HAS_O false) points at block 0 and is never touched, nor
+   is i's when it is coupled (COUPLED: block 0 is f's). */
 #define GATE_BLOCKS(T, base, pi, pf, po, pg)          \
     T* pi = (base);                                    \
     T* pf = (base) + (HAS_F ? fi : 0) * H;             \
     T* po = (base) + (HAS_O ? oi : 0) * H;             \
     T* pg = (base) + nG * H
 
-/* One row (b) of one step of the forward element-wise work; HAS_F, HAS_O, SRNN are constants at
-   every call site (see fwd_row), so each combination compiles to its own branch-free loop.
+/* The specialisations of a row's work: COUPLED (always with HAS_F), HAS_F, HAS_O, SRNN from the
+   layout, constants at each call of impl, so each combination compiles to its own branch-free
+   loop; args: impl's arguments after the four flags. */
+#define ROW_SPECIALISED(L, impl, ...)                                               \
+    switch ((L)->coupled * 8 + ((L)->fi >= 0) * 4 + ((L)->oi >= 0) * 2 + ((L)->srnn != 0)) { \
+        case 15: impl(1, 1, 1, 1, __VA_ARGS__); break;                              \
+        case 14: impl(1, 1, 1, 0, __VA_ARGS__); break;                              \
+        case 13: impl(1, 1, 0, 1, __VA_ARGS__); break;                              \
+        case 12: impl(1, 1, 0, 0, __VA_ARGS__); break;                              \
+        case 7: impl(0, 1, 1, 1, __VA_ARGS__); break;                               \
+        case 6: impl(0, 1, 1, 0, __VA_ARGS__); break;                               \
+        case 5: impl(0, 1, 0, 1, __VA_ARGS__); break;                               \
+        case 4: impl(0, 1, 0, 0, __VA_ARGS__); break;                               \
+        case 3: impl(0, 0, 1, 1, __VA_ARGS__); break;                               \
+        case 2: impl(0, 0, 1, 0, __VA_ARGS__); break;                               \
+        case 1: impl(0, 0, 0, 1, __VA_ARGS__); break;                               \
+        default: impl(0, 0, 0, 0, __VA_ARGS__); break;                              \
+    }
+
+/* One row (b) of one step of the forward element-wise work, specialised (ROW_SPECIALISED).
    z (nb*H): pre-activations in (without the bias: bias, nb*H, is added here), activations out;
    cp = c_{t-1}, c = c_t, h = h_t (o_t tanh(c_t) before a projection). */
 static inline __attribute__((always_inline)) void SFX(fwd_row_impl)(
-        const int HAS_F, const int HAS_O, const int SRNN, const int H, real_t* z, const real_t* bias,
-        int fi, int oi, int nG, const real_t* cp, real_t* c, real_t* h) {
+        const int COUPLED, const int HAS_F, const int HAS_O, const int SRNN, const int H, real_t* z,
+        const real_t* bias, int fi, int oi, int nG, const real_t* cp, real_t* c, real_t* h) {
     GATE_BLOCKS(real_t, z, zi, zf, zo, zg);
     GATE_BLOCKS(const real_t, bias, bi, bf, bo, bg);
     #pragma omp simd
     for (int j = 0; j < H; ++j) {
-        real_t i = SFX(sig)(zi[j] + bi[j]);                   /* eq 3 */
+        real_t f = HAS_F ? SFX(sig)(zf[j] + bf[j]) : 1;         /* eq 4 */
+        real_t i = COUPLED ? 1 - f : SFX(sig)(zi[j] + bi[j]);   /* eq 3; coupled: 1 - f_t */
         real_t g = SRNN ? TANH(zg[j] + bg[j]) : zg[j] + bg[j];  /* eq 2; linear content: §3.1 */
         real_t cc = i * g;
-        real_t f = 1, o = 1;
-        if (HAS_F) { f = SFX(sig)(zf[j] + bf[j]); cc += f * cp[j]; }  /* eqs 4, 5 */
+        real_t o = 1;
+        if (HAS_F) cc += f * cp[j];                   /* eq 5 */
         else cc += cp[j];                             /* Neubig eq 50: c_t = i_t u_t + c_{t-1} */
         if (HAS_O) o = SFX(sig)(zo[j] + bo[j]);       /* eq 6 */
         real_t t = TANH(cc);
-        zi[j] = i;
+        if (!COUPLED) zi[j] = i;
         zg[j] = g;
         if (HAS_F) zf[j] = f;
         if (HAS_O) zo[j] = o;
@@ -84,16 +108,7 @@ static void SFX(fwd_row)(const LAYOUT* L, real_t* z, const real_t* bias, const r
         for (int j = 0; j < H; ++j) { real_t v = TANH(zg[j] + bg[j]); zg[j] = v; h[j] = v; }
         return;
     }
-    switch ((fi >= 0) * 4 + (oi >= 0) * 2 + (L->srnn != 0)) {
-        case 7: SFX(fwd_row_impl)(1, 1, 1, H, z, bias, fi, oi, nG, cp, c, h); break;
-        case 6: SFX(fwd_row_impl)(1, 1, 0, H, z, bias, fi, oi, nG, cp, c, h); break;
-        case 5: SFX(fwd_row_impl)(1, 0, 1, H, z, bias, fi, oi, nG, cp, c, h); break;
-        case 4: SFX(fwd_row_impl)(1, 0, 0, H, z, bias, fi, oi, nG, cp, c, h); break;
-        case 3: SFX(fwd_row_impl)(0, 1, 1, H, z, bias, fi, oi, nG, cp, c, h); break;
-        case 2: SFX(fwd_row_impl)(0, 1, 0, H, z, bias, fi, oi, nG, cp, c, h); break;
-        case 1: SFX(fwd_row_impl)(0, 0, 1, H, z, bias, fi, oi, nG, cp, c, h); break;
-        default: SFX(fwd_row_impl)(0, 0, 0, H, z, bias, fi, oi, nG, cp, c, h); break;
-    }
+    ROW_SPECIALISED(L, SFX(fwd_row_impl), H, z, bias, fi, oi, nG, cp, c, h)
 }
 
 /* Forward over T steps of the packed layout off (la_real.h; B rows at most).  Z (N,nb*H): x W_ih^T
@@ -149,20 +164,21 @@ LA_EXPORT int SFX(lstm_fwd)(const LAYOUT* L, int T, int B, const int* off, real_
    activations of fwd_row; c = c_t (tanh(c_t) is recomputed), cp = c_{t-1}.  Specialised like
    fwd_row. */
 static inline __attribute__((always_inline)) void SFX(bwd_row_impl)(
-        const int HAS_F, const int HAS_O, const int SRNN, const int H, const real_t* a, int fi, int oi,
-        int nG, const real_t* cp, const real_t* c, const real_t* dhh, const real_t* dcin, real_t* dz,
-        real_t* carry, const int first) {
+        const int COUPLED, const int HAS_F, const int HAS_O, const int SRNN, const int H,
+        const real_t* a, int fi, int oi, int nG, const real_t* cp, const real_t* c,
+        const real_t* dhh, const real_t* dcin, real_t* dz, real_t* carry, const int first) {
     GATE_BLOCKS(const real_t, a, ai, af, ao, ag);
     GATE_BLOCKS(real_t, dz, di, df, dO, dg);
     #pragma omp simd
     for (int j = 0; j < H; ++j) {
-        real_t i = ai[j], g = ag[j], t = TANH(c[j]), d = dhh[j];
+        real_t f = HAS_F ? af[j] : 1;
+        real_t i = COUPLED ? 1 - f : ai[j], g = ag[j], t = TANH(c[j]), d = dhh[j];
         real_t o = HAS_O ? ao[j] : 1;
         real_t dc = dcin[j] + d * o * (1 - t * t);          /* eq 7: dh_t/dc_t = o_t tanh'(c_t) */
-        real_t f = HAS_F ? af[j] : 1;
-        di[j] = dc * g * i * (1 - i);                       /* eqs 5, 3: dc * c~ * sigma' */
+        if (!COUPLED) di[j] = dc * g * i * (1 - i);         /* eqs 5, 3: dc * c~ * sigma' */
         dg[j] = SRNN ? dc * i * (1 - g * g) : dc * i;       /* eqs 5, 2: dc * i * tanh' (or 1) */
-        if (HAS_F) df[j] = dc * cp[j] * f * (1 - f);        /* eqs 5, 4: dc * c_{t-1} * sigma' */
+        if (COUPLED) df[j] = dc * (cp[j] - g) * f * (1 - f);  /* i = 1 - f: (dF - dI) sigma' */
+        else if (HAS_F) df[j] = dc * cp[j] * f * (1 - f);   /* eqs 5, 4: dc * c_{t-1} * sigma' */
         if (HAS_O) dO[j] = d * t * o * (1 - o);             /* eqs 7, 6: dh * tanh(c) * sigma' */
         carry[j] = first ? dc * f : carry[j] + dc * f;      /* eq 5: dc_{t-1} += dc_t * f_t */
     }
@@ -177,16 +193,7 @@ static void SFX(bwd_row)(const LAYOUT* L, const real_t* a, const real_t* cp, con
         for (int j = 0; j < H; ++j) dz[j] = dhh[j] * (1 - h[j] * h[j]);
         return;
     }
-    switch ((fi >= 0) * 4 + (oi >= 0) * 2 + (L->srnn != 0)) {
-        case 7: SFX(bwd_row_impl)(1, 1, 1, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
-        case 6: SFX(bwd_row_impl)(1, 1, 0, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
-        case 5: SFX(bwd_row_impl)(1, 0, 1, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
-        case 4: SFX(bwd_row_impl)(1, 0, 0, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
-        case 3: SFX(bwd_row_impl)(0, 1, 1, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
-        case 2: SFX(bwd_row_impl)(0, 1, 0, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
-        case 1: SFX(bwd_row_impl)(0, 0, 1, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
-        default: SFX(bwd_row_impl)(0, 0, 0, H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first); break;
-    }
+    ROW_SPECIALISED(L, SFX(bwd_row_impl), H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first)
 }
 
 /* Backward over T steps (reverse) of the packed layout off.  DH (N,P): gradient w.r.t. h_t from

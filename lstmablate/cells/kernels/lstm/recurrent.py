@@ -1,6 +1,7 @@
 """The LSTM-family recurrence (``lstm``, ``lstm-srnn``, ``lstm-srnn-out``, ``lstm-gates``,
-``lstm-noforget``, with projections and recurrent dropout): a custom autograd function with
-the backward (BPTT) written by hand, in two implementations of the same loops:
+``lstm-noforget``, with projections and recurrent dropout; and a coupled input gate, i_t =
+1 − f_t, for ``knn-rnn``: ``Layout.coupled``): a custom autograd function with the backward
+(BPTT) written by hand, in two implementations of the same loops:
 
 * the **native kernel** (CPU, float32 / float64): both loops in C
   (``lstm_family.c``: per-step products through MKL's packed GEMM, the element-wise
@@ -42,22 +43,31 @@ class Layout:
     r1: int
     srnn: bool  # content = tanh(...) (else linear)
     memory: bool  # False: eq 1, h = tanh(z)
+    #: the coupled input gate, i_t = 1 - f_t (``knn-rnn``, ``additive/family.py``): blocks
+    #: (f, g), f at block 0, and i computed element-wise from f, which has no block of its own
+    coupled: bool = False
 
 
 def layout(cell) -> Layout:
+    """The layout of a cell's view; ``coupled`` only where the view carries it (the LSTM
+    cells have no coupled gate: only ``additive/family.lstm_view`` sets it)."""
     b = cell.blocks
     rec = [b.index(r) for r in cell.recurrent_blocks]
     r0, r1 = (min(rec), max(rec) + 1) if rec else (0, 0)
     assert rec == list(range(r0, r1)), "recurrent blocks must be contiguous"
+    coupled = getattr(cell, "coupled", False)
+    assert not coupled or b[0] == "f" and "i" not in b, "a coupled input gate has no block"
     return Layout(H=cell.hidden_size, P=cell.output_size, nb=len(b), nG=len(b) - 1,
                    fi=b.index("f") if "f" in b else -1, oi=b.index("o") if "o" in b else -1,
-                   r0=r0, r1=r1, srnn=cell.content == "srnn", memory=cell.memory_cell)
+                   r0=r0, r1=r1, srnn=cell.content == "srnn", memory=cell.memory_cell,
+                   coupled=coupled)
 
 
 def c_layout(lib: native.NativeLibrary, L: Layout):
     """The C ``LAYOUT`` of a layout (``lstm_family.c``)."""
     return lib.layout(H=L.H, P=L.P, nb=L.nb, nG=L.nG, fi=L.fi, oi=L.oi, r0=L.r0, r1=L.r1,
-                      srnn=int(L.srnn), memory=int(L.memory), par_min=native.PAR_MIN)
+                      srnn=int(L.srnn), memory=int(L.memory), coupled=int(L.coupled),
+                      par_min=native.PAR_MIN)
 
 
 def full_bias(L: Layout, bias, like):
@@ -172,7 +182,9 @@ class RecurrentLSTM(torch.autograd.Function):
             if tanh_content:
                 zc[t].tanh_()  # eq 2
             c = c_out[t]
-            if zf is not None:
+            if L.coupled:  # c_t = f_t c_{t-1} + (1 - f_t) c~_t = c~_t + f_t (c_{t-1} - c~_t)
+                torch.sub(c_in[t], zc[t], out=c).mul_(zf[t]).add_(zc[t])
+            elif zf is not None:
                 torch.mul(zf[t], c_in[t], out=c)
                 c.addcmul_(zi[t], zc[t])  # eq 5: c_t = i_t c~_t + f_t c_{t-1}
             else:
@@ -261,19 +273,21 @@ class RecurrentLSTM(torch.autograd.Function):
         A3 = A.view(S.N, nb, H)
         G = A3[:, :L.nG]  # gate activations
         g = A3[:, L.nG]
+        i = 1 - G[:, L.fi] if L.coupled else G[:, 0]  # the input gate (coupled: 1 - f_t)
         # derivative factors of all steps at once:
         #   dz_k = dc * K_k (k = i, f, g),  dz_o = dhh * K_o,  dc = carry + dhh * Kc
         K = A.new_empty(S.N, nb, H)
         sd = G * (1 - G)  # sigmoid' of every gate
-        torch.mul(sd[:, 0], g, out=K[:, 0])  # i: eqs 5, 3
-        if L.fi >= 0:
-            torch.mul(sd[:, L.fi], Cp, out=K[:, L.fi])  # f: eqs 5, 4
+        if not L.coupled:
+            torch.mul(sd[:, 0], g, out=K[:, 0])  # i: eqs 5, 3
+        if L.fi >= 0:  # f: eqs 5, 4; coupled, i = 1 - f adds -dc c~ f'(z): (dF - dI) f(1 - f)
+            torch.mul(sd[:, L.fi], Cp - g if L.coupled else Cp, out=K[:, L.fi])
         if L.oi >= 0:
             torch.mul(sd[:, L.oi], TC, out=K[:, L.oi])  # o: eqs 7, 6
         if L.srnn:
-            torch.mul(1 - g * g, G[:, 0], out=K[:, L.nG])  # c~: eqs 5, 2
+            torch.mul(1 - g * g, i, out=K[:, L.nG])  # c~: eqs 5, 2
         else:
-            K[:, L.nG] = G[:, 0]  # linear content (§3.1)
+            K[:, L.nG] = i  # linear content (§3.1)
         Kc = TC.mul_(TC).neg_().add_(1)  # eq 7: dh_t/dc_t = o_t tanh'(c_t)
         if L.oi >= 0:
             Kc.mul_(A3[:, L.oi])

@@ -3,10 +3,10 @@
 
 The gates and the content depend on x alone, so they are computed for all steps at once
 (one matrix product and one activation pass), and the memory cell (eq 5) is a linear
-element-wise scan, c_t = f_t * c_{t-1} + i_t * c~_t; without a forget gate a cumulative
-sum.  This is the PyTorch implementation (any device); on CPU with the native kernel the
-same cells run the native loop of ``recurrent.py`` (which has no recurrent product to
-do for them).
+element-wise scan, c_t = f_t * c_{t-1} + i_t * c~_t (with a coupled input gate, i_t = 1 − f_t:
+``recurrent.Layout.coupled``); without a forget gate a cumulative sum.  This is the PyTorch
+implementation (any device); on CPU with the native kernel the same cells run the native
+loop of ``recurrent.py`` (which has no recurrent product to do for them).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ class ScanLSTM(torch.autograd.Function):
             A3[:, L.nG].tanh_()  # eq 2 (from x alone)
         C = S.state_buffer(c0)
         c_in, c_out = S.states_in(C), S.states_out(C)
-        us = S.per_step(A3[:, 0] * A3[:, L.nG])  # what is written at each step: i_t c~_t
+        i = 1 - A3[:, L.fi] if L.coupled else A3[:, 0]  # the input gate (coupled: 1 - f_t)
+        us = S.per_step(i * A3[:, L.nG])  # what is written at each step: i_t c~_t
         fs = S.per_step(A3[:, L.fi]) if L.fi >= 0 else None
         for t in range(S.T):  # eq 5: c_t = f_t * c_{t-1} + u_t (no forget gate: c_{t-1} + u_t)
             if fs is not None:
@@ -97,10 +98,13 @@ class ScanLSTM(torch.autograd.Function):
             n0 = S.rows(0)
             torch.mul(dcs[0], fs[0], out=dc0[:n0]) if fs is not None else dc0[:n0].copy_(dcs[0])
         dc0 = S.initial_grad(dc0, dc0_direct)
-        if L.fi >= 0:
-            torch.mul(DC, S.prev(C), out=dZ[:, L.fi])  # d f
-        i, g = A3[:, 0], A3[:, L.nG]
-        torch.mul(DC, g, out=dZ[:, 0])  # d i
+        i, g = (1 - A3[:, L.fi] if L.coupled else A3[:, 0]), A3[:, L.nG]
+        if L.coupled:  # i = 1 - f: d f = dF - dI
+            torch.mul(DC, S.prev(C) - g, out=dZ[:, L.fi])
+        else:
+            if L.fi >= 0:
+                torch.mul(DC, S.prev(C), out=dZ[:, L.fi])  # d f
+            torch.mul(DC, g, out=dZ[:, 0])  # d i
         torch.mul(DC, i, out=dZ[:, L.nG])  # d g
         G = A3[:, :L.nG]
         dZ[:, :L.nG].mul_(G * (1 - G))  # sigmoid'

@@ -1,7 +1,8 @@
 """The LSTM family's Triton kernels (``lstm-srnn``, ``lstm-srnn-out``, ``lstm-noforget``,
 ``lstm-gates``, ``lstm`` with recurrent dropout or a length-0 row, projections; and the
-scan of ``lstm-srnn-hidden``, ``lstm-srnn-hidden-out``); the LSTM cell's arithmetic here is
-also mLSTM's and mmLSTM's (``second_order/triton_kernels.py``).
+scan of ``lstm-srnn-hidden``, ``lstm-srnn-hidden-out``; both with the coupled input gate of
+``knn-rnn``, ``recurrent.Layout.coupled``); the LSTM cell's arithmetic here is also mLSTM's
+and mmLSTM's (``second_order/triton_kernels.py``).
 
 Equations: Levy et al. (ACL 2018) eqs 1-7, as in ``lstmablate/cells/lstm.py``.
 
@@ -64,7 +65,10 @@ def load_blocks(z, H, m, NG: tl.constexpr, FI: tl.constexpr, OI: tl.constexpr,
 
 @triton.jit
 def store_blocks(z, H, m, i, f, o, g, NG: tl.constexpr, FI: tl.constexpr, OI: tl.constexpr):
-    tl.store(z, i, mask=m)
+    """Store the i, f, o, g entries of one element; f at block 0 (FI == 0) is the coupled
+    layout, whose input gate has no block of its own (see ``coupled_input``)."""
+    if FI != 0:
+        tl.store(z, i, mask=m)
     if FI >= 0:
         tl.store(z + FI * H, f, mask=m)
     if OI >= 0:
@@ -119,6 +123,35 @@ def lstm_cell_grad(dhh, dc, i, f, o, g, c_prev, tc, HAS_F: tl.constexpr,
 
 
 
+# The coupled layout (f at block 0, FI == 0: ``recurrent.Layout.coupled``, knn-rnn): the input
+# gate has no block of its own, i_t = 1 − f_t element-wise, and f's pre-activation gradient
+# takes the input gate's negated, (dF − dI) f(1 − f).  Each helper is the identity otherwise.
+
+
+@triton.jit
+def coupled_input(zi, zf, FI: tl.constexpr):
+    """The input gate's pre-activation: −z_f when coupled (σ(−z_f) = 1 − f_t)."""
+    if FI == 0:
+        zi = -zf
+    return zi
+
+
+@triton.jit
+def coupled_gate(i, f, FI: tl.constexpr):
+    """The input gate's activation, for the backward: 1 − f_t when coupled."""
+    if FI == 0:
+        i = 1.0 - f
+    return i
+
+
+@triton.jit
+def coupled_grad(di, df, FI: tl.constexpr):
+    """f's pre-activation gradient: df − di when coupled (di: the input gate's)."""
+    if FI == 0:
+        df = df - di
+    return df
+
+
 # ---------------------------------------------------------------------------------------
 # kernels
 # ---------------------------------------------------------------------------------------
@@ -145,6 +178,7 @@ def lstm_step(Z, C0, C1, H1, HM1, HH, MASK, n, H,
     z = Z + j
     if MEMORY:
         zi, zf, zo, zg = load_blocks(z, H, m, NG, FI, OI, ACC)
+        zi = coupled_input(zi, zf, FI)
         c_prev = tl.load(C0 + offs, mask=m, other=0.0).to(ACC)
         i, f, o, g, c, tc, hh = lstm_cell(zi, zf, zo, zg, c_prev, FI >= 0, OI >= 0, SRNN)
         store_blocks(z, H, m, i, f, o, g, NG, FI, OI)
@@ -169,11 +203,13 @@ def lstm_step_grad(A, C0, C1, DHH, DC, DCP, DZ, n, H,
     dhh = tl.load(DHH + offs, mask=m, other=0.0).to(ACC)
     if MEMORY:
         i, f, o, g = load_blocks(A + j, H, m, NG, FI, OI, ACC)
+        i = coupled_gate(i, f, FI)
         c_prev = tl.load(C0 + offs, mask=m, other=0.0).to(ACC)
         tc = tanh(tl.load(C1 + offs, mask=m, other=0.0).to(ACC))
         dc = tl.load(DC + offs, mask=m, other=0.0).to(ACC)
         di, df, do, dg, dc = lstm_cell_grad(dhh, dc, i, f, o, g, c_prev, tc, FI >= 0, OI >= 0,
                                             SRNN)
+        df = coupled_grad(di, df, FI)
         store_blocks(DZ + j, H, m, di, df, do, dg, NG, FI, OI)
         tl.store(DCP + offs, tl.load(DCP + offs, mask=m, other=0.0).to(ACC) + dc, mask=m)
     else:
@@ -197,6 +233,7 @@ def lstm_scan(Z, C, HH, OFF, LEN, T, B, H, NB: tl.constexpr, NG: tl.constexpr,
         live = m & (t < n_real)
         z = Z + row_base(OFF, t, b, NB * H) + u
         zi, zf, zo, zg = load_blocks(z, H, live, NG, FI, OI, ACC)
+        zi = coupled_input(zi, zf, FI)
         i, f, o, g, c_new, tc, hh = lstm_cell(zi, zf, zo, zg, c, FI >= 0, OI >= 0, SRNN)
         store_blocks(z, H, live, i, f, o, g, NG, FI, OI)
         c = tl.where(live, c_new, c)
@@ -225,6 +262,7 @@ def lstm_scan_grad(A, C, DHH, DC, DZ, DC0, OFF, LEN, T, B, H, NB: tl.constexpr,
         dc += tl.load(DC + row, mask=live, other=0.0).to(ACC)
         blocks = row_base(OFF, t, b, NB * H) + u
         i, f, o, g = load_blocks(A + blocks, H, live, NG, FI, OI, ACC)
+        i = coupled_gate(i, f, FI)
         # c_{t-1}: the previous step's row, or the initial row at t = 0
         prev = tl.where(t > 0, row_base(OFF, tl.maximum(t - 1, 0), b, H) + u + B * H,
                         offs.to(tl.int64))
@@ -232,6 +270,7 @@ def lstm_scan_grad(A, C, DHH, DC, DZ, DC0, OFF, LEN, T, B, H, NB: tl.constexpr,
         tc = tanh(tl.load(C + B * H + row, mask=live, other=0.0).to(ACC))
         di, df, do, dg, dc_prev = lstm_cell_grad(dhh, dc, i, f, o, g, c_prev, tc, FI >= 0,
                                                  OI >= 0, SRNN)
+        df = coupled_grad(di, df, FI)
         store_blocks(DZ + blocks, H, live, di, df, do, dg, NG, FI, OI)
         dc = tl.where(live, dc_prev, dc)
     tl.store(DC0 + offs, dc, mask=m)

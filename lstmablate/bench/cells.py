@@ -86,10 +86,13 @@ TARGETS: dict[str, tuple[str, float]] = {
     "qrnn": ("nn.LSTM", 1.8), "sru-2017": ("nn.LSTM", 1.8), "mingru": ("nn.LSTM", 1.8),
     "minlstm": ("nn.LSTM", 1.8),
     # the recurrent simpler recurrences: at least their closest LSTM ablation, timed beside them
-    # (:data:`CELL_BASELINES`).  ran (g = tanh) is lstm-srnn-out; knn-rnn is its tied form
-    # (one gate, run as two); the 2018 sru is lstm-srnn-hidden with i = 1 - f, v ∘ c_{t-1}
-    # in the gates and a highway for the output gate (3 weight blocks against 4)
-    "ran": ("lstm-srnn-out", 1.0), "knn-rnn": ("lstm-srnn-out", 1.0),
+    # (:data:`CELL_BASELINES`).  knn-rnn is lstm-srnn-out with its input gate coupled to 1 - f
+    # (one recurrent gate); the 2018 sru is lstm-srnn-hidden with i = 1 - f, v ∘ c_{t-1} in the
+    # gates and a highway for the output gate (3 weight blocks against 4).  ran (g = tanh) IS
+    # lstm-srnn-out, run by the same kernel on the same arithmetic: a tie is its bound, and
+    # two medians of one computation differ by the rounds' spread, measured at 0.98-1.00 on a
+    # quiet machine (docs/performance.md), so its mark is a tie within 3 %
+    "ran": ("lstm-srnn-out", 0.97), "knn-rnn": ("lstm-srnn-out", 1.0),
     "sru": ("lstm-srnn-hidden", 1.0),
 }
 #: the baselines of :data:`TARGETS` that are cells: each is timed wherever a cell measured

@@ -233,18 +233,22 @@ def test_triton_matches_the_reference(name, opts, dtype, lengths, bidirectional,
 def test_bench_rows_and_targets_against_the_closest_ablation(monkeypatch):
     """`lstmablate bench` times each recurrent cell's closest LSTM ablation beside it (ran and
     knn-rnn: lstm-srnn-out; sru: lstm-srnn-hidden), at ptb-650 only, and the target is the
-    ratio of their times."""
+    ratio of their times (ran, which is lstm-srnn-out on its kernel: a tie within 3 %)."""
     from lstmablate import bench
     from lstmablate.bench import cells as bench_cells
     from lstmablate.bench.render import to_markdown
 
     ptb650 = bench_cells.SHAPES["ptb-650"]
-    for name, base in (("ran", "lstm-srnn-out"), ("knn-rnn", "lstm-srnn-out"),
-                       ("sru", "lstm-srnn-hidden")):
+    for name, base, need in (("ran", "lstm-srnn-out", 0.97), ("knn-rnn", "lstm-srnn-out", 1.0),
+                             ("sru", "lstm-srnn-hidden", 1.0)):
         t = bench_cells._target(name, ptb650, {}, {name: 2.0, base: 3.0})
         assert (t["target"], t["target_baseline"], t["target_ratio"], t["target_met"]) == (
-            1.0, base, 1.5, True)
+            need, base, 1.5, True)
         assert not bench_cells._target(name, ptb650, {}, {name: 3.0, base: 2.0})["target_met"]
+        # just under the mark, and just over it
+        assert not bench_cells._target(name, ptb650, {}, {name: 1.0, base: need - 0.01})[
+            "target_met"]
+        assert bench_cells._target(name, ptb650, {}, {name: 1.0, base: need + 0.01})["target_met"]
         assert bench_cells._target(name, ptb650, {}, {name: 3.0})["target"] is None  # not timed
         assert bench_cells._target(name, bench_cells.SHAPES["ptb-200"], {},
                                    {name: 2.0, base: 3.0})["target"] is None
@@ -258,7 +262,7 @@ def test_bench_rows_and_targets_against_the_closest_ablation(monkeypatch):
     assert timed["ran"]["target_baseline"] == "lstm-srnn-out"
     assert timed["ran"]["target_ratio"] == pytest.approx(timed["lstm-srnn-out"]["ms"]
                                                          / timed["ran"]["ms"])
-    assert "1.00x lstm-srnn-out" in to_markdown(list(timed.values()))
+    assert "0.97x lstm-srnn-out" in to_markdown(list(timed.values()))
 
 
 @interpreted

@@ -319,6 +319,10 @@ def report(
     runs_dir: Path = typer.Argument(Path("runs"), metavar="RUNS_DIR", help="Root of the runs tree."),
     table: Optional[str] = typer.Option(None, "--table", metavar="NAME",
                                         help="Only this experiment, recipe or table spec."),
+    cells: Optional[str] = typer.Option(
+        None, "--cells", metavar="CELL,...",
+        help="Only these cells, in this order: the rows of every table (and, with "
+             "--significance, the comparisons of its family), the runs of csv/json."),
     fmt: str = typer.Option("markdown", "--format", "-f", metavar="FORMAT",
                             help="markdown, latex (booktabs), csv or json (csv/json: one row per run)."),
     out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE",
@@ -343,6 +347,8 @@ def report(
     lstmablate report runs --table table1 --format latex --out table1.tex
     lstmablate report runs --format csv > runs.csv
     lstmablate report runs --table table4 --significance
+
+    lstmablate report runs/sst2-bilstm-max-cpu --significance --cells lstm,lstm-srnn
     """
     from .errors import UnknownNameError
     from .results.compare import SignificanceOptions
@@ -356,7 +362,14 @@ def report(
         check_output([out_file], force=force)
     # checked as they are made, with --significance or not (a bad value is never ignored)
     options = SignificanceOptions(against, level, resamples, seed, test, correction)
-    built = build_report(runs_dir, table=table, significance=options if significance else None)
+    rows = None
+    if cells is not None:
+        rows = [c.strip() for c in cells.split(",")]
+        if not all(rows) or len(set(rows)) != len(rows):
+            raise UserError(f"--cells {cells[:80]!r}: expected cell names separated by commas, "
+                            "each once, e.g. --cells lstm,lstm-srnn.")
+    built = build_report(runs_dir, table=table, significance=options if significance else None,
+                         cells=rows)
     text = render(built, fmt)
     for why in built.damaged:
         err.print(f"[yellow]warning:[/] skipped {escape(why)}", soft_wrap=True)

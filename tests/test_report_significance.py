@@ -92,6 +92,42 @@ def test_level_and_resamples_are_named_and_used(here):
     assert "sacreBLEU's paired bootstrap (1,000 resamples, seed 12345" in sacre
 
 
+def test_cells_choose_the_rows_their_order_and_the_family(here):
+    """--cells: only those rows, in that order, and the table's family of comparisons is
+    theirs alone (a page about some cells is not corrected for cells it does not show)."""
+    import re
+
+    def family(text: str) -> int:
+        return int(re.search(r"(\d+) comparison\(s\) of the table form one family", text)[1])
+
+    full = _report("markdown", n_samples=500)
+    only = render(build_report(Path("runs"), table="sig",
+                               significance=SignificanceOptions(n_samples=500),
+                               cells=["lstm-gates", "lstm"]), "markdown")
+    assert list(_md_rows(only)) == ["lstm-gates", "lstm"]
+    assert list(_md_rows(full)) == ["lstm", "lstm-srnn", "lstm-srnn-out", "lstm-gates"]
+    # lstm-srnn and lstm-gates, accuracy and loss, in the full table; lstm-gates alone here
+    assert (family(full), family(only)) == (4, 2)
+    assert _md_rows(only)["lstm-gates"][1] == _md_rows(full)["lstm-gates"][1]  # the same numbers
+    csv_rows = list(csv.DictReader(io.StringIO(render(
+        build_report(Path("runs"), table="sig", cells=["lstm-srnn"]), "csv"))))
+    assert sorted((r["cell"], r["seed"]) for r in csv_rows) == [("lstm-srnn", str(s))
+                                                                 for s in range(1, 6)]
+
+
+def test_cells_that_are_not_rows_are_refused(here):
+    for cells, expected in (("lstm,nope", "unknown --cells cell 'nope'"),
+                            ("lstm,,lstm-srnn", "expected cell names separated by commas"),
+                            ("lstm,lstm", "each once")):
+        r = run_cli("report", "runs", "--table", "sig", "--cells", cells, cwd=here)
+        assert r.returncode == 2 and expected in r.stderr, (cells, r.stderr)
+        assert "Traceback" not in r.stderr
+    # the reference cell of --significance must be one of the rows asked for
+    r = run_cli("report", "runs", "--table", "sig", "--significance", "--resamples", "200",
+                "--cells", "lstm-srnn,lstm-gates", cwd=here)
+    assert r.returncode == 2 and "unknown --against cell 'lstm'" in r.stderr
+
+
 def test_latex_has_the_same_marks_and_names_the_test_in_the_caption(here, tmp_path):
     tex = _report("latex")
     spec = next(line for line in tex.splitlines() if line.startswith(r"\begin{tabular}"))

@@ -30,6 +30,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from lstmablate.config import LEGACY_RUN_KEYS
@@ -466,11 +467,14 @@ TablePlan = tuple[str, list[tuple[str, Experiment]], list[Metric], "list[str] | 
 
 
 def build_report(runs_dir: Path, table: str | None = None,
-                 significance: SignificanceOptions | None = None) -> Report:
+                 significance: SignificanceOptions | None = None,
+                 cells: Sequence[str] | None = None) -> Report:
     """The report of ``runs_dir``: every experiment, or only ``table`` (an experiment name,
     a recipe or a table spec; a recipe without runs gives a table of missing cells); with
     ``significance``, every cell tested against the reference cell (Row.tests), which must be
-    a cell of the report (an UnknownNameError naming its cells otherwise)."""
+    a cell of the report (an UnknownNameError naming its cells otherwise).  ``cells``: only
+    these rows, in this order, in every table (and only their runs in csv/json) — so the
+    family of a table's comparisons is theirs alone; each must be a cell of the report."""
     runs_dir = Path(runs_dir)
     if path_exists(runs_dir, "runs directory") or table is None:
         runs, skipped = read_runs(runs_dir)
@@ -506,10 +510,20 @@ def build_report(runs_dir: Path, table: str | None = None,
                             f"that name ({e.strerror or e}).") from None
         names = {exp.name for _, exp in plans[0][1]}
         listed = [r for r in runs if r.experiment in names]
+    if cells is not None:  # the rows asked for: each a cell the report has
+        have = {c for _, groups, _, only in plans for c in table_cells(groups, only)}
+        have |= {r.cell for r in listed}
+        for cell in cells:
+            if cell not in have:
+                raise UnknownNameError("--cells cell", cell, have,
+                                       hint="--cells names rows of the report, separated by "
+                                       "commas.")
+        plans = [(title, groups, metrics, list(cells)) for title, groups, metrics, _ in plans]
+        listed = [r for r in listed if r.cell in cells]
     if significance is not None and plans:
-        cells = [c for _, groups, _, only in plans for c in table_cells(groups, only)]
-        if significance.reference not in cells:
-            raise UnknownNameError("--against cell", significance.reference, set(cells),
+        shown = [c for _, groups, _, only in plans for c in table_cells(groups, only)]
+        if significance.reference not in shown:
+            raise UnknownNameError("--against cell", significance.reference, set(shown),
                                    hint="--against names the row every other cell of the "
                                    "table is compared with.")
     return Report([build_table(*plan, significance=significance) for plan in plans], listed,

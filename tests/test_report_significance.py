@@ -115,6 +115,32 @@ def test_cells_choose_the_rows_their_order_and_the_family(here):
                                                                  for s in range(1, 6)]
 
 
+def test_cells_trained_into_the_experiment_by_another_recipe(tree, tmp_path, monkeypatch):
+    """A recipe that trains more cells into an experiment (`base:` its recipe, the same
+    `experiment:`) adds rows only: the expectations stay those of the recipe named after the
+    experiment, whichever run is read first, and --cells gives the table without them."""
+    import yaml
+
+    shutil.copytree(tree, tmp_path / "t")  # (the module's tree is shared: changed in a copy)
+    monkeypatch.chdir(tmp_path / "t")
+    before = render(build_report(Path("runs"), table="sig"), "markdown")
+    extra = Path("runs/sig/aaa-mingru/seed-1")  # read before every run of the experiment's own
+    shutil.copytree(Path("runs/sig/lstm-srnn/seed-1"), extra)
+    cfg = yaml.safe_load(RunFiles(extra).config.read_text())
+    cfg.update(cell="mingru", recipe="sig-more", recipe_file=None)
+    RunFiles(extra).config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    result = json.loads(RunFiles(extra).result.read_text())
+    RunFiles(extra).result.write_text(json.dumps({**result, "cell": "mingru",
+                                                  "recipe": "sig-more"}))
+    with_extra = render(build_report(Path("runs"), table="sig"), "markdown")
+    assert list(_md_rows(with_extra)) == ["lstm", "lstm-srnn", "lstm-srnn-out", "lstm-gates",
+                                          "mingru"]
+    assert ("trained with different recipes (sig, sig-more); expected cells and the paper's "
+            "numbers are those of 'sig'") in with_extra
+    shown = ["lstm", "lstm-srnn", "lstm-srnn-out", "lstm-gates"]
+    assert render(build_report(Path("runs"), table="sig", cells=shown), "markdown") == before
+
+
 def test_cells_that_are_not_rows_are_refused(here):
     for cells, expected in (("lstm,nope", "unknown --cells cell 'nope'"),
                             ("lstm,,lstm-srnn", "expected cell names separated by commas"),

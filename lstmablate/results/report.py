@@ -180,9 +180,14 @@ def group_runs(runs: list[Run], recipes: RecipeLookup | None = None) -> dict[str
     for exp in experiments.values():
         names = sorted({r.recipe or "(none)" for r in exp.runs})
         if len(names) > 1:
+            # the recipe that defines the experiment (its name), where one of them is: a recipe
+            # that trains more cells into it (`base:` it, the same `experiment:`) adds runs only
+            own = next((r for r in exp.runs if r.recipe == exp.name), exp.runs[0])
+            if own is not exp.runs[0]:
+                exp.expect, _ = recipes.expectations(own)
             exp.notes.append(f"its runs were trained with different recipes ({', '.join(names)}); "
                              f"expected cells and the paper's numbers are those of "
-                             f"{exp.runs[0].recipe or '(none)'!r}")
+                             f"{own.recipe or '(none)'!r}")
     return experiments
 
 
@@ -473,43 +478,15 @@ def build_report(runs_dir: Path, table: str | None = None,
     a recipe or a table spec; a recipe without runs gives a table of missing cells); with
     ``significance``, every cell tested against the reference cell (Row.tests), which must be
     a cell of the report (an UnknownNameError naming its cells otherwise).  ``cells``: only
-    these rows, in this order, in every table (and only their runs in csv/json) — so the
-    family of a table's comparisons is theirs alone; each must be a cell of the report."""
+    these rows, in this order, in every table, built from their runs alone (and only their runs
+    in csv/json) — so the family of a table's comparisons, and what its notes say about its
+    runs, are theirs alone; each must be a cell of the report."""
     runs_dir = Path(runs_dir)
     if path_exists(runs_dir, "runs directory") or table is None:
         runs, skipped = read_runs(runs_dir)
     else:
         runs, skipped = [], []
-    recipes = RecipeLookup()
-    found = group_runs(runs, recipes)
-    plans: list[TablePlan] = []
-    if table is None:
-        if not found and not skipped:
-            raise UserError(f"no runs found under {runs_dir}.")
-        for name, exp in sorted(found.items()):
-            metrics = _task_metrics(exp.task)
-            if metrics is None:
-                skipped.append(f"experiment {name!r}: task {exp.task!r} is not installed, so it "
-                               f"has no table (its {len(exp.runs)} run(s) are rows of --format "
-                               "csv/json)")
-                continue
-            plans.append((exp.name, [("", exp)], metrics, None))
-        listed = runs
-    elif table in found:
-        exp = found[table]
-        metrics = _task_metrics(exp.task)
-        if metrics is None:
-            raise UserError(f"experiment {table!r} is of task {exp.task!r}, which is not installed.")
-        plans.append((exp.name, [("", exp)], metrics, None))
-        listed = exp.runs
-    else:
-        try:
-            plans.append(_recipe_plan(table, found))
-        except OSError as e:  # a name no file system holds, looked up as a recipe file
-            raise UserError(f"--table {table[:60]!r}: no experiment, recipe or table spec of "
-                            f"that name ({e.strerror or e}).") from None
-        names = {exp.name for _, exp in plans[0][1]}
-        listed = [r for r in runs if r.experiment in names]
+    plans, listed = _plans(runs_dir, table, runs, skipped)
     if cells is not None:  # the rows asked for: each a cell the report has
         have = {c for _, groups, _, only in plans for c in table_cells(groups, only)}
         have |= {r.cell for r in listed}
@@ -518,8 +495,8 @@ def build_report(runs_dir: Path, table: str | None = None,
                 raise UnknownNameError("--cells cell", cell, have,
                                        hint="--cells names rows of the report, separated by "
                                        "commas.")
+        plans, listed = _plans(runs_dir, table, [r for r in runs if r.cell in cells], skipped)
         plans = [(title, groups, metrics, list(cells)) for title, groups, metrics, _ in plans]
-        listed = [r for r in listed if r.cell in cells]
     if significance is not None and plans:
         shown = [c for _, groups, _, only in plans for c in table_cells(groups, only)]
         if significance.reference not in shown:
@@ -528,6 +505,40 @@ def build_report(runs_dir: Path, table: str | None = None,
                                    "table is compared with.")
     return Report([build_table(*plan, significance=significance) for plan in plans], listed,
                   skipped)
+
+
+def _plans(runs_dir: Path, table: str | None, runs: list[Run],
+           skipped: list[str]) -> tuple[list[TablePlan], list[Run]]:
+    """The tables of a report of ``runs`` (every experiment, or ``table``) and the runs it
+    lists; an experiment whose task is not installed is added to ``skipped``."""
+    found = group_runs(runs, RecipeLookup())
+    plans: list[TablePlan] = []
+    if table is None:
+        if not found and not skipped:
+            raise UserError(f"no runs found under {runs_dir}.")
+        for name, exp in sorted(found.items()):
+            metrics = _task_metrics(exp.task)
+            if metrics is None:
+                note = (f"experiment {name!r}: task {exp.task!r} is not installed, so it has no "
+                        f"table (its {len(exp.runs)} run(s) are rows of --format csv/json)")
+                if note not in skipped:
+                    skipped.append(note)
+                continue
+            plans.append((exp.name, [("", exp)], metrics, None))
+        return plans, runs
+    if table in found:
+        exp = found[table]
+        metrics = _task_metrics(exp.task)
+        if metrics is None:
+            raise UserError(f"experiment {table!r} is of task {exp.task!r}, which is not installed.")
+        return [(exp.name, [("", exp)], metrics, None)], exp.runs
+    try:
+        plans.append(_recipe_plan(table, found))
+    except OSError as e:  # a name no file system holds, looked up as a recipe file
+        raise UserError(f"--table {table[:60]!r}: no experiment, recipe or table spec of "
+                        f"that name ({e.strerror or e}).") from None
+    names = {exp.name for _, exp in plans[0][1]}
+    return plans, [r for r in runs if r.experiment in names]
 
 
 def _recipe_plan(table: str, found: dict[str, Experiment]) -> TablePlan:

@@ -29,10 +29,12 @@ import torch
 
 from lstmablate.cells import build_encoder, reference_mode
 from lstmablate.cells.kernels.common import delegate, graphs, triton_support
+from lstmablate.cells.kernels.additive import family as additive
 from lstmablate.cells.kernels.gru import family as gru
 from lstmablate.cells.kernels.linear_scan import family as linear_scan
 from lstmablate.cells.kernels.lstm import family as lstm_family
 from lstmablate.cells.kernels.second_order import factored, multi_matrix
+from lstmablate.cells.kernels.sru import family as sru_family
 from lstmablate.cells.kernels.interface import kernel_name_of
 
 from fast_path_harness import assert_fast_matches_reference
@@ -44,7 +46,11 @@ needs_triton = pytest.mark.skipif(not triton_support.importable() or triton_supp
                                   reason="needs Triton (compiled, TRITON_INTERPRET unset)")
 CASES = [*lstm_family.KERNELS.cases, *gru.KERNELS.cases, *factored.KERNELS.cases,
          *multi_matrix.KERNELS.cases,
-         *(c for c in linear_scan.KERNELS.cases if c[0] != "sru")]  # (sru: no linear scan)
+         *(c for c in linear_scan.KERNELS.cases if c[0] != "sru"),  # (sru: no linear scan)
+         # ran and knn-rnn on the LSTM family's kernels (knn-rnn: its coupled input gate);
+         # g = identity runs the reference loop, so it has no Triton path to check
+         *(c for c in additive.KERNELS.cases if c[1].get("activation") != "identity"),
+         *sru_family.KERNELS.cases]  # the 2018 sru's own pass
 
 
 def _ids(cases):

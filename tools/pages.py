@@ -457,9 +457,12 @@ def render(command: str) -> str:
         spec = Parser(prog="lstmablate report", add_help=False)
         spec.add_argument("runs_dir")
         spec.add_argument("--table", action="append", default=[])
+        spec.add_argument("--cells", default="")
         args, _ = spec.parse_known_args(argv[2:])
-        return text.rstrip("\n") + "\n\n" + machine_line(find(args.runs_dir, args.table),
-                                                         args.runs_dir) + "\n"
+        runs = find(args.runs_dir, args.table)
+        if args.cells:  # the machines of the rows shown (report --cells)
+            runs = [r for r in runs if r.cell in args.cells.split(",")]
+        return text.rstrip("\n") + "\n\n" + machine_line(runs, args.runs_dir) + "\n"
     if argv[:2] == ["lstmablate", "compare"]:
         paths = argv[2:]
         if any(a.startswith("-") for a in paths):

@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from lstmablate.config import LEGACY_RUN_KEYS
@@ -486,16 +486,19 @@ def build_report(runs_dir: Path, table: str | None = None,
         runs, skipped = read_runs(runs_dir)
     else:
         runs, skipped = [], []
-    plans, listed = _plans(runs_dir, table, runs, skipped)
-    if cells is not None:  # the rows asked for: each a cell the report has
-        have = {c for _, groups, _, only in plans for c in table_cells(groups, only)}
-        have |= {r.cell for r in listed}
-        for cell in cells:
-            if cell not in have:
-                raise UnknownNameError("--cells cell", cell, have,
-                                       hint="--cells names rows of the report, separated by "
-                                       "commas.")
-        plans, listed = _plans(runs_dir, table, [r for r in runs if r.cell in cells], skipped)
+    had_runs = bool(runs)
+    if cells is not None:  # the rows asked for: the tables are built from their runs alone
+        have = {r.cell for r in runs}
+        runs = [r for r in runs if r.cell in cells]
+    try:
+        plans, listed = _plans(runs_dir, table, runs, skipped, had_runs)
+    except UserError:  # (--table not found once its runs were left out: name the cells first)
+        if cells is not None and had_runs:
+            _check_cells(cells, have)
+        raise
+    if cells is not None:  # each a cell the report has: one with runs, or one a recipe expects
+        _check_cells(cells, have | {c for _, groups, _, only in plans
+                                    for c in table_cells(groups, only)})
         plans = [(title, groups, metrics, list(cells)) for title, groups, metrics, _ in plans]
     if significance is not None and plans:
         shown = [c for _, groups, _, only in plans for c in table_cells(groups, only)]
@@ -507,22 +510,30 @@ def build_report(runs_dir: Path, table: str | None = None,
                   skipped)
 
 
-def _plans(runs_dir: Path, table: str | None, runs: list[Run],
-           skipped: list[str]) -> tuple[list[TablePlan], list[Run]]:
+def _check_cells(cells: Sequence[str], have: set[str]) -> None:
+    for cell in cells:
+        if cell not in have:
+            raise UnknownNameError("--cells cell", cell, have,
+                                   hint="--cells names rows of the report, separated by commas.")
+
+
+def _plans(runs_dir: Path, table: str | None, runs: list[Run], skipped: list[str],
+           had_runs: bool) -> tuple[list[TablePlan], list[Run]]:
     """The tables of a report of ``runs`` (every experiment, or ``table``) and the runs it
-    lists; an experiment whose task is not installed is added to ``skipped``."""
+    lists; an experiment whose task is not installed is added to ``skipped``.  ``had_runs``:
+    whether the tree held any run before ``--cells`` chose among them (an empty tree is an
+    error here; a choice of cells without runs is the caller's to name)."""
     found = group_runs(runs, RecipeLookup())
     plans: list[TablePlan] = []
     if table is None:
-        if not found and not skipped:
+        if not had_runs and not skipped:
             raise UserError(f"no runs found under {runs_dir}.")
         for name, exp in sorted(found.items()):
             metrics = _task_metrics(exp.task)
             if metrics is None:
-                note = (f"experiment {name!r}: task {exp.task!r} is not installed, so it has no "
-                        f"table (its {len(exp.runs)} run(s) are rows of --format csv/json)")
-                if note not in skipped:
-                    skipped.append(note)
+                skipped.append(f"experiment {name!r}: task {exp.task!r} is not installed, so it "
+                               f"has no table (its {len(exp.runs)} run(s) are rows of --format "
+                               "csv/json)")
                 continue
             plans.append((exp.name, [("", exp)], metrics, None))
         return plans, runs

@@ -103,12 +103,22 @@ def graphed(path: KernelPath, call: Call) -> bool:
             and graphs_setting() != "0")
 
 
-def describe(path: KernelPath, call: Call, native_loops: bool, torch_could: bool = False) -> str:
+def describe(path: KernelPath, call: Call, native_loops: bool, torch_could: bool = False,
+             detail: str = "") -> str:
     """A path as ``lstmablate bench`` shows it: ``torch-lstm (cuDNN)`` /
     ``torch-lstm (calibrated)``, ``triton-recurrent (CUDA graphs)``, ``triton-scan (one
     launch)``, ``recurrent (native)``, ``recurrent (native, calibrated)``, ``scan
     (pytorch)``, ...; ``native_loops``: the native (C) loops run this call; ``torch_could``:
-    PyTorch's kernel could run it (so on CPU the calibrated timing chose between the two)."""
+    PyTorch's kernel could run it (so on CPU the calibrated timing chose between the two);
+    ``detail``: what a family adds about its layout, last in the brackets
+    (``recurrent (native, coupled i = 1 - f)``)."""
+    text = _describe(path, call, native_loops, torch_could)
+    if not detail:
+        return text
+    return f"{text[:-1]}, {detail})" if text.endswith(")") else f"{text} ({detail})"
+
+
+def _describe(path: KernelPath, call: Call, native_loops: bool, torch_could: bool) -> str:
     if path.is_triton:
         if call.device_type == "cpu":
             return f"{path} (interpreter)"

@@ -89,10 +89,9 @@ class LSTMFamilyKernels(CudnnStack, KernelFamily):
         return make
 
     def describe(self, path: KernelPath, v, call: Call) -> str:
-        text = describe(path, call, native_loops(self, call), torch_kind(v, call) is not None)
-        if layout(v).coupled:  # knn-rnn's view: one recurrent gate, i_t = 1 - f_t
-            text = f"{text[:-1]}, coupled i = 1 - f)"
-        return text
+        # knn-rnn's view: one recurrent gate, i_t = 1 - f_t
+        return describe(path, call, native_loops(self, call), torch_kind(v, call) is not None,
+                        detail="coupled i = 1 - f" if layout(v).coupled else "")
 
     def run(self, path, v, x, state, lengths, h_mask):
         if path is KernelPath.TORCH_LSTM:

@@ -461,7 +461,8 @@ def render(command: str) -> str:
         args, _ = spec.parse_known_args(argv[2:])
         runs = find(args.runs_dir, args.table)
         if args.cells:  # the machines of the rows shown (report --cells)
-            runs = [r for r in runs if r.cell in args.cells.split(",")]
+            shown = set(args.cells.split(","))
+            runs = [r for r in runs if r.cell in shown]
         return text.rstrip("\n") + "\n\n" + machine_line(runs, args.runs_dir) + "\n"
     if argv[:2] == ["lstmablate", "compare"]:
         paths = argv[2:]

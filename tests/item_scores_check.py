@@ -28,6 +28,9 @@ def assert_round_trip(task, model, split: str, tmp_path: Path,
         assert metrics[k] == pytest.approx(v, rel=FLOAT64_RTOL, nan_ok=True), k
     assert records, "no records"
     assert len({json.dumps(r["id"]) for r in records}) == len(records), "ids are not unique"
+    reference = task.reference_items(split)  # its digest tells two runs' test sets apart
+    assert reference is not None, "the task gives no gold items for the scores file's digest"
+    assert len(reference) == len(records) and all(isinstance(x, str) for x in reference)
     path = tmp_path / f"scores-{split}.jsonl"
     write_scores(path, {"task": task.name, "experiment": "x", "cell": "lstm", "seed": 1,
                         "split": split, "checkpoint": "best", "metrics": metrics}, records)

@@ -18,7 +18,7 @@ from lstmablate.errors import DataError, UserError
 from lstmablate.run.runner import score_run, train_run
 from lstmablate.run.runs import RunFiles, clear_run_dir
 from lstmablate.runfolder import check_output
-from lstmablate.run.scores import read_scores, write_scores
+from lstmablate.run.scores import read_scores, reference_digest, write_scores
 from lstmablate.task import get_task
 
 QUIET = Console(file=io.StringIO())
@@ -53,6 +53,12 @@ def test_training_writes_the_test_scores_and_they_give_its_result(run):
     for name, metric in task.item_metrics().items():
         assert metric.of(scores.records) == pytest.approx(result["test"][name], rel=1e-5), name
     assert sorted(p.name for p in (run.root / RunFiles.SCORES).iterdir()) == ["test.jsonl"]
+    task.setup()  # the header names the test set: the digest of its strings
+    assert scores.reference == reference_digest(task.reference_items("test"))
+    other = get_task("dyck")(*_cfg(run), ".")
+    other.data_cfg.data_seed += 1
+    other.setup()  # another draw of the corpus is another test set
+    assert reference_digest(other.reference_items("test")) != scores.reference
 
 
 def _cfg(run):

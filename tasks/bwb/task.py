@@ -359,6 +359,12 @@ class BillionWordTask(Task):
     def item_metrics(self) -> dict[str, ItemMetric]:
         return lm_item_metrics(bits=False)
 
+    def reference_items(self, split: str) -> list[str]:
+        """Each sentence scored (a line of the split's file; ``eval.max_sentences`` of them at
+        most), its words as the vocabulary spells them (``<UNK>`` for unknown ones)."""
+        words = self.vocab.words
+        return [" ".join(words[i] for i in ids) for ids in self._sentences(split)]
+
     def item_key(self, record: Mapping[str, Any]) -> Any:
         return record["id"], record["tokens"]
 

@@ -374,6 +374,11 @@ class DyckTask(Task):
                 "accuracy": ItemMetric("accuracy", buckets, accuracy),
                 "loss": ItemMetric("loss", record_fields("nll", "targets"), ratio())}
 
+    def reference_items(self, split: str) -> list[str]:
+        """Each string of the split (file order), its brackets as the vocabulary spells them."""
+        tokens = self.vocab.tokens
+        return [" ".join(tokens[t] for t in seq) for seq in self.splits[split]]
+
     def item_key(self, record: Mapping[str, Any]) -> Any:
         return record["id"], record["targets"]
 

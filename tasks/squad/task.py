@@ -273,6 +273,12 @@ class SquadTask(Task):
         return {m.name: ItemMetric(m.name, record_fields(m.name, "items"), ratio(100.0))
                 for m in self.metrics}
 
+    def reference_items(self, split: str) -> list[str]:
+        """Each question's id and its gold answer texts (tab-separated, file order): what the
+        scorer compares with, independent of the reader's tokenizer."""
+        ex = self.examples.get(split) or self._load(split)
+        return ["\t".join((qid, *golds)) for qid, golds in ex.gold()]
+
     def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:
         """The official prediction file {question id: answer text} (UTF-8 JSON), scored by
         reading it back with the official v1.1 definitions."""

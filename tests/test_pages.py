@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import re
 import statistics
 import sys
@@ -150,9 +151,27 @@ def test_a_runs_table_shows_what_the_records_hold():
                    f"{evaluations[-1]['ppl']:.2f} | {best['dev']['ppl']:.2f} ({best['epoch']}) | "
                    f"{res['train_time_s'] / 60:.1f} min | 140.9 | {res['test']['ppl']:.2f} / "
                    f"{res['test']['nll']:.3f} |")
+    # they were trained before the CPU time was recorded
+    cpu = pages.render("pages runs experiments/results --table ptb-medium --cells lstm-gates "
+                       "--col cell --col train_cpu")
+    assert cpu.splitlines()[2] == "| `lstm-gates` | not recorded |"
     # the runs have no env.json: the table names the machine from the PROVENANCE.md beside them
     machine = pages.provenance_machine(RECORDS / "ptb-medium" / "PROVENANCE.md")
     assert machine and f"{machine} (`experiments/results/ptb-medium/PROVENANCE.md`)" in text
+
+
+def test_the_cpu_time_column_shows_the_records_cpu_minutes(tmp_path, monkeypatch):
+    run = tmp_path / "records" / "ptb-medium" / "lstm-gates" / "seed-1"
+    shutil.copytree(RECORDS / "ptb-medium" / "lstm-gates" / "seed-1", run)
+    shutil.copy(RECORDS / "ptb-medium" / "PROVENANCE.md", run.parents[1])
+    res = result(run)
+    (run / RunFiles.RESULT).write_text(json.dumps({**res, "train_cpu_s": 5430.0}))
+    monkeypatch.chdir(tmp_path)
+    text = pages.render("pages runs records --table ptb-medium --col cell --col train_cpu "
+                        "--col train_time")
+    assert text.splitlines()[0] == "| cell | train CPU time | train time |"
+    assert text.splitlines()[2] == (f"| `lstm-gates` | 90.5 min | "
+                                    f"{res['train_time_s'] / 60:.1f} min |")
 
 
 def test_the_headline_is_the_mean_over_the_seeds_kept():

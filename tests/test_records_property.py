@@ -64,7 +64,7 @@ RESULT_KEYS = {
     "best": "mapping", "test": "mapping", "dev_final": "mapping", "dev": "mapping",
     "test_checkpoint": "none", "steps": "count", "epochs": "count", "params": "count",
     "skipped_nonfinite": "count", "world_size": "positive", "train_time_s": "seconds",
-    "wall_time_s": "seconds",
+    "train_cpu_s": "seconds", "wall_time_s": "seconds",
 }
 
 #: a metrics.jsonl line: each key the trainer writes

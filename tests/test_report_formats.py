@@ -236,8 +236,9 @@ def test_csv_and_json_one_row_per_run_round_trip(runs, tmp_path):
             assert row[f"test.{name}"] == v  # exact: floats round-trip through repr
         for name, v in result["best"]["dev"].items():
             assert row[f"dev.{name}"] == v
-        assert (row["steps"], row["train_time_s"], row["shortened"]) == (
-            result["steps"], result["train_time_s"], True)
+        assert (row["steps"], row["train_time_s"], row["train_cpu_s"], row["shortened"]) == (
+            result["steps"], result["train_time_s"], result["train_cpu_s"], True)
+        assert result["train_cpu_s"] > 0
         assert row["best_step"] == result["best"]["step"] and row["recipe"] == result["recipe"]
     only = json.loads(render_report(out, table="tiny", fmt="json"))
     assert {r["experiment"] for r in only} == {"tiny"} and len(only) == 4

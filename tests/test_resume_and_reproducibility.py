@@ -56,6 +56,31 @@ def test_sigint_then_resume_equals_uninterrupted(tmp_path, tiny_recipe):
     a = json.loads(RunFiles(metrics.parent).result.read_text())
     b = json.loads(full_metrics.with_name(RunFiles.RESULT).read_text())
     assert a["test"] == b["test"] and a["best"] == b["best"]
+    # the training times are summed over the two sessions
+    assert 0 < ckpt["position"]["train_cpu_s"] <= a["train_cpu_s"]
+    assert 0 < ckpt["position"]["train_time_s"] <= a["train_time_s"]
+
+
+def test_a_paused_run_records_the_pause_in_wall_time_not_in_cpu_time(tmp_path, tiny_recipe):
+    """SIGSTOP for PAUSE seconds mid-training (a busy or shared machine's scheduler, a user's
+    Ctrl-Z): train_time_s takes it in, train_cpu_s does not."""
+    pause = 2.0
+    run = cli("train", *TRAIN, "--recipe", str(tiny_recipe), "--out", "runs",
+              "--set", "train.max_epochs=8", cwd=tmp_path)
+    metrics = RunFiles(tmp_path / "runs" / "tiny" / "lstm" / "seed-1").metrics
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().strip()):
+        time.sleep(0.02)
+    run.send_signal(signal.SIGSTOP)
+    lines_then = len(metrics.read_text().splitlines())
+    time.sleep(pause)
+    run.send_signal(signal.SIGCONT)
+    assert run.wait(timeout=300) == 0, run.stderr.read()
+    assert len(metrics.read_text().splitlines()) > lines_then  # the pause fell inside training
+    r = json.loads(RunFiles(metrics.parent).result.read_text())
+    assert r["train_cpu_s"] > 0
+    # one torch thread: CPU time can only exceed the unpaused wall time by other threads' work
+    assert r["train_time_s"] - r["train_cpu_s"] >= 0.75 * pause, r
 
 
 def test_same_seed_same_result(tmp_path, tiny_recipe):
@@ -64,7 +89,7 @@ def test_same_seed_same_result(tmp_path, tiny_recipe):
         p = cli("train", *TRAIN, "--recipe", str(tiny_recipe), "--out", out, cwd=tmp_path)
         assert p.wait(timeout=300) == 0, p.stderr.read()
         r = json.loads(RunFiles(tmp_path / out / "tiny" / "lstm" / "seed-1").result.read_text())
-        for timing in ("train_time_s", "wall_time_s"):
+        for timing in ("train_time_s", "train_cpu_s", "wall_time_s"):
             r.pop(timing)
         results.append(r)
     assert results[0] == results[1]

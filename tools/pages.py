@@ -23,7 +23,8 @@ The prose around the blocks is never touched.  A COMMAND is one of:
   ``lstmablate report DIR --table NAME --format json`` lists; only those cells and seeds where
   given; grouped by ``--table``, then in the order of ``--cells``, then by seed), for what the
   report does not show: per-epoch values, the best dev epoch, a config value.  COLUMN is one
-  of ``cell``, ``seed``, ``params``, ``train_time`` (minutes), ``epochs``, ``best_epoch``,
+  of ``cell``, ``seed``, ``params``, ``train_time`` (minutes), ``train_cpu`` (the training
+  process's CPU minutes), ``epochs``, ``best_epoch``,
   ``test.M`` / ``dev.M`` / ``dev_final.M`` (``result.json``'s sections), ``best.M`` (the best
   dev value and its epoch), ``M@E1,E2`` (the dev evaluation of ``metrics.jsonl`` at the end of
   those epochs, ``/``-separated; ``last``: the last evaluation), ``paper.M`` /
@@ -255,6 +256,11 @@ def column(spec: str) -> Column:
         def render(run: Run) -> str:
             return f"{number(run.row['train_time_s'] / 60, fmt or '.1f')} min"
         default = "train time"
+    elif expr == "train_cpu":
+        def render(run: Run) -> str:
+            cpu = run.row.get("train_cpu_s")
+            return "not recorded" if cpu is None else f"{number(cpu / 60, fmt or '.1f')} min"
+        default = "train CPU time"
     elif expr.startswith(("test.", "dev.", "dev_final.")):
         name, key = expr.split(".", 1)
         render, default = section(name, key), f"{name.replace('_', ' ')} {key}"
@@ -295,7 +301,8 @@ def column(spec: str) -> Column:
             return number(value, fmt) if not isinstance(value, float) or fmt else str(value)
         default = ".".join(keys)
     else:
-        raise PageError(f"unknown column {expr!r}: cell, seed, params, train_time, epochs, "
+        raise PageError(f"unknown column {expr!r}: cell, seed, params, train_time, train_cpu, "
+                        "epochs, "
                         "best_epoch, test.M, dev.M, dev_final.M, best.M, M@E1,E2, paper.M, "
                         "paper[RECIPE].M or config.SECTION.KEY")
     return Column(label.strip() or default, render)

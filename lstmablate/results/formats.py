@@ -331,8 +331,8 @@ def to_latex(report: Report) -> str:
 
 # -- one row per run: CSV and JSON ------------------------------------------------------------
 RUN_FIELDS = ("experiment", "task", "cell", "seed", "status", "recipe", "test_checkpoint", "steps",
-              "epochs", "best_step", "best_epoch", "shortened", "train_time_s", "wall_time_s",
-              "params", "world_size", "skipped_nonfinite")
+              "epochs", "best_step", "best_epoch", "shortened", "train_time_s", "train_cpu_s",
+              "wall_time_s", "params", "world_size", "skipped_nonfinite")
 # after the metrics: test metrics that rest on too little evidence (Task.caveats), and why
 METRIC_SECTIONS = ("dev", "dev_final", "test")  # best-dev metrics, final dev, test
 

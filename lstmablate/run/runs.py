@@ -219,6 +219,9 @@ class RunResult:
     shortened: bool = False
     world_size: int = 1
     dev_final: dict[str, float] | None = None
+    #: CPU seconds of the training process over the same spans as ``train_time_s`` (None:
+    #: written before lstmablate recorded it)
+    train_cpu_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -307,6 +310,8 @@ _RESULT_TYPES: dict[str, tuple[Any, str]] = {
     "world_size": (lambda v: _count(v, 1), "an integer of at least 1"),
     **{k: (lambda v: is_number(v) and math.isfinite(v) and v >= 0, "a number of seconds")
        for k in ("train_time_s", "wall_time_s")},
+    "train_cpu_s": (lambda v: v is None or (is_number(v) and math.isfinite(v) and v >= 0),
+                    "a number of seconds or null"),
 }
 
 

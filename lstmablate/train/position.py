@@ -24,6 +24,7 @@ class Position:
     evals_since_best: int = 0
     metrics_lines: int = 0
     train_time_s: float = 0.0
+    train_cpu_s: float = 0.0  # CPU seconds of the training process (time.process_time)
     skipped_nonfinite: int = 0
     last_eval_step: int = -1
     last_finite_loss: float | None = None
@@ -35,6 +36,6 @@ class Position:
     lr: float | None = None
     best_dev: dict[str, float] | None = None  # the dev metrics of best.pt
     #: fields added after checkpoints without them were written (they take the defaults)
-    ADDED: ClassVar[tuple[str, ...]] = ("lr", "best_dev")
+    ADDED: ClassVar[tuple[str, ...]] = ("lr", "best_dev", "train_cpu_s")
     #: fields NaN is a valid value in (a secondary dev metric may come out NaN)
     NAN_ALLOWED: ClassVar[tuple[str, ...]] = ("best_dev",)

@@ -64,6 +64,7 @@ class TrainResult:
     steps: int
     epochs_completed: int
     train_time_s: float
+    train_cpu_s: float = 0.0  # CPU seconds of the process over the same spans
     interrupted: bool = False
     skipped_nonfinite: int = 0
     dev_final: dict[str, float] | None = None  # evaluate(dev, final=True) if the task's differs
@@ -147,6 +148,7 @@ class Trainer:
         self.carry: Any = None
         self._stop_signal: str | None = None
         self._t_start: float | None = None  # perf_counter at the (virtual) start of training
+        self._cpu_start = 0.0  # process_time at the same (virtual) start
         self.tb_config = tensorboard  # the resolved config: log to <run>/tensorboard when given
         self.tb: Any = None
         # seconds between plain progress lines (no terminal) and between host reads of the
@@ -180,10 +182,17 @@ class Trainer:
         return ("start the run again (it had not saved a last.pt to continue from yet): the "
                 "same `lstmablate train` command with --force")
 
+    def _clock(self) -> None:
+        """The position's training time so far: wall-clock seconds (what a run took, pauses and
+        other processes' load included) and the process's CPU seconds (what it computed: on a
+        shared or paused machine, the number that compares runs), each summed over resumes."""
+        self.pos.train_time_s = time.perf_counter() - self._t_start
+        self.pos.train_cpu_s = time.process_time() - self._cpu_start
+
     def _save_last(self) -> None:
         self._sync()  # never save a state that a non-finite step produced
         if self._t_start is not None:
-            self.pos.train_time_s = time.perf_counter() - self._t_start
+            self._clock()
         if not self.dist.is_main:
             return
         state = {
@@ -357,6 +366,7 @@ class Trainer:
         self._acc = Running(self.device, self.pos.loss_sum,
                              deferred=defer and self.cfg.nonfinite == "stop")
         self._t_start = time.perf_counter() - self.pos.train_time_s
+        self._cpu_start = time.process_time() - self.pos.train_cpu_s
         progress = Progress(
             TextColumn("[bold blue]epoch {task.fields[epoch]}"), BarColumn(),
             MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
@@ -371,14 +381,14 @@ class Trainer:
         finally:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
-        self.pos.train_time_s = time.perf_counter() - self._t_start
+        self._clock()
         if self._stop_signal:
             self._save_last()
             if self.tb is not None:
                 self.tb.close()
             return TrainResult(best=self._best_info(), test=None, steps=self.pos.step,
                                epochs_completed=self.pos.epoch, train_time_s=self.pos.train_time_s,
-                               interrupted=True, skipped_nonfinite=self.pos.skipped_nonfinite)
+                               train_cpu_s=self.pos.train_cpu_s, interrupted=True, skipped_nonfinite=self.pos.skipped_nonfinite)
         self._check_trained()
         if self.pos.last_eval_step != self.pos.step:  # the final state was never evaluated
             lr = self.pos.lr if self.pos.lr is not None else self.schedule.lr_at(
@@ -403,7 +413,7 @@ class Trainer:
             self.tb.close()
         return TrainResult(best=self._best_info(), test=test, dev_final=dev_final, steps=self.pos.step,
                            epochs_completed=self._epoch_label() if self.pos.step else 0,
-                           train_time_s=self.pos.train_time_s,
+                           train_time_s=self.pos.train_time_s, train_cpu_s=self.pos.train_cpu_s,
                            skipped_nonfinite=self.pos.skipped_nonfinite, items=items)
 
     def _check_trained(self) -> None:

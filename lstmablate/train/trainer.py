@@ -388,7 +388,8 @@ class Trainer:
                 self.tb.close()
             return TrainResult(best=self._best_info(), test=None, steps=self.pos.step,
                                epochs_completed=self.pos.epoch, train_time_s=self.pos.train_time_s,
-                               train_cpu_s=self.pos.train_cpu_s, interrupted=True, skipped_nonfinite=self.pos.skipped_nonfinite)
+                               train_cpu_s=self.pos.train_cpu_s, interrupted=True,
+                               skipped_nonfinite=self.pos.skipped_nonfinite)
         self._check_trained()
         if self.pos.last_eval_step != self.pos.step:  # the final state was never evaluated
             lr = self.pos.lr if self.pos.lr is not None else self.schedule.lr_at(

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lstmablate.run.runs import RunFiles
-from lstmablate.train.checkpoint import load_checkpoint
+from lstmablate.train.checkpoint import load_checkpoint, save_checkpoint
 
 from cli_in_process import start_cli
 
@@ -59,6 +59,28 @@ def test_sigint_then_resume_equals_uninterrupted(tmp_path, tiny_recipe):
     # the training times are summed over the two sessions
     assert 0 < ckpt["position"]["train_cpu_s"] <= a["train_cpu_s"]
     assert 0 < ckpt["position"]["train_time_s"] <= a["train_time_s"]
+
+
+def test_a_run_begun_without_cpu_time_records_none_after_a_resume(tmp_path, tiny_recipe):
+    """last.pt of a version that did not count CPU seconds (its position has no train_cpu_s):
+    the resumed run cannot know the first part's, so result.json says null, not a part."""
+    args = ["train", *TRAIN, "--recipe", str(tiny_recipe), "--out", "runs",
+            "--set", "train.max_epochs=6"]
+    part = cli(*args, cwd=tmp_path)
+    files = RunFiles(tmp_path / "runs" / "tiny" / "lstm" / "seed-1")
+    deadline = time.time() + 120
+    while time.time() < deadline and not (files.metrics.exists() and files.metrics.read_text()):
+        time.sleep(0.02)
+    part.send_signal(signal.SIGINT)
+    assert part.wait(timeout=120) == 0, part.stderr.read()
+    ckpt = load_checkpoint(files.last)
+    assert not ckpt["position"]["done"] and ckpt["position"]["train_cpu_s"] > 0
+    del ckpt["position"]["train_cpu_s"]
+    save_checkpoint(files.last, {k: v for k, v in ckpt.items() if k != "format"})
+    resumed = cli(*args, "--resume", cwd=tmp_path)
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    result = json.loads(files.result.read_text())
+    assert result["train_cpu_s"] is None and result["train_time_s"] > 0
 
 
 def test_a_paused_run_records_the_pause_in_wall_time_not_in_cpu_time(tmp_path, tiny_recipe):

@@ -350,8 +350,8 @@ def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFil
         higher_is_better=task_cls.primary.higher_is_better, best=res.best, test=res.test,
         dev_final=res.dev_final, test_checkpoint=cfg.train.test_checkpoint, steps=res.steps,
         epochs=res.epochs_completed, train_time_s=round(res.train_time_s, 2),
-        train_cpu_s=round(res.train_cpu_s, 2), wall_time_s=round(time.time() - t0, 2),
-        params=n_params,
+        train_cpu_s=None if res.train_cpu_s is None else round(res.train_cpu_s, 2),
+        wall_time_s=round(time.time() - t0, 2), params=n_params,
         skipped_nonfinite=res.skipped_nonfinite,
         # max_steps shortens a run unless the protocol itself is a number of steps (Parser-v1)
         shortened=bool(cfg.train.max_steps) and cfg.train.max_steps < task_cls.train_defaults.get(

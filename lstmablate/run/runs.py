@@ -220,7 +220,7 @@ class RunResult:
     world_size: int = 1
     dev_final: dict[str, float] | None = None
     #: CPU seconds of the training process over the same spans as ``train_time_s`` (None:
-    #: written before lstmablate recorded it)
+    #: not known — a run begun by a version that did not record it)
     train_cpu_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -24,7 +24,9 @@ class Position:
     evals_since_best: int = 0
     metrics_lines: int = 0
     train_time_s: float = 0.0
-    train_cpu_s: float = 0.0  # CPU seconds of the training process (time.process_time)
+    # CPU seconds of the training process (time.process_time); None: not known (a run begun
+    # by a version that did not count them, resumed by this one)
+    train_cpu_s: float | None = None
     skipped_nonfinite: int = 0
     last_eval_step: int = -1
     last_finite_loss: float | None = None

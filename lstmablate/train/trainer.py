@@ -64,7 +64,7 @@ class TrainResult:
     steps: int
     epochs_completed: int
     train_time_s: float
-    train_cpu_s: float = 0.0  # CPU seconds of the process over the same spans
+    train_cpu_s: float | None = None  # CPU seconds of the process over the same spans
     interrupted: bool = False
     skipped_nonfinite: int = 0
     dev_final: dict[str, float] | None = None  # evaluate(dev, final=True) if the task's differs
@@ -144,7 +144,7 @@ class Trainer:
         self.precision = Precision(cfg.precision, device)
         self.clipped = clip_scope_parameters(model, cfg.clip_scope)
         self.schedule = Schedule(cfg, self.optimizer)
-        self.pos = Position()
+        self.pos = Position(train_cpu_s=0.0)
         self.carry: Any = None
         self._stop_signal: str | None = None
         self._t_start: float | None = None  # perf_counter at the (virtual) start of training
@@ -187,7 +187,8 @@ class Trainer:
         other processes' load included) and the process's CPU seconds (what it computed: on a
         shared or paused machine, the number that compares runs), each summed over resumes."""
         self.pos.train_time_s = time.perf_counter() - self._t_start
-        self.pos.train_cpu_s = time.process_time() - self._cpu_start
+        if self.pos.train_cpu_s is not None:
+            self.pos.train_cpu_s = time.process_time() - self._cpu_start
 
     def _save_last(self) -> None:
         self._sync()  # never save a state that a non-finite step produced
@@ -366,7 +367,7 @@ class Trainer:
         self._acc = Running(self.device, self.pos.loss_sum,
                              deferred=defer and self.cfg.nonfinite == "stop")
         self._t_start = time.perf_counter() - self.pos.train_time_s
-        self._cpu_start = time.process_time() - self.pos.train_cpu_s
+        self._cpu_start = time.process_time() - (self.pos.train_cpu_s or 0.0)
         progress = Progress(
             TextColumn("[bold blue]epoch {task.fields[epoch]}"), BarColumn(),
             MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),

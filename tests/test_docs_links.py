@@ -78,11 +78,12 @@ def slug(heading: str) -> str:
 def anchors(path: Path) -> set[str]:
     seen: dict[str, int] = {}
     out = set()
-    for _, line in prose_lines(path.read_text(encoding="utf-8")):
-        m = HEADING.match(line)
-        if not m:
+    text = path.read_text(encoding="utf-8")
+    raw = text.splitlines()
+    for n, line in prose_lines(text):
+        if not HEADING.match(line):
             continue
-        base = slug(m.group(2))
+        base = slug(HEADING.match(raw[n - 1]).group(2))  # a code span's text is in the anchor
         n = seen.get(base, 0)
         seen[base] = n + 1
         out.add(base if n == 0 else f"{base}-{n}")
@@ -115,6 +116,12 @@ def test_the_markdown_reader_finds_links_and_anchors_as_github_does():
     assert slug("−GATES at lr 1.0") == "gates-at-lr-10"
     assert slug("Table 2, STAND-IN: SQuAD `dev` split") == "table-2-stand-in-squad-dev-split"
     assert slug("[Parser-v1](x.md)'s encoder lengths") == "parser-v1s-encoder-lengths"
+
+
+def test_a_heading_with_a_code_span_keeps_its_text_in_the_anchor(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# The `dyck-report` sweep: m = 4\n```\n# not a heading\n```\n")
+    assert anchors(page) == {"the-dyck-report-sweep-m--4"}
 
 
 def test_a_broken_link_and_a_missing_anchor_are_reported(tmp_path, monkeypatch):

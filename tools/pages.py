@@ -252,15 +252,11 @@ def column(spec: str) -> Column:
         render, default = (lambda run: f"`{run.cell}`"), "cell"
     elif expr in ("seed", "params", "epochs", "best_epoch"):
         render, default = (lambda run: number(run.row.get(expr), fmt)), expr.replace("_", " ")
-    elif expr == "train_time":
+    elif expr in ("train_time", "train_cpu"):  # result.json's seconds, shown in minutes
         def render(run: Run) -> str:
-            return f"{number(run.row['train_time_s'] / 60, fmt or '.1f')} min"
-        default = "train time"
-    elif expr == "train_cpu":
-        def render(run: Run) -> str:
-            cpu = run.row.get("train_cpu_s")
-            return "not recorded" if cpu is None else f"{number(cpu / 60, fmt or '.1f')} min"
-        default = "train CPU time"
+            seconds = run.row.get(f"{expr}_s")
+            return "not recorded" if seconds is None else f"{number(seconds / 60, fmt or '.1f')} min"
+        default = {"train_time": "train time", "train_cpu": "train CPU time"}[expr]
     elif expr.startswith(("test.", "dev.", "dev_final.")):
         name, key = expr.split(".", 1)
         render, default = section(name, key), f"{name.replace('_', ' ')} {key}"

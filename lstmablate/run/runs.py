@@ -286,6 +286,10 @@ def _count(value: Any, low: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= 2**53
 
 
+def _seconds(value: Any) -> bool:
+    return is_number(value) and math.isfinite(value) and value >= 0
+
+
 def _metrics(value: Any) -> bool:
     return value is None or (isinstance(value, dict) and all(
         isinstance(k, str) and is_number(v) for k, v in value.items()))
@@ -308,10 +312,8 @@ _RESULT_TYPES: dict[str, tuple[Any, str]] = {
     **{k: (_count, "a count (an integer of at least 0)")
        for k in ("steps", "epochs", "params", "skipped_nonfinite")},
     "world_size": (lambda v: _count(v, 1), "an integer of at least 1"),
-    **{k: (lambda v: is_number(v) and math.isfinite(v) and v >= 0, "a number of seconds")
-       for k in ("train_time_s", "wall_time_s")},
-    "train_cpu_s": (lambda v: v is None or (is_number(v) and math.isfinite(v) and v >= 0),
-                    "a number of seconds or null"),
+    **{k: (_seconds, "a number of seconds") for k in ("train_time_s", "wall_time_s")},
+    "train_cpu_s": (lambda v: v is None or _seconds(v), "a number of seconds or null"),
 }
 
 

@@ -276,8 +276,7 @@ class SquadTask(Task):
     def reference_items(self, split: str) -> list[str]:
         """Each question's id and its gold answer texts (tab-separated, file order): what the
         scorer compares with, independent of the reader's tokenizer."""
-        ex = self.examples.get(split) or self._load(split)
-        return ["\t".join((qid, *golds)) for qid, golds in ex.gold()]
+        return ["\t".join((qid, *golds)) for qid, golds in self._load(split).gold()]
 
     def write_predictions(self, model: nn.Module, split: str, path: Path) -> dict[str, float]:
         """The official prediction file {question id: answer text} (UTF-8 JSON), scored by

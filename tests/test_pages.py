@@ -187,6 +187,16 @@ def test_the_headline_is_the_mean_over_the_seeds_kept():
     assert ", lr 0.1 |" in gates and ", lr 0.2 |" in gates
 
 
+def test_a_headline_column_never_counts_one_seed_twice(monkeypatch):
+    """Two experiments pooled in one column, each with `lstm-gates` seed 1: refused, naming
+    the column and the seed, rather than averaged as two seeds."""
+    pooled = pages.HeadlineColumn("PTB", "PTB small", ("ptb-small", "ptb-small-gates-lr0.2"),
+                                  "ppl", None)
+    monkeypatch.setattr(pages, "HEADLINE", (pooled,))
+    with pytest.raises(pages.PageError, match=r"'PTB small'.*`lstm-gates` has seed\(s\) 1 "):
+        pages.render("pages headline experiments/results")
+
+
 def test_the_machine_is_named_from_env_json_never_the_host():
     cpu = {"device": "cpu", "processor": "AMD EPYC", "cpus": 2, "threads": 1,
            "torch": "2.13.0+cpu", "hostname": "build-host-7"}

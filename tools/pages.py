@@ -367,7 +367,7 @@ PAPER_CELLS = (("LSTM", "lstm"), ("−S-RNN", "lstm-srnn"), ("−S-RNN−OUT", "
                ("−S-RNN−HIDDEN", "lstm-srnn-hidden"), ("−GATES", "lstm-gates"))
 HEADLINE = (
     HeadlineColumn("[PTB small (CPU, 13 epochs)](docs/results/table1-ptb.md)<br>test ppl ↓",
-                   "PTB small", ("ptb-small", "ptb-small-gates-lr0.2"), "ppl", None),
+                   "PTB small", ("ptb-small",), "ppl", None),
     HeadlineColumn("[PTB medium (paper scale, GPU)]"
                    "(docs/results/table1-ptb.md#ptb-medium-at-the-papers-scale)<br>test ppl ↓",
                    "PTB medium", ("ptb-medium",), "ppl", "ptb-medium"),
@@ -408,6 +408,14 @@ def headline(argv: list[str]) -> str:
                 rows[cell].append("—")
                 missing.setdefault(col.short, []).append(f"`{cell}`")
                 continue
+            seen = [r.seed for r in mine]
+            if len(set(seen)) < len(seen):  # a re-run or a copy is not a new seed
+                twice = sorted({s for s in seen if seen.count(s) > 1})
+                raise PageError(f"pages headline: column {col.short!r} pools runs of "
+                                f"{', '.join(col.experiments)} in which `{cell}` has seed(s) "
+                                f"{', '.join(map(str, twice))} more than once; its mean would "
+                                "count one seed twice. Keep one experiment per cell in the "
+                                "column (tools/pages.py, HEADLINE).")
             text = number(statistics.mean(r.row[f"test.{col.metric}"] for r in mine), col.spec)
             paper = (reference.get(cell) or {}).get(col.metric)
             if paper is not None:

@@ -112,6 +112,24 @@ def test_only_the_blocks_change_when_a_page_is_regenerated(tmp_path):
     assert "stale" not in text and "| `nmt-multi30k-cpu` |" in text
 
 
+def test_only_renders_the_blocks_whose_command_contains_the_text(tmp_path):
+    """`tools/pages.py --only TEXT`: the blocks whose command contains TEXT are rendered and
+    checked, the others left exactly as they are, stale or not."""
+    medium = "pages runs experiments/results --table ptb-medium --cells lstm --col cell"
+    small = "pages runs experiments/results --table ptb-small --cells lstm --col cell"
+    page = tmp_path / "page.md"
+    page.write_text(f"<!-- generated: {medium} -->\nstale\n<!-- /generated -->\n"
+                    f"<!-- generated: {small} -->\nstale\n<!-- /generated -->\n", encoding="utf-8")
+    assert pages.main(["--check", "--only", "ptb-medium", str(page)]) == 1
+    assert pages.main(["--only", "ptb-medium", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    first, second = text.split(f"<!-- generated: {small} -->")
+    assert "stale" not in first and "| `lstm` |" in first
+    assert second == "\nstale\n<!-- /generated -->\n"
+    assert pages.main(["--check", "--only", "ptb-medium", str(page)]) == 0
+    assert pages.main(["--check", str(page)]) == 1  # the other block is still stale
+
+
 # -- the records' layout -----------------------------------------------------------------------
 def run_folders() -> list[Path]:
     return sorted(p.parent for p in RECORDS.rglob(RunFiles.RESULT))

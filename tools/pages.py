@@ -570,16 +570,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 naming each page that differs")
     parser.add_argument("page", nargs="*", type=Path, help="only these pages (default: all)")
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="only the blocks whose marker's command contains TEXT (repeatable; "
+                        "e.g. an experiment's folder, to redo the tables of the records just "
+                        "added without rendering the page's other blocks)")
     args = parser.parse_args(argv)
     paths = [p.resolve() for p in args.page] or pages()
+    keep: Callable[[str], bool] = ((lambda command: any(t in command for t in args.only))
+                                   if args.only else (lambda command: True))
     try:
         if args.check:
-            problems = check(paths)
+            problems = check(paths, keep)
             print("\n".join(problems) or f"{len(paths)} pages match their run records.")
             return 1 if problems else 0
         for path in paths:
             old = path.read_text(encoding="utf-8")
-            new = regenerate(old, shown(path))
+            new = regenerate(old, shown(path), keep)
             if new != old:
                 path.write_text(new, encoding="utf-8")
                 print(f"regenerated {shown(path)}")

@@ -581,7 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.check:
             problems = check(paths, keep)
-            print("\n".join(problems) or f"{len(paths)} pages match their run records.")
+            which = (" in the blocks whose command contains "
+                     + " or ".join(repr(t) for t in args.only)) if args.only else ""
+            print("\n".join(problems) or f"{len(paths)} pages match their run records{which}.")
             return 1 if problems else 0
         for path in paths:
             old = path.read_text(encoding="utf-8")

@@ -408,9 +408,8 @@ def headline(argv: list[str]) -> str:
                 rows[cell].append("—")
                 missing.setdefault(col.short, []).append(f"`{cell}`")
                 continue
-            seen = [r.seed for r in mine]
-            if len(set(seen)) < len(seen):  # a re-run or a copy is not a new seed
-                twice = sorted({s for s in seen if seen.count(s) > 1})
+            twice = sorted(s for s, n in Counter(r.seed for r in mine).items() if n > 1)
+            if twice:  # a re-run or a copy is not a new seed
                 raise PageError(f"pages headline: column {col.short!r} pools runs of "
                                 f"{', '.join(col.experiments)} in which `{cell}` has seed(s) "
                                 f"{', '.join(map(str, twice))} more than once; its mean would "
@@ -576,8 +575,9 @@ def main(argv: list[str] | None = None) -> int:
                         "added without rendering the page's other blocks)")
     args = parser.parse_args(argv)
     paths = [p.resolve() for p in args.page] or pages()
-    keep: Callable[[str], bool] = ((lambda command: any(t in command for t in args.only))
-                                   if args.only else (lambda command: True))
+    def keep(command: str) -> bool:
+        return not args.only or any(text in command for text in args.only)
+
     try:
         if args.check:
             problems = check(paths, keep)

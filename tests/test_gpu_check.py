@@ -227,6 +227,30 @@ def test_the_accuracy_rule_catches_a_wrong_fast_path():
     assert bad.fast_path and not bad.passed and bad.error > bad.allowed > 0
 
 
+
+def test_the_accuracy_rule_keeps_its_bound_under_dropout_between_layers():
+    """The paths stages run in training mode with plain dropout between layers, which the
+    encoder draws inside ``forward``: the float64 reference, the reference loop and the fast
+    path must drop the same elements, or the reference loop's 'own error' is dropout noise
+    and the bound grows to the tensors' scale.  So the bound stays at float32 rounding, the
+    0.1% error still fails, and a cell that leaves a state component unread (the h of
+    lstm-srnn-hidden: a gradient the float64 loop leaves unset) is compared, not an error."""
+    from lstmablate.bench.gpu_stages import PATHS_DROPOUT
+
+    for cell in ("lstm-srnn", "lstm-srnn-hidden"):
+        torch.manual_seed(0)
+        enc = build_encoder(cell, 5, 6, num_layers=3, dropout=PATHS_DROPOUT).train()
+        assert enc.dropout > 0 and not enc.variational_dropout
+        x = torch.randn(3, 4, 5)
+        state = (torch.randn(3, 3, 6), torch.randn(3, 3, 6))
+        ok = accuracy.measure_accuracy(enc, x, None, state)
+        assert ok.fast_path and ok.passed
+        assert ok.allowed < 1e-4 * max(ok.scale, 1.0), (cell, ok)  # rounding, not dropout
+        enc.register_forward_hook(lambda mod, inputs, out: None if reference_forced() else (
+            out[0] * 1.001, out[1]))
+        bad = accuracy.measure_accuracy(enc, x, None, state)
+        assert not bad.passed and bad.error > bad.allowed > 0, (cell, bad)
+
 def _check_run(tmp_path, *args):
     """gpu-check in this process, its record read back: (exit status, stages, rows, files)."""
     code = gpu_check.main(["--out", str(tmp_path / "out"), "--device", "cpu", *args])

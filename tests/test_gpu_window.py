@@ -285,7 +285,7 @@ def test_a_window_end_to_end_on_the_cpu(tmp_path):
     assert [(r["cell"], r["steps_per_epoch"], r["epochs"]) for r in rows if r["kind"] == "step"
             ] == [("lstm", 4, 2), ("lstm-srnn", 4, 2)]  # 64 sequences in batches of 16
     assert {r["cell"] for r in rows if r["kind"] == "profile"} == {
-        "nn.LSTM", "lstm-srnn", "lstm-srnn-hidden"}
+        "nn.LSTM", "lstm", "nn.RNN", "lstm-gates", "lstm-srnn", "lstm-srnn-hidden"}
     # the runs: planned whole, started, watched
     assert [(r["cell"], r["epochs"], r["shortened"]) for r in state["runs"]] == [
         ("lstm", 2, False), ("lstm-srnn", 2, False)]

@@ -17,8 +17,8 @@ Stages, in this order (:data:`STAGES`; ``--only`` picks some, in the order given
 ``steps``        training steps of the PTB-medium and NMT recipes on their data, per cell
                  (what ``make gpu-window`` plans its runs with);
 ``models``       the PTB-medium and -small training-step benchmark against ``nn.LSTM``;
-``profile``      a ``torch.profiler`` kernel table of ``nn.LSTM``, ``lstm-srnn`` and
-                 ``lstm-srnn-hidden`` at ptb-650;
+``profile``      a ``torch.profiler`` kernel table of ``nn.LSTM``, ``lstm``, ``nn.RNN``,
+                 ``lstm-gates``, ``lstm-srnn`` and ``lstm-srnn-hidden`` at ptb-650;
 ``trainer``      (only with ``--only trainer``) 200 steps per cell through ``lstmablate train``.
 
 Each stage has a budget: its share of ``--budget`` (default 480 s, 8 minutes) among the
@@ -103,7 +103,7 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("cells-tf32", 45, cuda_only=True),
     StageSpec("steps", 70),
     StageSpec("models", 45),
-    StageSpec("profile", 25),
+    StageSpec("profile", 40),
     StageSpec("trainer", 150, needs=("typer", *LIBRARY), default=False),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)

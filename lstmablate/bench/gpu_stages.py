@@ -38,8 +38,10 @@ import torch
 
 from .render import json_safe
 
-#: the cells of the profiler's kernel table (the baseline, a recurrent and a scan path)
-PROFILE_CELLS = ("nn.LSTM", "lstm-srnn", "lstm-srnn-hidden")
+#: the cells of the profiler's kernel table: the baselines, the two cells that call them
+#: (``lstm`` on cuDNN's LSTM, ``lstm-gates`` on its RNN: where their time differs), a
+#: recurrent and a scan path
+PROFILE_CELLS = ("nn.LSTM", "lstm", "nn.RNN", "lstm-gates", "lstm-srnn", "lstm-srnn-hidden")
 PROFILE_SHAPE = "ptb-650"
 #: the recipe whose cells are the paper's (every path they take is checked)
 PAPER_RECIPE = "ptb-medium"
@@ -333,8 +335,8 @@ def steps(stage: Stage) -> Outcome:
 
 def profile(stage: Stage) -> Outcome:
     """A ``torch.profiler`` table of where a forward+backward's time goes (the GPU's kernels
-    on CUDA, PyTorch's operators elsewhere) for ``nn.LSTM``, ``lstm-srnn`` and
-    ``lstm-srnn-hidden`` at ptb-650 (or the first ``--shape``)."""
+    on CUDA, PyTorch's operators elsewhere) for each of :data:`PROFILE_CELLS` at ptb-650 (or
+    the first ``--shape``)."""
     from .cells import _TorchEncoder, _build_cell_encoder, _encoder_step, parse_shape
     from .measure import _path, kernel_table
 

@@ -83,8 +83,8 @@ LOG_TAIL_BYTES = 256 * 1024
 #: what the window needs first -- the correctness of the fast paths, the cell benchmark, the
 #: training steps it plans with -- then the rest as time allows.  The paths, cells and models
 #: stages time the paper's cells only (``--check-cell``; gpu-check alone times every cell)
-CHECK_STAGES = (("environment", 10), ("paths-fp32", 45), ("cells-fp32", 50), ("cells-tf32", 40),
-                ("steps", 90), ("paths-bf16", 20), ("profile", 20), ("tests", 60),
+CHECK_STAGES = (("environment", 10), ("paths-fp32", 45), ("cells-fp32", 42), ("cells-tf32", 33),
+                ("steps", 90), ("paths-bf16", 20), ("profile", 35), ("tests", 60),
                 ("models", 30))
 #: the runs of a window, in order of priority: each slot takes the first of its alternatives
 #: that fits beside what the slots before it took (Table 4's five cells at once; then

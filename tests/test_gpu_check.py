@@ -353,3 +353,44 @@ def test_without_pytest_the_tests_stage_did_not_run_and_the_exit_says_so(tmp_pat
     stage = next(r for r in rows if r.get("kind") == "stage")
     assert code == 1 and stage["status"] == "not-run" and stage["reason"].startswith("needs pytest")
     assert "tests not-run (needs pytest" in capsys.readouterr().err
+
+
+def test_the_kernel_table_counts_each_kernel_once(monkeypatch):
+    """On CUDA the profiler lists every kernel, and also, under the operator that launched
+    it, that kernel's time as the operator's own device time: the table (and the GPU's busy
+    time per step, its total, which the window plans with) takes the kernels alone."""
+    import types
+
+    import torch.profiler
+
+    def event(key, device, us, count=2):
+        return types.SimpleNamespace(key=key, count=count, self_device_time_total=us,
+                                     self_cpu_time_total=5.0,
+                                     device_type=getattr(torch.autograd.DeviceType, device))
+
+    events = [event("aten::mm", "CPU", 300.0), event("gemm_kernel", "CUDA", 300.0),
+              event("TritonScan", "CPU", 100.0), event("lstm_scan", "CUDA", 100.0),
+              event("aten::add_", "CPU", 0.0)]
+
+    class FakeProfile:
+        def __init__(self, activities):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def key_averages(self):
+            return events
+
+    monkeypatch.setattr(torch.profiler, "profile", FakeProfile)
+    monkeypatch.setattr(measure, "_sync", lambda device: None)
+    rows, total = measure.kernel_table(lambda: None, torch.device("cuda"), steps=2)
+    assert [r["name"] for r in rows] == ["gemm_kernel", "lstm_scan"]
+    assert total == pytest.approx(0.2)  # (300 + 100) us over 2 steps
+    assert [r["share"] for r in rows] == pytest.approx([0.75, 0.25])
+    # on a CPU the operators' own CPU time is the table
+    rows, total = measure.kernel_table(lambda: None, torch.device("cpu"), steps=2)
+    assert len(rows) == 5 and total == pytest.approx(5 * 5.0 / 2 / 1e3)

@@ -188,7 +188,11 @@ def kernel_table(step: Callable[[], Any], device: torch.device, steps: int = 5,
         return float(getattr(e, "self_device_time_total", None)
                      or getattr(e, "self_cuda_time_total", 0.0))
 
-    entries = [(e.key, e.count, own_us(e)) for e in prof.key_averages()]
+    def on_device(e: Any) -> bool:  # a kernel, copy or memset: an operator's own device
+        # time is the time of the kernels it launched, which are listed themselves
+        return not cuda or str(getattr(e, "device_type", "")) != "DeviceType.CPU"
+
+    entries = [(e.key, e.count, own_us(e)) for e in prof.key_averages() if on_device(e)]
     entries = sorted((x for x in entries if x[2] > 0), key=lambda x: -x[2])
     total = sum(us for _, _, us in entries)
     rows = [dict(name=name, calls=round(count / steps, 2), ms=us / steps / 1e3,

@@ -227,7 +227,6 @@ def test_the_accuracy_rule_catches_a_wrong_fast_path():
     assert bad.fast_path and not bad.passed and bad.error > bad.allowed > 0
 
 
-
 def test_the_accuracy_rule_keeps_its_bound_under_dropout_between_layers():
     """The paths stages run in training mode with plain dropout between layers, which the
     encoder draws inside ``forward``: the float64 reference, the reference loop and the fast
@@ -250,6 +249,7 @@ def test_the_accuracy_rule_keeps_its_bound_under_dropout_between_layers():
             out[0] * 1.001, out[1]))
         bad = accuracy.measure_accuracy(enc, x, None, state)
         assert not bad.passed and bad.error > bad.allowed > 0, (cell, bad)
+
 
 def _check_run(tmp_path, *args):
     """gpu-check in this process, its record read back: (exit status, stages, rows, files)."""

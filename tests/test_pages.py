@@ -205,6 +205,18 @@ def test_the_headline_is_the_mean_over_the_seeds_kept():
     assert ", lr 0.1 |" in gates and ", lr 0.2 |" in gates
 
 
+def test_the_headline_names_the_machines_of_the_runs_it_shows():
+    """The parser's experiment also holds runs of cells the headline does not show (the
+    simpler recurrences): its machine line counts the paper cells' runs only."""
+    text = pages.render("pages headline experiments/results")
+    line = next(x for x in text.splitlines() if x.startswith("* UD EWT: "))
+    counted = sum(int(n) for n in re.findall(r"\((\d+) runs?\)", line))
+    paper = ("lstm", "lstm-srnn", "lstm-srnn-out", "lstm-srnn-hidden", "lstm-gates")
+    shown = [f for cell in paper for f in (RECORDS / "parsing-ewt-cpu" / cell).iterdir()]
+    assert [p for p in (RECORDS / "parsing-ewt-cpu").iterdir() if p.name not in paper]
+    assert counted == len(shown), line
+
+
 def test_a_headline_column_never_counts_one_seed_twice(monkeypatch):
     """Two experiments pooled in one column, each with `lstm-gates` seed 1: refused, naming
     the column and the seed, rather than averaged as two seeds."""

@@ -425,8 +425,9 @@ def headline(argv: list[str]) -> str:
             rows[cell].append(text)
             if len(mine) > 1:
                 seeds.setdefault(col.short, []).append(f"`{cell}` {len(mine)}")
-        if runs:
-            where.append(f"{col.short}: {machines(runs, args.runs_dir)}")
+        shown = [r for r in runs if r.cell in rows]  # the machines of the runs in the table
+        if shown:
+            where.append(f"{col.short}: {machines(shown, args.runs_dir)}")
     lines = ["| cell | " + " | ".join(c.title for c in HEADLINE) + " |",
              "|" + "---|" * (len(HEADLINE) + 1)]
     lines += ["| " + " | ".join(r) + " |" for r in rows.values()]

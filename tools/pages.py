@@ -402,8 +402,10 @@ def headline(argv: list[str]) -> str:
     for col in HEADLINE:
         runs = [r for e in col.experiments for r in find_or_none(args.runs_dir, e)]
         reference = (recipe_of(col.paper_recipe).get("reference") or {}) if col.paper_recipe else {}
+        shown: list[Run] = []  # the runs in the table, whose machines the column names
         for _, cell in PAPER_CELLS:
             mine = [r for r in runs if r.cell == cell]
+            shown += mine
             if not mine:
                 rows[cell].append("—")
                 missing.setdefault(col.short, []).append(f"`{cell}`")
@@ -425,7 +427,6 @@ def headline(argv: list[str]) -> str:
             rows[cell].append(text)
             if len(mine) > 1:
                 seeds.setdefault(col.short, []).append(f"`{cell}` {len(mine)}")
-        shown = [r for r in runs if r.cell in rows]  # the machines of the runs in the table
         if shown:
             where.append(f"{col.short}: {machines(shown, args.runs_dir)}")
     lines = ["| cell | " + " | ".join(c.title for c in HEADLINE) + " |",

@@ -151,16 +151,18 @@ def tolerance(ref_same: Tensor, ref64: Tensor) -> float:
     return max(REF_FACTOR * max_err(ref_same, ref64), REL_F32 * max_abs(ref64), 1e-30)
 
 
-def compared(fast: dict, ref: dict):
-    """(name, fast tensor, reference tensor) for every result both runs have; a missing
-    gradient counts as a zero one (a cell may leave a parameter it does not use untouched)."""
+def compared(fast: dict, ref: dict, ref64: dict):
+    """(name, fast tensor, reference tensor, float64 reference tensor) for every result the
+    runs have; a missing gradient counts as a zero one (a cell may leave a parameter or a
+    state component it does not read untouched, and one run's autograd may set it to zeros
+    where another's leaves it unset)."""
     for k in ref:
-        a, b = fast.get(k), ref[k]
-        if a is None or b is None:
-            a = torch.zeros_like(b) if a is None and b is not None else a
-            b = torch.zeros_like(a) if b is None and a is not None else b
-        if a is not None:
-            yield k, a, b
+        given = [t for t in (fast.get(k), ref[k], ref64.get(k)) if t is not None]
+        if not given:
+            continue
+        a, b, c = (t if t is not None else torch.zeros_like(given[0])
+                   for t in (fast.get(k), ref[k], ref64.get(k)))
+        yield k, a, b, c.double()
 
 
 @dataclass
@@ -197,9 +199,7 @@ def measure_accuracy(enc, x: Tensor, lengths: Tensor | None, state: tuple[Tensor
                                       autocast=autocast)
     worst = ("", 0.0, 0.0, 0.0, -1.0)
     passed = True
-    for name, a, b in compared(fast, same):
-        ref = ref64[name]  # a gradient the float64 loop left unset is zero there too
-        ref = torch.zeros_like(b, dtype=torch.float64) if ref is None else ref
+    for name, a, b, ref in compared(fast, same, ref64):
         err, allowed = max_err(a, ref), tolerance(b, ref)
         passed = passed and err <= allowed  # (a NaN error fails)
         ratio = err / allowed if math.isfinite(err) else math.inf

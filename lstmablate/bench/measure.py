@@ -190,7 +190,7 @@ def kernel_table(step: Callable[[], Any], device: torch.device, steps: int = 5,
 
     def on_device(e: Any) -> bool:  # a kernel, copy or memset: an operator's own device
         # time is the time of the kernels it launched, which are listed themselves
-        return not cuda or str(getattr(e, "device_type", "")) != "DeviceType.CPU"
+        return not cuda or getattr(e, "device_type", None) != torch.autograd.DeviceType.CPU
 
     entries = [(e.key, e.count, own_us(e)) for e in prof.key_averages() if on_device(e)]
     entries = sorted((x for x in entries if x[2] > 0), key=lambda x: -x[2])

@@ -192,12 +192,15 @@ class Call:
 
     @classmethod
     def of(cls, **call: Any) -> Call:
-        known = {f.name for f in fields(cls)}
-        unknown = set(call) - known
+        known = _CALL_FIELDS if cls is Call else frozenset(f.name for f in fields(cls))
+        unknown = call.keys() - known
         if unknown:
             raise TypeError(f"unknown call description(s) {sorted(unknown)}; "
                             f"known: {sorted(known)}")
         return cls(**call)
+
+
+_CALL_FIELDS = frozenset(f.name for f in fields(Call))  # Call.of runs at every call: once
 
 
 def refused(call: Call) -> bool:

@@ -46,10 +46,23 @@ State = tuple[Tensor, ...]
 # our parameters in PyTorch's layout
 # ---------------------------------------------------------------------------------------
 
+#: (rows, device) -> the row order that swaps the last two of four blocks (an index tensor
+#: on that device, made once: one ``index_select`` per weight instead of three slices and a
+#: ``cat``, which counts at every backward call, where the gradients go back through it)
+_SWAP_INDEX: dict[tuple[int, torch.device], Tensor] = {}
+
+
 def _swap_last_blocks(w: Tensor) -> Tensor:
-    """Swap the last two of four row blocks (ours i, f, o, g <-> PyTorch's i, f, g, o)."""
-    n = w.shape[0] // 4
-    return torch.cat([w[:2 * n], w[3 * n:], w[2 * n:3 * n]])
+    """Swap the last two of four row blocks (ours i, f, o, g <-> PyTorch's i, f, g, o); the
+    swap is its own inverse."""
+    key = (w.shape[0], w.device)
+    index = _SWAP_INDEX.get(key)
+    if index is None:
+        n = w.shape[0] // 4
+        order = torch.arange(4 * n, device=w.device)
+        index = torch.cat([order[:2 * n], order[3 * n:], order[2 * n:3 * n]])
+        _SWAP_INDEX[key] = index
+    return w.index_select(0, index)
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,7 @@ class FusedWeights:
 
     def __init__(self, slots: list[WeightSlot], flatten: Callable[[list[Tensor]], None] | None):
         self.slots, self.flatten = slots, flatten
+        self.n_params = 1 + max(s.param for s in slots if s.param is not None)
         self.weights: list[Tensor] | None = None
         self.stamp: tuple | None = None
         self.remade = 0  # how often the weights were (re)made: tests, diagnostics
@@ -201,14 +215,16 @@ def fused_weights(kind: str, views: list, owner, input_size: int, bidirectional:
     """The fused kernel's weights for ``views`` (the cells' views, layer-major), kept per
     ``owner`` (the first cell's weight_ih, or the encoder), through :class:`ToFused`."""
     params_of, slots_of, _ = KINDS[kind]
-    params: list[Tensor] = []
-    slots: list[WeightSlot] = []
-    for v in views:
-        slots += slots_of(v, len(params))
-        params += params_of(v)
-    n_per_cell = len(slots) // len(views)
+    per_view = [params_of(v) for v in views]
+    params = [p for ps in per_view for p in ps]
     kept = kept_for(owner)
-    if kept is None or len(kept.slots) != len(slots):
+    if kept is None or kept.n_params != len(params):  # the slots are made once per owner
+        slots: list[WeightSlot] = []
+        first = 0  # the index of the view's first parameter in ``params``
+        for v, ps in zip(views, per_view):
+            slots += slots_of(v, first)
+            first += len(ps)
+        n_per_cell = len(slots) // len(views)
         v0 = views[0]
         kept = FusedWeights(slots, _cudnn_flatten(kind, input_size, v0.hidden_size,
                                                   getattr(v0, "proj_size", 0) or 0,

@@ -97,8 +97,8 @@ gpu-check:
 # A GPU window (docs/performance.md, "GPU window"): here, `make gpu-window-prepare` (the
 # wheels the GPU machine lacks, WHEELS, and the runs' data from LSTMABLATE_DATA or DATA, into
 # the git-ignored .gpuwindow/wheels and .gpuwindow/data that travel with the checkout); there,
-# `make gpu-window MINUTES=9 THEN=4 OUT=DIR`, then at once `make gpu-window-watch MINUTES=4
-# OUT=DIR`.
+# `make gpu-window MINUTES=9 THEN=4 OUT=DIR` (PLAN=FILE: another plan, e.g.
+# benchmarks/plans/gates-lr-first.json), then at once `make gpu-window-watch MINUTES=4 OUT=DIR`.
 MINUTES ?= 9
 THEN ?= 0
 WHEELS ?= sacremoses conllu
@@ -107,7 +107,7 @@ gpu-window-prepare:
 
 gpu-window:
 	$(GPU_CHECK_PY) -m lstmablate.bench.window run --minutes $(MINUTES) --then $(THEN) \
-	  --out $(or $(OUT),.gpuwindow/out)
+	  --out $(or $(OUT),.gpuwindow/out) $(if $(PLAN),--plan $(PLAN))
 
 gpu-window-watch:
 	$(GPU_CHECK_PY) -m lstmablate.bench.window watch --minutes $(MINUTES) \

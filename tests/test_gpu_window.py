@@ -105,6 +105,43 @@ def test_a_cell_not_timed_is_planned_at_the_slowest_step_timed():
         "no training step of nmt-multi30k was measured (gpu-check's steps stage)")
 
 
+def test_the_shipped_plan_puts_the_gates_learning_rates_first():
+    # benchmarks/plans/gates-lr-first.json: three whole lstm-gates runs (shares 3 x 0.1: no
+    # slowdown), 1.15 x 51753 x 0.006 = 357.1 s each; then Table 1 medium beside them
+    plan = window.load_plan(str(Path(__file__).resolve().parents[1] / "benchmarks" / "plans"
+                                / "gates-lr-first.json"))
+    plan = [[dict(g, start_s=0, final_s=0) for g in slot] for slot in plan]
+    runs, skipped = _plan_with(plan, 400.0)
+    gates = [f"ptb-medium-lstm-gates-lr{lr}/lstm-gates/seed-1" for lr in ("0.1", "0.2", "0.3")]
+    assert skipped == {} and set(gates) < set(runs)
+    assert [runs[k].estimate_s for k in gates] == [pytest.approx(357.1, abs=0.1)] * 3
+    assert [runs[k].sets for k in gates] == [["train.lr=0.1"], ["train.lr=0.2"], ["train.lr=0.3"]]
+    assert not any(r.shortened for r in runs.values())
+    # 300 s: no gates run fits whole (they are never shortened); Table 1 medium, shortened
+    runs, skipped = _plan_with(plan, 300.0)
+    assert list(skipped) == ["gates-lr"] and not set(gates) & set(runs)
+    assert runs["ptb-medium/lstm-gates/seed-1"].shortened
+
+
+def _plan_with(plan, seconds):
+    runs, skipped = window.plan_runs(plan, [dict(r) for r in ROWS], seconds)
+    return {r.key: r for r in runs}, {s["group"]: s["reason"] for s in skipped}
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('[[{"name": "x", "recipe": "ptb-medium"}]', "line 1, column 41"),
+    ('{"name": "x"}', "a plan is a JSON list of slots"),
+    (b"\xff\xfe", "not UTF-8 text")])
+def test_a_bad_plan_file_is_named_with_where_it_is_wrong(tmp_path, text, expected):
+    path = tmp_path / "plan.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(window.WindowError, match=expected) as err:
+        window.load_plan(str(path))
+    assert str(path) in str(err.value)
+    with pytest.raises(window.WindowError, match="cannot be read"):
+        window.load_plan(str(tmp_path / "missing.json"))
+
+
 def _run_files(base: Path, experiment="exp", cell="lstm") -> RunFiles:
     return RunFiles.of(window.work_dir(base) / "runs", experiment, cell, 1)
 

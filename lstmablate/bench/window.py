@@ -266,7 +266,15 @@ def load_plan(path: str | None) -> list[list[dict]]:
     """The window's slots (:data:`DEFAULT_PLAN`, or a JSON file of the same shape)."""
     if not path:
         return DEFAULT_PLAN
-    plan = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        plan = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise WindowError(f"{path}: the plan cannot be read ({err.strerror or err})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        where = (f"line {err.lineno}, column {err.colno}: {err.msg}"
+                 if isinstance(err, json.JSONDecodeError) else "not UTF-8 text")
+        raise WindowError(f"{path}: {where}; a plan is a JSON list of slots, each a list of "
+                          'groups {"name": ..., "recipe": ...} (see DEFAULT_PLAN)') from None
     if not (isinstance(plan, list) and all(isinstance(s, list) and all(
             isinstance(g, dict) and "name" in g and "recipe" in g for g in s) for s in plan)):
         raise WindowError(f"{path}: a plan is a JSON list of slots, each a list of groups "

@@ -44,8 +44,8 @@ ROWS = ([_step("nmt-multi30k", "nmt", c, 40.0, 8.0, 450, 13) for c in NMT_CELLS]
 PLAN = [[dict(g, start_s=0, final_s=0) for g in slot] for slot in window.DEFAULT_PLAN]
 
 
-def _plan(seconds, rows=ROWS):
-    runs, skipped = window.plan_runs(PLAN, [dict(r) for r in rows], seconds)
+def _plan(seconds, rows=ROWS, plan=PLAN):
+    runs, skipped = window.plan_runs(plan, [dict(r) for r in rows], seconds)
     return {r.key: r for r in runs}, {s["group"]: s["reason"] for s in skipped}
 
 
@@ -111,21 +111,16 @@ def test_the_shipped_plan_puts_the_gates_learning_rates_first():
     plan = window.load_plan(str(Path(__file__).resolve().parents[1] / "benchmarks" / "plans"
                                 / "gates-lr-first.json"))
     plan = [[dict(g, start_s=0, final_s=0) for g in slot] for slot in plan]
-    runs, skipped = _plan_with(plan, 400.0)
+    runs, skipped = _plan(400.0, plan=plan)
     gates = [f"ptb-medium-lstm-gates-lr{lr}/lstm-gates/seed-1" for lr in ("0.1", "0.2", "0.3")]
     assert skipped == {} and set(gates) < set(runs)
     assert [runs[k].estimate_s for k in gates] == [pytest.approx(357.1, abs=0.1)] * 3
     assert [runs[k].sets for k in gates] == [["train.lr=0.1"], ["train.lr=0.2"], ["train.lr=0.3"]]
     assert not any(r.shortened for r in runs.values())
     # 300 s: no gates run fits whole (they are never shortened); Table 1 medium, shortened
-    runs, skipped = _plan_with(plan, 300.0)
+    runs, skipped = _plan(300.0, plan=plan)
     assert list(skipped) == ["gates-lr"] and not set(gates) & set(runs)
     assert runs["ptb-medium/lstm-gates/seed-1"].shortened
-
-
-def _plan_with(plan, seconds):
-    runs, skipped = window.plan_runs(plan, [dict(r) for r in ROWS], seconds)
-    return {r.key: r for r in runs}, {s["group"]: s["reason"] for s in skipped}
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -157,11 +157,11 @@ def compared(fast: dict, ref: dict, ref64: dict):
     state component it does not read untouched, and one run's autograd may set it to zeros
     where another's leaves it unset)."""
     for k in ref:
-        given = [t for t in (fast.get(k), ref[k], ref64.get(k)) if t is not None]
-        if not given:
+        runs = (fast.get(k), ref[k], ref64.get(k))
+        like = next((t for t in runs if t is not None), None)
+        if like is None:
             continue
-        a, b, c = (t if t is not None else torch.zeros_like(given[0])
-                   for t in (fast.get(k), ref[k], ref64.get(k)))
+        a, b, c = (torch.zeros_like(like) if t is None else t for t in runs)
         yield k, a, b, c.double()
 
 

@@ -262,6 +262,11 @@ def _pip(args: list[str], env: dict[str, str], what: str) -> None:
 # the plan: which runs fit
 # ---------------------------------------------------------------------------------
 
+#: what a plan file holds, as the errors about one say it
+PLAN_SHAPE = ('a plan is a JSON list of slots, each a list of groups {"name": ..., '
+              '"recipe": ...} (see DEFAULT_PLAN)')
+
+
 def load_plan(path: str | None) -> list[list[dict]]:
     """The window's slots (:data:`DEFAULT_PLAN`, or a JSON file of the same shape)."""
     if not path:
@@ -273,12 +278,10 @@ def load_plan(path: str | None) -> list[list[dict]]:
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         where = (f"line {err.lineno}, column {err.colno}: {err.msg}"
                  if isinstance(err, json.JSONDecodeError) else "not UTF-8 text")
-        raise WindowError(f"{path}: {where}; a plan is a JSON list of slots, each a list of "
-                          'groups {"name": ..., "recipe": ...} (see DEFAULT_PLAN)') from None
+        raise WindowError(f"{path}: {where}; {PLAN_SHAPE}") from None
     if not (isinstance(plan, list) and all(isinstance(s, list) and all(
             isinstance(g, dict) and "name" in g and "recipe" in g for g in s) for s in plan)):
-        raise WindowError(f"{path}: a plan is a JSON list of slots, each a list of groups "
-                          '{"name": ..., "recipe": ...} (see DEFAULT_PLAN)')
+        raise WindowError(f"{path}: {PLAN_SHAPE}")
     return plan
 
 

@@ -71,6 +71,8 @@ the registry without pulling in any kernel code.
 
 from __future__ import annotations
 
+import functools
+
 import sys
 import warnings
 from dataclasses import dataclass, fields, replace
@@ -192,7 +194,7 @@ class Call:
 
     @classmethod
     def of(cls, **call: Any) -> Call:
-        known = _CALL_FIELDS if cls is Call else frozenset(f.name for f in fields(cls))
+        known = _field_names(cls)
         unknown = call.keys() - known
         if unknown:
             raise TypeError(f"unknown call description(s) {sorted(unknown)}; "
@@ -200,7 +202,10 @@ class Call:
         return cls(**call)
 
 
-_CALL_FIELDS = frozenset(f.name for f in fields(Call))  # Call.of runs at every call: once
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    """A dataclass's field names, computed once per class (Call.of runs at every call)."""
+    return frozenset(f.name for f in fields(cls))
 
 
 def refused(call: Call) -> bool:

@@ -127,6 +127,35 @@ def test_the_trainer_runs_the_task_and_recipe_it_is_given(tmp_path, monkeypatch)
         started="now", seconds=1.0, environment={}, stages={}, rows=rows, targets=[]))
 
 
+def test_the_trainer_trains_only_the_cells_asked_for_on_the_data_given(tmp_path, monkeypatch):
+    """``--cell`` narrows the trainer stage to the recipe's cells among them (a window times
+    two cells, not five), ``--data-dir`` is the data it trains on, and cells the recipe does
+    not train leave the stage not run, saying so."""
+    data = tmp_path / "elsewhere"
+    for ds in get_task("ptb").datasets:
+        for f in ds.files:
+            (data / f.relpath).parent.mkdir(parents=True, exist_ok=True)
+            (data / f.relpath).write_text("x\n")
+    monkeypatch.setenv("LSTMABLATE_DATA", str(tmp_path / "nothing-here"))
+    commands = []
+
+    def fake_train(cmd, **kw):
+        commands.append(cmd)
+        raise subprocess.TimeoutExpired(cmd, 1.0)  # (which cells and data: enough)
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", fake_train)
+    part, rows = gpu_check.run_trainer("cpu", 600.0, task="ptb", recipe="ptb-small",
+                                       cells=["lstm-gates", "gru", "lstm"], data_dir=str(data))
+    assert [c[c.index("--cell") + 1] for c in commands] == ["lstm", "lstm-gates"]
+    assert {c[c.index("--data-dir") + 1] for c in commands} == {str(data)}
+    assert part["status"] == "not-run" and rows == []
+    part, rows = gpu_check.run_trainer("cpu", 600.0, task="ptb", recipe="ptb-small",
+                                       cells=["gru"], data_dir=str(data))
+    assert part["status"] == "not-run" and "none of the cells asked for (gru)" in part["reason"]
+    part, _ = gpu_check.run_trainer("cpu", 600.0, task="ptb", recipe="ptb-small")
+    assert "no ptb data under" in part["reason"] and "nothing-here" in part["reason"]
+
+
 def test_the_model_benchmark_times_the_task_model():
     """One PTB model: the benchmark builds the ``ptb`` task's own (through the registry),
     with a registry cell or with ``torch.nn.LSTM`` as the encoder."""

@@ -19,7 +19,8 @@ Stages, in this order (:data:`STAGES`; ``--only`` picks some, in the order given
 ``models``       the PTB-medium and -small training-step benchmark against ``nn.LSTM``;
 ``profile``      a ``torch.profiler`` kernel table of ``nn.LSTM``, ``lstm``, ``nn.RNN``,
                  ``lstm-gates``, ``lstm-srnn`` and ``lstm-srnn-hidden`` at ptb-650;
-``trainer``      (only with ``--only trainer``) 200 steps per cell through ``lstmablate train``.
+``trainer``      (only with ``--only trainer``) 200 steps per cell through ``lstmablate train``
+                 (the recipe's cells, or those of ``--cell`` it trains).
 
 Each stage has a budget: its share of ``--budget`` (default 480 s, 8 minutes) among the
 stages still to run, of the time left, so what one stage leaves unused goes to the next.
@@ -232,12 +233,19 @@ def _train_time(cell: str, steps: int, device: str, out: Path, data_dir: str,
 
 
 def run_trainer(device: str, budget: float, task: str | None = None,
-                recipe: str = RECIPE) -> tuple[dict, list[dict]]:
-    """Per cell of ``recipe`` (of ``task``): tokens/s of TRAIN_STEPS steps through
-    ``lstmablate train`` (the difference of a run of WARM_STEPS + TRAIN_STEPS steps and one
-    of WARM_STEPS); no run is started after ``budget`` seconds."""
+                recipe: str = RECIPE, cells: list[str] | None = None,
+                data_dir: str | None = None) -> tuple[dict, list[dict]]:
+    """Per cell of ``recipe`` (of ``task``; only those in ``cells`` when it is given, as
+    ``--cell`` gives it), on the data in ``data_dir`` (``--data-dir``; default
+    ``$LSTMABLATE_DATA``, else ./data): tokens/s of TRAIN_STEPS steps through ``lstmablate
+    train`` (the difference of a run of WARM_STEPS + TRAIN_STEPS steps and one of
+    WARM_STEPS); no run is started after ``budget`` seconds."""
     task = task or recipe_task(recipe)
-    data_dir = os.environ.get("LSTMABLATE_DATA", str(ROOT / "data"))
+    trained = [c for c in paper_cells(recipe) if not cells or c in cells]
+    if not trained:
+        return dict(status="not-run", reason=f"none of the cells asked for ({', '.join(cells)}) "
+                    f"is trained by the {recipe} recipe"), []
+    data_dir = data_dir or os.environ.get("LSTMABLATE_DATA", str(ROOT / "data"))
     from lstmablate.data import find_file
     from lstmablate.errors import DataError, UserError
     from lstmablate.task import get_task
@@ -248,10 +256,11 @@ def run_trainer(device: str, budget: float, task: str | None = None,
                 find_file(data_dir, f.relpath)
     except DataError:
         return dict(status="not-run",
-                    reason=f"no {task} data under {data_dir} (set LSTMABLATE_DATA)"), []
+                    reason=f"no {task} data under {data_dir} (--data-dir, or set "
+                    "LSTMABLATE_DATA)"), []
     rows, errors, start = [], [], time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-runs-") as tmp:
-        for cell in paper_cells(recipe):
+        for cell in trained:
             left = budget - (time.perf_counter() - start)
             if left <= 0:
                 errors.append(f"{cell}: not run (over the {budget:.0f} s left)")
@@ -500,7 +509,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--shape", action="append", default=[],
                     help="the shapes of paths, cells and profile (default: each stage's own)")
     ap.add_argument("--cell", action="append", default=[],
-                    help="the cells of paths, cells and models (default: each stage's own)")
+                    help="the cells of paths, cells, models and trainer (default: each stage's "
+                         "own; trainer: those of them its recipe trains)")
     ap.add_argument("--step-recipe", action="append", default=[],
                     help="a recipe of the steps stage (default: ptb-medium and nmt-multi30k)")
     ap.add_argument("--step-repeats", type=int, default=None,
@@ -511,7 +521,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="timed rounds of the benchmarks (default: each stage's own; the "
                          "stages check it)")
     ap.add_argument("--data-dir", default=None,
-                    help="the steps stage's data (default: $LSTMABLATE_DATA, else ./data)")
+                    help="the steps and trainer stages' data (default: $LSTMABLATE_DATA, else "
+                         "./data)")
     ap.add_argument("--task", default=None,
                     help="the trainer stage's task (default: the recipe's task)")
     ap.add_argument("--recipe", default=RECIPE,
@@ -578,7 +589,8 @@ def main(argv: list[str] | None = None) -> int:
         elif spec.name == "tests":
             outcome, rows = run_tests(args.device, budget)
         elif spec.name == "trainer":
-            outcome, rows = run_trainer(args.device, budget, args.task, args.recipe)
+            outcome, rows = run_trainer(args.device, budget, args.task, args.recipe, args.cell,
+                                         args.data_dir)
         else:
             outcome, rows = check.run_python(spec.name, deadline, options), []
         outcome.update(seconds=round(time.perf_counter() - t0, 1), budget=round(budget, 1))

@@ -11,6 +11,7 @@ the ``ptb`` task's own model (``lstmablate.bench.models``)."""
 from __future__ import annotations
 
 import functools
+from importlib import metadata
 import json
 import subprocess
 import sys
@@ -154,6 +155,19 @@ def test_the_trainer_trains_only_the_cells_asked_for_on_the_data_given(tmp_path,
     assert part["status"] == "not-run" and "none of the cells asked for (gru)" in part["reason"]
     part, _ = gpu_check.run_trainer("cpu", 600.0, task="ptb", recipe="ptb-small")
     assert "no ptb data under" in part["reason"] and "nothing-here" in part["reason"]
+
+
+def test_a_record_without_the_environment_stage_still_names_its_device(tmp_path):
+    """``--only`` without ``environment``: the record names the device gpu-check was started
+    on and PyTorch's version, and says that the rest of the environment is unknown."""
+    check = gpu_check.Check(tmp_path, "cuda", 30.0, "NVIDIA H200", "python3 -m ...")
+    check.record("cells-fp32", dict(status="done", seconds=1.0))
+    env = check.document()["environment"]
+    assert env["gpu"] == "NVIDIA H200" and env["torch"] == metadata.version("torch")
+    assert "environment stage did not run" in env["note"]
+    md = check.md.read_text()
+    assert md.startswith("# gpu-check: NVIDIA H200\n") and "environment stage did not run" in md
+    assert check.md.name.startswith("gpu-check-nvidia-h200-")
 
 
 def test_the_model_benchmark_times_the_task_model():

@@ -337,6 +337,13 @@ def targets(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _torch_version() -> str | None:
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def _num(v: Any, spec: str) -> str:
     return "" if v is None else format(v, spec)
 
@@ -352,6 +359,8 @@ def markdown(doc: dict) -> str:
              + (f" of a {doc['budget']:.0f} s budget" if doc.get("budget") else "")
              + f"; PyTorch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN {env.get('cudnn')}, "
              f"Triton {env.get('version_triton', env.get('triton'))}; commit {env.get('git')}", ""]
+    if env.get("note"):
+        lines[-1:-1] = ["", f"({env['note']})"]
     if doc.get("stages"):
         lines += ["| stage | status | seconds (budget) | note |", "|---|---|---|---|"]
         for name, s in doc["stages"].items():
@@ -417,7 +426,7 @@ class Check:
     """One gpu-check run: its files, its clock, and the record it rewrites after each stage."""
 
     def __init__(self, out: Path, device: str, budget: float, gpu: str, command: str):
-        self.device, self.budget = device, budget
+        self.device, self.budget, self.gpu = device, budget, gpu
         self.t0, self.end = time.perf_counter(), time.time() + budget
         self.started = time.strftime("%Y-%m-%d %H:%M:%S")
         name = re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower() or "gpu"
@@ -447,7 +456,10 @@ class Check:
 
     def document(self) -> dict:
         rows = read_rows(self.jsonl)
-        env = next((r for r in rows if r.get("kind") == "environment"), {})
+        # without the environment stage, what this process knows: the device and PyTorch
+        env = next((r for r in rows if r.get("kind") == "environment"), None) or dict(
+            gpu=self.gpu, device=self.device, torch=_torch_version(),
+            note="the environment stage did not run: only the device and PyTorch are known")
         measured = [r for r in rows if r.get("kind") not in ("run", "stage", "environment")]
         return dict(started=self.started, command=self.command, device=self.device,
                     budget=self.budget, seconds=self.seconds(), environment=env,

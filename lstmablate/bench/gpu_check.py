@@ -337,13 +337,6 @@ def targets(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _torch_version() -> str | None:
-    try:
-        return metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def _num(v: Any, spec: str) -> str:
     return "" if v is None else format(v, spec)
 
@@ -457,8 +450,11 @@ class Check:
     def document(self) -> dict:
         rows = read_rows(self.jsonl)
         # without the environment stage, what this process knows: the device and PyTorch
+        # (imported by main() to ask for CUDA; the environment stage reads the same version)
+        import torch
+
         env = next((r for r in rows if r.get("kind") == "environment"), None) or dict(
-            gpu=self.gpu, device=self.device, torch=_torch_version(),
+            gpu=self.gpu, device=self.device, torch=torch.__version__,
             note="the environment stage did not run: only the device and PyTorch are known")
         measured = [r for r in rows if r.get("kind") not in ("run", "stage", "environment")]
         return dict(started=self.started, command=self.command, device=self.device,

@@ -72,7 +72,6 @@ the registry without pulling in any kernel code.
 from __future__ import annotations
 
 import functools
-
 import sys
 import warnings
 from dataclasses import dataclass, fields, replace

@@ -50,6 +50,9 @@ separate module of the plugin under the ``lstmablate.commands`` group).
 
 from __future__ import annotations
 
+import functools
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -329,6 +332,25 @@ class Task:
 
 # -- registry ------------------------------------------------------------------------------
 def _entry_points() -> dict[str, Any]:
+    """The installed task plugins' entry points by name.  Reading them scans every installed
+    package's metadata (about 10 ms) and a report looks a task up for every run it reads, so
+    the last reading is kept while the import path and the modification times of its folders
+    stay the same (installing or removing a package changes its folder's)."""
+    return dict(_entry_points_of(_import_path_state()))
+
+
+def _import_path_state() -> tuple[tuple[str, int | None], ...]:
+    state = []
+    for entry in sys.path:
+        try:
+            state.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:  # a missing folder: found again if it appears
+            state.append((entry, None))
+    return tuple(state)
+
+
+@functools.lru_cache(maxsize=1)
+def _entry_points_of(state: tuple[tuple[str, int | None], ...]) -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 

@@ -133,3 +133,34 @@ def test_every_task_folder_is_packaged():
     found = {f"lstmablate_tasks.{p}" for p in find_packages(str(ROOT / "tasks"))}
     folders = {f"lstmablate_tasks.{p.parent.name}" for p in (ROOT / "tasks").glob("*/__init__.py")}
     assert folders and folders <= found
+
+
+def test_task_plugins_are_read_once_and_again_when_a_package_is_installed(tmp_path, monkeypatch):
+    """The registry keeps its reading of the entry points (a report looks a task up for every
+    run it reads) until the import path or one of its folders changes: a package installed
+    into a folder on the path, or removed from it, is seen at the next lookup."""
+    import shutil
+    import time
+
+    from lstmablate import task as task_module
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    reads = []
+    real = task_module.entry_points
+    monkeypatch.setattr(task_module, "entry_points",
+                        lambda **kw: reads.append(kw) or real(**kw))
+    before = task_module.available_tasks()
+    assert "toy-copy" not in before and "ptb" in before
+    assert task_module.available_tasks() == before and len(reads) == 1  # the second: kept
+
+    time.sleep(0.05)  # past the file system clock's tick, so that the folder's time moves
+    dist = THIRD_PARTY / "lstmablate_toyplugin-0.1.dist-info"
+    shutil.copytree(dist, site / dist.name)  # installed: the entry points only, enough to list
+    assert task_module.available_tasks() == sorted([*before, "toy-copy"]) and len(reads) == 2
+    assert task_module.available_tasks() == sorted([*before, "toy-copy"]) and len(reads) == 2
+
+    time.sleep(0.05)
+    shutil.rmtree(site / dist.name)  # removed
+    assert task_module.available_tasks() == before and len(reads) == 3

@@ -8,8 +8,10 @@ import random
 import numpy as np
 import pytest
 
+from lstmablate.results import significance
 from lstmablate.results.significance import (aso, compare_seeds, paired_bootstrap,
-                                             quantile_function, resample_sums, violation_ratio)
+                                             paired_permutation, quantile_function,
+                                             resample_sums, violation_ratio)
 
 
 def accuracy(sums):
@@ -27,6 +29,51 @@ def test_resampled_sums_are_the_sums_of_the_drawn_rows():
     stats = rng.integers(0, 9, size=(13, 3)).astype(np.float64)
     idxs = rng.choice(13, size=(7, 13))
     np.testing.assert_array_equal(resample_sums(stats, idxs, block=3), stats[idxs].sum(1))
+    # an item drawn more often than a byte counts (300 times in a resample of 300 items)
+    idxs = np.zeros((2, 300), dtype=np.int64)
+    idxs[1, ::2] = 1
+    stats = rng.integers(0, 9, size=(300, 2)).astype(np.float64)
+    np.testing.assert_array_equal(resample_sums(stats, idxs), stats[idxs].sum(1))
+
+
+def permutation_by_definition(stats_a, stats_b, metric, n_samples, seed, block):
+    """The permutation test's p-value and the bootstrap's resampled differences, drawn and
+    computed as the module's docstring defines them, item by item."""
+    n = len(stats_a)
+    rng = np.random.default_rng(seed)
+    swap = np.concatenate([rng.integers(0, 2, size=(min(block, n_samples - start), n))
+                           for start in range(0, n_samples, block)]).astype(bool)
+    shuffled_a = np.where(swap[..., None], stats_b, stats_a).sum(1)
+    shuffled_b = np.where(swap[..., None], stats_a, stats_b).sum(1)
+    observed = abs(metric(stats_a.sum(0)) - metric(stats_b.sum(0)))
+    extreme = int((np.abs(metric(shuffled_a) - metric(shuffled_b)) >= observed).sum())
+    idxs = np.random.default_rng([seed, 1]).choice(n, size=(n_samples, n), replace=True)
+    boot = metric(stats_a[idxs].sum(1)) - metric(stats_b[idxs].sum(1))
+    return (extreme + 1) / (n_samples + 1), np.percentile(boot, [2.5, 97.5])
+
+
+def test_the_permutation_test_draws_once_for_many_pairs_and_stays_exact():
+    """A report tests many pairs over the same items with the same seed: the shuffles and
+    resamples are drawn once and reused, and every pair's p-value and interval are those of
+    its own statistics (integer statistics: every sum is exact, so equality is exact)."""
+    rng = np.random.default_rng(7)
+    n, n_samples, block = 60, 700, 300  # the last block of shuffles is a short one
+    significance._swaps.cache_clear()
+    significance._bootstrap_counts.cache_clear()
+    for pair in range(3):
+        a = items(list(rng.random(n) < 0.7))
+        b = items(list(rng.random(n) < 0.5 + 0.1 * pair))
+        r = paired_permutation(a, b, accuracy, n_samples=n_samples, seed=11, block=block)
+        p, interval = permutation_by_definition(a, b, accuracy, n_samples, 11, block)
+        assert r.p_value == p and (r.low, r.high) == tuple(interval)
+        assert r.dropped == 0 and r.n_samples == n_samples
+    assert significance._swaps.cache_info().misses == 1
+    assert significance._swaps.cache_info().hits == 2
+    assert significance._bootstrap_counts.cache_info().hits == 2
+    other = paired_permutation(a, b, accuracy, n_samples=n_samples, seed=12, block=block)
+    p, interval = permutation_by_definition(a, b, accuracy, n_samples, 12, block)
+    assert other.p_value == p and (other.low, other.high) == tuple(interval)
+    assert significance._swaps.cache_info().misses == 2  # another seed: drawn anew
 
 
 def test_a_large_difference_is_found_and_identical_runs_are_not_distinguishable():
@@ -102,6 +149,12 @@ def test_aso_equals_deepsig(shift, n):
                              num_comparisons=comparisons)
         ours = aso(a, b, seed=1234, n_bootstrap=200, num_comparisons=comparisons)
         assert ours == pytest.approx(theirs, abs=1e-12)
+    # another pair with as many scores reuses the draws (kept), and is still deepsig's number
+    hits = significance._deepsig_draws.cache_info().hits
+    a = [x - 0.5 for x in a]
+    theirs = deepsig.aso(a, b, seed=1234, show_progress=False, num_bootstrap_iterations=200)
+    assert aso(a, b, seed=1234, n_bootstrap=200) == pytest.approx(theirs, abs=1e-12)
+    assert significance._deepsig_draws.cache_info().hits == hits + 1
 
 
 def test_seed_level_comparison_orients_by_the_metric():

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from lstmablate import cli, task
+from lstmablate import cli
 from lstmablate.io import load_yaml, read_json
 from lstmablate.recipes import load_recipe
 from lstmablate.run.record import read_metrics
@@ -510,25 +510,9 @@ def regenerate(text: str, where: str, keep: Callable[[str], bool] = lambda comma
     cwd = os.getcwd()
     os.chdir(ROOT)  # the markers' paths are relative to the repository root
     try:
-        with entry_points_read_once():
-            return BLOCK.sub(block, text)
+        return BLOCK.sub(block, text)
     finally:
         os.chdir(cwd)
-
-
-@contextlib.contextmanager
-def entry_points_read_once():
-    """The task registry's entry points read once for a whole generation, as the tests'
-    fixtures do: the CLI looks them up afresh for every run it reads (thousands of scans of the
-    installed packages over a tree of records, most of a generation's time), and they cannot
-    change while the pages are generated."""
-    real = task._entry_points
-    found = real()
-    task._entry_points = lambda: found
-    try:
-        yield
-    finally:
-        task._entry_points = real
 
 
 def pages(root: Path = ROOT) -> list[Path]:

@@ -48,6 +48,7 @@ It asks whether *training* cell A tends to give better models than cell B.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -129,14 +130,54 @@ def _vectorised(metric: SumsMetric, sums: np.ndarray) -> np.ndarray:
 def resample_sums(stats: np.ndarray, idxs: np.ndarray, block: int = 100) -> np.ndarray:
     """The summed statistics of every resample: ``stats[idxs[r]].sum(0)`` for each row r of
     ``idxs``, as counts @ stats, ``block`` resamples at a time (memory R x n, not R x n x k)."""
-    n = stats.shape[0]
-    out = np.empty((idxs.shape[0], stats.shape[1]), dtype=np.float64)
+    return _summed(stats, _resample_counts(idxs, stats.shape[0], block), block)
+
+
+def _resample_counts(idxs: np.ndarray, n: int, block: int = 100) -> np.ndarray:
+    """How often each of the n items is drawn in each resample (row of ``idxs``): (R, n), in
+    the smallest unsigned integer type that holds the largest count."""
+    counts = np.empty(idxs.shape, dtype=np.min_scalar_type(n))  # no count exceeds n
     for start in range(0, idxs.shape[0], block):
         rows = idxs[start:start + block]
         flat = rows + (np.arange(rows.shape[0])[:, None] * n)
-        counts = np.bincount(flat.ravel(), minlength=rows.shape[0] * n).reshape(rows.shape[0], n)
-        out[start:start + block] = counts @ stats
+        counts[start:start + block] = np.bincount(flat.ravel(), minlength=rows.shape[0] * n
+                                                  ).reshape(rows.shape[0], n)
+    return counts.astype(np.min_scalar_type(int(counts.max(initial=0))))
+
+
+def _summed(stats: np.ndarray, counts: np.ndarray, block: int = 100) -> np.ndarray:
+    """counts @ stats, ``block`` rows at a time (each block cast to float64 for the product)."""
+    out = np.empty((counts.shape[0], stats.shape[1]), dtype=np.float64)
+    for start in range(0, counts.shape[0], block):
+        out[start:start + block] = counts[start:start + block].astype(np.float64) @ stats
     return out
+
+
+# The draws depend only on the seed, the number of items and of samples, not on the statistics:
+# a report tests many pairs of runs over the same test items with the same seed, so the last
+# draws are kept (read-only, compactly) and every pair after the first reuses them.  A draw is
+# a few seconds for 10,000 samples of a few thousand items; what is kept is 1 byte per item and
+# resample, and 1 bit per item and shuffle.
+@functools.lru_cache(maxsize=2)
+def _bootstrap_counts(seed: int | tuple[int, ...], n: int, n_samples: int) -> np.ndarray:
+    """Item counts (R, n) of the resamples ``default_rng(seed).choice(n, (R, n))``."""
+    idxs = np.random.default_rng(seed).choice(n, size=(n_samples, n), replace=True)
+    counts = _resample_counts(idxs, n)
+    counts.flags.writeable = False
+    return counts
+
+
+@functools.lru_cache(maxsize=2)
+def _swaps(seed: int, n: int, n_samples: int, block: int) -> np.ndarray:
+    """The shuffles' 0/1 swap matrix (R, n), packed 8 items to a byte: ``block`` rows at a
+    time of ``default_rng(seed).integers(0, 2, ...)``."""
+    rng = np.random.default_rng(seed)
+    packed = np.empty((n_samples, (n + 7) // 8), dtype=np.uint8)
+    for start in range(0, n_samples, block):
+        rows = rng.integers(0, 2, size=(min(block, n_samples - start), n))
+        packed[start:start + block] = np.packbits(rows.astype(np.uint8), axis=1)
+    packed.flags.writeable = False
+    return packed
 
 
 def _checked(stats_a: np.ndarray, stats_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -153,11 +194,11 @@ def _checked(stats_a: np.ndarray, stats_b: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def _bootstrap(stats_a: np.ndarray, stats_b: np.ndarray, metric: SumsMetric,
-               idxs: np.ndarray) -> np.ndarray:
-    """m_A - m_B of every resample (row of ``idxs``); NaN where a metric is undefined."""
+               counts: np.ndarray) -> np.ndarray:
+    """m_A - m_B of every resample (row of item ``counts``); NaN where a metric is undefined."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (_vectorised(metric, resample_sums(stats_a, idxs))
-                - _vectorised(metric, resample_sums(stats_b, idxs)))
+        return (_vectorised(metric, _summed(stats_a, counts))
+                - _vectorised(metric, _summed(stats_b, counts)))
 
 
 def _interval(diffs: np.ndarray, level: float) -> tuple[float, float]:
@@ -190,12 +231,12 @@ def paired_permutation(stats_a: np.ndarray, stats_b: np.ndarray, metric: SumsMet
     # a shuffle that reproduces the observed sums may differ from them by rounding: ties are
     # counted within a few units in the last place of the metric's magnitude
     tie = 64 * np.finfo(np.float64).eps * max(abs(a), abs(b), 1.0)
-    rng = np.random.default_rng(seed)
+    swaps = _swaps(seed, n, n_samples, block)
     d = stats_b - stats_a
     sum_a, sum_b = stats_a.sum(0), stats_b.sum(0)
     extreme = dropped = 0
     for start in range(0, n_samples, block):
-        swap = rng.integers(0, 2, size=(min(block, n_samples - start), n)).astype(np.float64)
+        swap = np.unpackbits(swaps[start:start + block], axis=1, count=n).astype(np.float64)
         moved = swap @ d
         with np.errstate(invalid="ignore", divide="ignore"):
             diffs = _vectorised(metric, sum_a + moved) - _vectorised(metric, sum_b - moved)
@@ -203,8 +244,7 @@ def paired_permutation(stats_a: np.ndarray, stats_b: np.ndarray, metric: SumsMet
         dropped += int((~finite).sum())
         extreme += int((np.abs(diffs[finite]) >= observed - tie).sum())
     p = 1.0 if a == b else (extreme + 1) / (n_samples - dropped + 1)
-    idxs = np.random.default_rng([seed, 1]).choice(n, size=(n_samples, n), replace=True)
-    boot = _bootstrap(stats_a, stats_b, metric, idxs)
+    boot = _bootstrap(stats_a, stats_b, metric, _bootstrap_counts((seed, 1), n, n_samples))
     dropped += int((~np.isfinite(boot)).sum())
     low, high = _interval(boot, level)
     return PairedResult(a, b, low, high, min(p, 1.0), n, n_samples, seed, "permutation", level,
@@ -219,9 +259,7 @@ def paired_bootstrap(stats_a: np.ndarray, stats_b: np.ndarray, metric: SumsMetri
     stats_a, stats_b = _checked(stats_a, stats_b)
     n = stats_a.shape[0]
     a, b = _corpus(metric, stats_a), _corpus(metric, stats_b)
-    rng = np.random.default_rng(seed)
-    idxs = rng.choice(n, size=(n_samples, n), replace=True)
-    diffs = _bootstrap(stats_a, stats_b, metric, idxs)
+    diffs = _bootstrap(stats_a, stats_b, metric, _bootstrap_counts(seed, n, n_samples))
     finite = np.isfinite(diffs)
     dropped = int((~finite).sum())
     absolute = np.abs(diffs[finite])
@@ -293,11 +331,22 @@ def aso(scores_a: Sequence[float], scores_b: Sequence[float], *, confidence: flo
     b = np.asarray(scores_b, dtype=np.float64)
     if not len(a) or not len(b):
         raise ValueError("both score lists must be non-empty")
-    ua, ub = np.empty((n_bootstrap, len(a))), np.empty((n_bootstrap, len(b)))
+    ua, ub = _deepsig_draws(seed, len(a), len(b), n_bootstrap)
+    return _aso_from_draws(a, b, ua, ub, confidence, num_comparisons, dt)
+
+
+@functools.lru_cache(maxsize=8)
+def _deepsig_draws(seed: int, n_a: int, n_b: int, n_bootstrap: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """deepsig's uniform draws for A's and B's bootstrap samples, a generator seeded anew for
+    each sample (most of ASO's time): kept for the next pair of cells with as many seeds, as
+    they depend on the numbers of scores only."""
+    ua, ub = np.empty((n_bootstrap, n_a)), np.empty((n_bootstrap, n_b))
     for i in range(n_bootstrap):
         rs = np.random.RandomState(seed + i + 1)
-        ua[i], ub[i] = rs.uniform(0, 1, len(a)), rs.uniform(0, 1, len(b))
-    return _aso_from_draws(a, b, ua, ub, confidence, num_comparisons, dt)
+        ua[i], ub[i] = rs.uniform(0, 1, n_a), rs.uniform(0, 1, n_b)
+    ua.flags.writeable = ub.flags.writeable = False
+    return ua, ub
 
 
 def _aso_from_draws(a: np.ndarray, b: np.ndarray, ua: np.ndarray, ub: np.ndarray,

@@ -260,14 +260,14 @@ def check_depth(obj: Any, where: object, error: type[UserError] = DataError,
                 max_depth: int = MAX_DEPTH) -> Any:
     """``obj`` (a parsed YAML/JSON document) unless it nests lists and mappings more than
     ``max_depth`` deep (walked without recursion): readers downstream recurse."""
-    todo = [(obj, 1)]
-    while todo:
+    todo = [(obj, 1)] if isinstance(obj, (dict, list)) else []
+    while todo:  # the containers only (a record's lines hold many numbers and few containers)
         node, depth = todo.pop()
-        if isinstance(node, (dict, list)):
-            if depth > max_depth:
-                raise error(f"{where}: nested more than {max_depth} levels deep; the file is "
-                            "damaged or not what lstmablate reads.")
-            todo.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+        if depth > max_depth:
+            raise error(f"{where}: nested more than {max_depth} levels deep; the file is "
+                        "damaged or not what lstmablate reads.")
+        todo.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node)
+                    if isinstance(v, (dict, list)))
     return obj
 
 

@@ -275,3 +275,20 @@ def test_a_marker_that_cannot_be_rendered_is_named(tmp_path, command, named):
     with pytest.raises(pages.PageError, match=re.escape(named)) as e:
         pages.check([page])
     assert str(page) in str(e.value)
+
+
+def test_a_table_shown_on_two_pages_is_computed_once(tmp_path, monkeypatch):
+    command = "pages runs experiments/results --table ptb-medium --cells lstm --col cell"
+    paths = []
+    for name in ("one.md", "two.md"):
+        paths.append(tmp_path / name)
+        paths[-1].write_text(f"# {name}\n\n<!-- generated: {command} -->\n<!-- /generated -->\n",
+                             encoding="utf-8")
+    calls = []
+    real = pages.render
+    monkeypatch.setattr(pages, "render", lambda c: calls.append(c) or real(c))
+    assert pages.main([str(p) for p in paths]) == 0
+    assert calls == [command]
+    texts = [p.read_text(encoding="utf-8") for p in paths]
+    assert texts[0].replace("one.md", "two.md") == texts[1] and "| `lstm` |" in texts[0]
+    assert pages.check(paths) == [] and calls == [command, command]  # one per generation

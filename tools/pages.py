@@ -494,17 +494,22 @@ def render(command: str) -> str:
                     "RUN... RUN...`, `pages runs ...`, `pages records ...` or `pages headline ...`")
 
 
-def regenerate(text: str, where: str, keep: Callable[[str], bool] = lambda command: True) -> str:
+def regenerate(text: str, where: str, keep: Callable[[str], bool] = lambda command: True,
+               rendered: dict[str, str] | None = None) -> str:
     """``text`` with the body of every marked block whose command ``keep`` accepts rendered
-    anew (the others as they are)."""
+    anew (the others as they are).  ``rendered``: the bodies of the commands already rendered
+    in this generation, by command (a table shown on two pages is computed once)."""
+    rendered = {} if rendered is None else rendered
+
     def block(m: re.Match[str]) -> str:
         command = m.group("command")
         if not keep(command):
             return m.group(0)
         try:
-            body = render(command)
+            body = rendered[command] if command in rendered else render(command)
         except PageError as e:
             raise PageError(f"{where}: {e}") from None
+        rendered[command] = body
         return f"<!-- generated: {command} -->\n\n{body.strip()}\n\n<!-- /generated -->"
 
     cwd = os.getcwd()
@@ -540,11 +545,12 @@ def shown(path: Path) -> str:
 def check(paths: list[Path], keep: Callable[[str], bool] = lambda command: True) -> list[str]:
     """Every page of ``paths`` that differs from what its records give, named with its first
     differing line."""
-    problems = []
+    problems: list[str] = []
+    rendered: dict[str, str] = {}
     for path in paths:
         old = path.read_text(encoding="utf-8")
         where = shown(path)
-        problem = first_difference(where, old, regenerate(old, where, keep))
+        problem = first_difference(where, old, regenerate(old, where, keep, rendered))
         if problem:
             problems.append(problem)
     return problems
@@ -571,9 +577,10 @@ def main(argv: list[str] | None = None) -> int:
                      + " or ".join(repr(t) for t in args.only)) if args.only else ""
             print("\n".join(problems) or f"{len(paths)} pages match their run records{which}.")
             return 1 if problems else 0
+        rendered: dict[str, str] = {}
         for path in paths:
             old = path.read_text(encoding="utf-8")
-            new = regenerate(old, shown(path), keep)
+            new = regenerate(old, shown(path), keep, rendered)
             if new != old:
                 path.write_text(new, encoding="utf-8")
                 print(f"regenerated {shown(path)}")

@@ -79,3 +79,36 @@ def test_equals_the_sacrebleu_cli():
 def test_mismatched_lengths_are_refused():
     with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
         multi_bleu(["a", "b"], ["a"])
+
+
+@pytest.mark.parametrize("tokenised", [True, False])  # no smoothing; sacreBLEU's exp smoothing
+def test_bleu_of_summed_statistics_is_sacrebleus_to_the_last_bit(tokenised):
+    """The paired tests' BLEU of every resample (all rows at once) equals sacreBLEU's own
+    ``_compute_score_from_stats`` row by row, exactly: real sentence statistics and their
+    sums, and the corner cases (no match, an order without n-grams, an empty hypothesis,
+    hypotheses longer and shorter than the references)."""
+    import numpy as np
+
+    from lstmablate_tasks.nmt.bleu import _metric, score_of_statistics, sentence_statistics
+
+    ext = ".atok" if tokenised else ""
+    hyps, refs = _lines(f"hyp.de{ext}"), _lines(f"ref.de{ext}")
+    stats = np.array(sentence_statistics(hyps, refs, tokenised=tokenised), dtype=np.float64)
+    rng = np.random.default_rng(0)
+    rows = [stats, stats.sum(0, keepdims=True),
+            rng.integers(0, 3, size=(400, len(stats))) @ stats]  # resample-like sums
+    random = rng.integers(0, 6, size=(2000, 10)).astype(np.float64)
+    random[:, 6:] += random[:, 2:6]  # matches never exceed the n-grams, except in some rows
+    random[::7, 2:6] = 0  # no match of some order
+    random[::11, 6:] = np.where(rng.random((len(random[::11]), 4)) < 0.5, 0, random[::11, 6:])
+    random[::13, 0] = 0  # empty hypotheses
+    rows += [random, np.zeros((1, 10))]
+    sums = np.concatenate(rows)
+    metric = _metric(tokenised)
+    theirs = np.array([metric._compute_score_from_stats(row).score for row in sums])
+    ours = score_of_statistics(tokenised)(sums)
+    assert ours.shape == theirs.shape and ours.dtype == np.float64
+    mismatched = np.flatnonzero(ours != theirs)
+    assert not len(mismatched), (sums[mismatched[:3]], ours[mismatched[:3]], theirs[mismatched[:3]])
+    assert 0 < (theirs > 0).mean() < 1  # both zero and positive scores are compared
+    assert score_of_statistics(tokenised)(sums.reshape(2, -1, 10)).shape == (2, len(sums) // 2)

@@ -402,7 +402,7 @@ class NMTTask(Task):
         return self.bleu_metrics(*self.bleu_scores(split, tok, detok)), records
 
     def item_metrics(self) -> dict[str, ItemMetric]:
-        """Both BLEUs from summed sentence statistics, computed by sacreBLEU."""
+        """Both BLEUs from summed sentence statistics, as sacreBLEU scores them."""
         def column(name: str):
             return lambda records: np.array([r[name] for r in records], dtype=np.float64
                                             ).reshape(len(records), -1)

@@ -112,3 +112,17 @@ def test_bleu_of_summed_statistics_is_sacrebleus_to_the_last_bit(tokenised):
     assert not len(mismatched), (sums[mismatched[:3]], ours[mismatched[:3]], theirs[mismatched[:3]])
     assert 0 < (theirs > 0).mean() < 1  # both zero and positive scores are compared
     assert score_of_statistics(tokenised)(sums.reshape(2, -1, 10)).shape == (2, len(sums) // 2)
+
+
+def test_a_smoothing_the_vectorised_bleu_does_not_know_is_left_to_sacrebleu(monkeypatch):
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+
+    from lstmablate_tasks.nmt import bleu
+
+    floor = BLEU(tokenize="none", smooth_method="floor", force=True)
+    monkeypatch.setattr(bleu, "_metric", lambda tokenised: floor)
+    sums = np.array([[9, 10, 5, 2, 0, 0, 9, 8, 7, 6], [4, 3, 4, 3, 2, 1, 4, 3, 2, 1]], float)
+    expected = [floor._compute_score_from_stats(row).score for row in sums]
+    assert bleu.score_of_statistics(tokenised=True)(sums).tolist() == expected
+    assert expected[0] > 0  # floor smoothing scores a sentence without 3- and 4-gram matches

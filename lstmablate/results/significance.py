@@ -130,27 +130,30 @@ def _vectorised(metric: SumsMetric, sums: np.ndarray) -> np.ndarray:
 def resample_sums(stats: np.ndarray, idxs: np.ndarray, block: int = 100) -> np.ndarray:
     """The summed statistics of every resample: ``stats[idxs[r]].sum(0)`` for each row r of
     ``idxs``, as counts @ stats, ``block`` resamples at a time (memory R x n, not R x n x k)."""
-    return _summed(stats, _resample_counts(idxs, stats.shape[0], block), block)
+    return _summed(_resample_counts(idxs, stats.shape[0], block), stats, block=block)[0]
 
 
 def _resample_counts(idxs: np.ndarray, n: int, block: int = 100) -> np.ndarray:
     """How often each of the n items is drawn in each resample (row of ``idxs``): (R, n), in
-    the smallest unsigned integer type that holds the largest count."""
-    counts = np.empty(idxs.shape, dtype=np.min_scalar_type(n))  # no count exceeds n
+    the smallest unsigned integer type that holds n (no count exceeds it)."""
+    counts = np.empty(idxs.shape, dtype=np.min_scalar_type(n))
     for start in range(0, idxs.shape[0], block):
         rows = idxs[start:start + block]
         flat = rows + (np.arange(rows.shape[0])[:, None] * n)
         counts[start:start + block] = np.bincount(flat.ravel(), minlength=rows.shape[0] * n
                                                   ).reshape(rows.shape[0], n)
-    return counts.astype(np.min_scalar_type(int(counts.max(initial=0))))
+    return counts
 
 
-def _summed(stats: np.ndarray, counts: np.ndarray, block: int = 100) -> np.ndarray:
-    """counts @ stats, ``block`` rows at a time (each block cast to float64 for the product)."""
-    out = np.empty((counts.shape[0], stats.shape[1]), dtype=np.float64)
+def _summed(counts: np.ndarray, *stats: np.ndarray, block: int = 100) -> list[np.ndarray]:
+    """counts @ s for each of ``stats``, ``block`` rows of counts at a time (each block cast
+    to float64 once for all of them)."""
+    outs = [np.empty((counts.shape[0], s.shape[1]), dtype=np.float64) for s in stats]
     for start in range(0, counts.shape[0], block):
-        out[start:start + block] = counts[start:start + block].astype(np.float64) @ stats
-    return out
+        rows = counts[start:start + block].astype(np.float64)
+        for out, s in zip(outs, stats):
+            out[start:start + block] = rows @ s
+    return outs
 
 
 # The draws depend only on the seed, the number of items and of samples, not on the statistics:
@@ -163,6 +166,7 @@ def _bootstrap_counts(seed: int | tuple[int, ...], n: int, n_samples: int) -> np
     """Item counts (R, n) of the resamples ``default_rng(seed).choice(n, (R, n))``."""
     idxs = np.random.default_rng(seed).choice(n, size=(n_samples, n), replace=True)
     counts = _resample_counts(idxs, n)
+    counts = counts.astype(np.min_scalar_type(int(counts.max(initial=0))))  # a byte, as a rule
     counts.flags.writeable = False
     return counts
 
@@ -196,9 +200,9 @@ def _checked(stats_a: np.ndarray, stats_b: np.ndarray) -> tuple[np.ndarray, np.n
 def _bootstrap(stats_a: np.ndarray, stats_b: np.ndarray, metric: SumsMetric,
                counts: np.ndarray) -> np.ndarray:
     """m_A - m_B of every resample (row of item ``counts``); NaN where a metric is undefined."""
+    sums_a, sums_b = _summed(counts, stats_a, stats_b)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (_vectorised(metric, _summed(stats_a, counts))
-                - _vectorised(metric, _summed(stats_b, counts)))
+        return _vectorised(metric, sums_a) - _vectorised(metric, sums_b)
 
 
 def _interval(diffs: np.ndarray, level: float) -> tuple[float, float]:

@@ -79,6 +79,21 @@ def test_overfit_run_learns_the_pairs(overfit):
         len(t) + 1 for t in sd.tgt_tokens)  # every word and </s>
 
 
+def test_the_second_decoding_adds_the_length_normalised_bleus(overfit):
+    """eval.also_length_normalised: the final metrics also hold 18d3d2e1's decoding, prefixed;
+    on a model that knows its pairs by heart both rankings translate them exactly."""
+    task, model, _ = overfit
+    plain = task.evaluate(model, "test", final=True)
+    assert not any(k.startswith("lennorm_") for k in plain)
+    task.eval_cfg.also_length_normalised = True
+    try:
+        both = task.evaluate(model, "test", final=True)
+    finally:
+        task.eval_cfg.also_length_normalised = False
+    assert {k: both[k] for k in plain} == plain
+    assert {k[len("lennorm_"):]: v for k, v in both.items() if k.startswith("lennorm_")} == plain
+
+
 def test_predictions_files_round_trip(overfit, tmp_path):
     task, model, _ = overfit
     path = tmp_path / "test.de"
@@ -246,10 +261,17 @@ def test_a_run_through_the_trainer(nmt_registered, tmp_path):
 def test_the_recipes_resolve():
     from lstmablate.recipes import load_recipe, resolve_config
 
-    for name, size in (("nmt-multi30k", 500), ("nmt-multi30k-cpu", 256), ("nmt-multi30k-brnn", 500)):
+    for name, size, enc in (("nmt-multi30k", 500, "rnn"), ("nmt-multi30k-cpu", 256, "rnn"),
+                            ("nmt-multi30k-brnn", 500, "brnn"),
+                            ("nmt-multi30k-cpu-brnn", 256, "brnn")):
         lstm = resolve_config(NMTTask, "lstm", recipe=name)
         gates = resolve_config(NMTTask, "lstm-gates", recipe=name)
         assert (lstm.model.hidden_size, lstm.model.word_vec_size) == (size, size)
+        assert lstm.model.encoder_type == enc
+        # OpenNMT-py master's decoding, the length-normalised ranking recorded beside it
+        assert (lstm.eval.length_normalise, lstm.eval.eos_stop, lstm.eval.replace_unk) == (
+            False, True, True)
+        assert lstm.eval.also_length_normalised and lstm.eval.max_length == 100
         assert lstm.train.lr == 1.0 and gates.train.lr == 0.1  # Levy et al. footnote 2
         assert (lstm.train.decay_start, lstm.train.max_epochs, lstm.train.clip_norm) == (8, 13, 5.0)
         assert lstm.model.cell_layers == "encoder" and lstm.eval.beam_size == 5
@@ -312,7 +334,13 @@ def test_bad_config_values_are_named():
                             ("data.tgt_lang=en", "both 'en'"),
                             ("data.src_lang=fr", "data.src_lang must be one of en, de"),
                             ("model.hidden_size=7", "7 is odd"),
-                            ("eval.beam_size=0", "eval.beam_size must be >= 1")):
+                            ("eval.beam_size=0", "eval.beam_size must be >= 1"),
+                            ("eval.also_length_normalised=true", "raw ranking"),
+                            ("eval.beam_size=1", "needs the first decoding to be a beam")):
         sets = [override] + (["model.encoder_type=brnn"] if "hidden_size" in override else [])
+        if override.startswith("eval.also"):
+            sets.append("eval.length_normalise=true")
+        elif override == "eval.beam_size=1":
+            sets.append("eval.also_length_normalised=true")
         with pytest.raises(ConfigError, match=match):
             resolve_config(NMTTask, "lstm", overrides=sets)

@@ -1,4 +1,7 @@
-"""Decoding: greedy, and the beam search of OpenNMT-py @ 18d3d2e1 (onmt/translate/Beam.py).
+"""Decoding: greedy, and OpenNMT-py's beam search as its master branch ran it when the paper's
+Multi30k recipe was in its README (``onmt/Beam.py`` and ``onmt/Translator.py`` at 8771a463,
+2017-12-15), with the ranking of a later work-in-progress commit (``onmt/translate/Beam.py`` at
+18d3d2e1, 2018-02-13) as an option.
 
 Beam search, batched over sentences (each sentence keeps its own beam of ``K`` rows):
 
@@ -7,25 +10,34 @@ Beam search, batched over sentences (each sentence keeps its own beam of ``K`` r
   log-probability, except that a row whose last word is ``</s>`` gets exactly ``-1e20`` for
   every child ("Don't let EOS have children"); the K best of the K x V candidates survive;
 * whenever a surviving row ends in ``</s>`` it is recorded as finished with the score
-  ``s = logprob / lp(len) / len`` where ``len`` = number of words including ``</s>`` + 1
-  (``len(next_ys)``, so ``<s>`` counts) and ``lp(len) = ((5 + len) / 6) ** alpha`` is the GNMT
-  length penalty (``-alpha``, default 0, i.e. ``lp = 1``): OpenNMT-py at that commit *does*
-  divide finished scores by their length — its ``-alpha 0`` "no length penalty" only turns
-  off the GNMT term. ``length_normalise=False`` drops the division (plain log-probability);
-* the search runs for ``max_length`` steps (OpenNMT's ``done()`` never fired: its
-  ``eos_top`` test was commented out); with ``stop_early`` we stop as soon as no live row can
-  still beat a sentence's best finished score — exact for the best hypothesis, see
-  :func:`_can_stop`;
+  ``s = logprob / lp(len)``, ``len`` = number of words including ``</s>`` + 1
+  (``len(nextYs)``, so ``<s>`` counts) and ``lp(len) = ((5 + len) / 6) ** alpha`` the GNMT
+  length penalty (``-alpha``, default 0, i.e. ``lp = 1``): master ranks finished hypotheses
+  by their **raw log-probability**. ``length_normalise=True`` divides by ``len`` as well, as
+  18d3d2e1's ``Beam`` does (``logprob / lp(len) / len``), which favours longer hypotheses;
+* **stopping** (``eos_stop=True``, master): a sentence is done once ``</s>`` has been the top
+  of its beam after some step (``eosTop``) and it has ``n_best`` finished hypotheses
+  (``Beam.done``); the batch stops when every sentence is done (``Translator.translateBatch``
+  goes on advancing done sentences until then, as here) or after ``max_length`` steps.
+  ``eos_stop=False`` (18d3d2e1, whose end test was commented out) always runs ``max_length``
+  steps. ``stop_early`` ends the search sooner, as soon as no live row can still beat a
+  sentence's best finished score — exact for the best hypothesis under either rule, see
+  :func:`_can_stop`. Under the raw ranking the two stopping rules give the same best
+  hypothesis (a hypothesis finished after ``</s>`` topped the beam scores at most that top);
+  under the length-normalised one they need not;
 * the result: finished hypotheses sorted by ``s`` (stable: earlier ones first on ties); if
   none finished, the top row at the end, scored ``logprob / lp`` without the length division
-  (``sort_finished(minimum=1)``).
+  (``sortFinished(minimum=1)``; master's Translator asks for ``minimum=n_best``, which pads a
+  list shorter than ``n_best`` with copies of the top row — the best hypothesis is the same).
+
+Master also adds a coverage penalty ``-beta`` (default 0); it is not implemented here.
 
 Greedy decoding picks the arg-max word until ``</s>`` or ``max_length`` words; beam size 1
 gives the same translation.
 
 ``-replace_unk`` (:func:`replace_unk`): every ``<unk>`` of a hypothesis is replaced by the
 source word with the highest attention weight at that step (Luong et al. 2015b;
-``TranslationBuilder._build_target_tokens``).
+``Translator.buildTargetTokens``).
 """
 
 from __future__ import annotations
@@ -105,8 +117,9 @@ def _can_stop(scores: Tensor, live: Tensor, best_finished: Tensor, bound_divisor
 
 @torch.no_grad()
 def beam_search(model: NMTModel, mem: Memory, beam_size: int, bos: int, eos: int,
-                max_length: int, alpha: float = 0.0, length_normalise: bool = True,
-                stop_early: bool = True, n_best: int = 1) -> list[list[Hypothesis]]:
+                max_length: int, alpha: float = 0.0, length_normalise: bool = False,
+                eos_stop: bool = True, stop_early: bool = True, n_best: int = 1
+                ) -> list[list[Hypothesis]]:
     """OpenNMT-py's beam search (module doc) for every sentence of ``mem``; per sentence its
     ``n_best`` hypotheses, best first."""
     if beam_size < 1:
@@ -124,6 +137,7 @@ def beam_search(model: NMTModel, mem: Memory, beam_size: int, bos: int, eos: int
     aligns: list[Tensor] = []  # attention of the step that produced each word, (B, K, S)
     finished: list[list[tuple[float, int, int]]] = [[] for _ in range(B)]  # (s, timestep, k)
     best_finished = torch.full((B,), float("-inf"), dtype=torch.float64, device=device)
+    eos_top = [False] * B  # Beam.eosTop, per sentence
     ninf = float("-inf")
     for t in range(max_length):
         out, align, state = model.decode_step(y, state, mem_k)
@@ -163,6 +177,10 @@ def beam_search(model: NMTModel, mem: Memory, beam_size: int, bos: int, eos: int
             finished[b].append((s, t + 1, k))
             if s > best_finished[b]:
                 best_finished[b] = s
+        if eos_stop:  # Beam.done() for every sentence: </s> has topped it, n_best finished
+            eos_top = [was or now for was, now in zip(eos_top, (word[:, 0] == eos).tolist())]
+            if all(top and len(f) >= n_best for top, f in zip(eos_top, finished)):
+                break
         if stop_early and t + 1 < max_length:
             live = (word != eos) & torch.isfinite(scores)
             if _can_stop(scores.double(), live, best_finished,

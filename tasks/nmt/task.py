@@ -121,14 +121,21 @@ class NMTModelConfig:
 @dataclass
 class NMTEval:
     beam_size: int = 5  # translate.py -beam_size (1 = greedy)
-    max_length: int = 100  # -max_length (target words)
+    max_length: int = 100  # -max_sent_length (target words)
     batch_size: int = 30  # translate.py -batch_size (also the perplexity batches)
     alpha: float = 0.0  # -alpha, GNMT length penalty ((5 + len) / 6) ** alpha; 0 = none
-    # OpenNMT-py @ 18d3d2e1 ranks finished hypotheses by score / (length + 1) (search.py)
-    length_normalise: bool = True
-    # stop the beam once the best hypothesis is settled (exact; false: always max_length steps)
+    # OpenNMT-py master (8771a463) ranks finished hypotheses by their log-probability; true:
+    # by log-probability / (length + 1), as the work-in-progress commit 18d3d2e1 (search.py)
+    length_normalise: bool = False
+    # master: a sentence's search ends once </s> has topped its beam (Beam.done); false: it
+    # runs max_length steps, as 18d3d2e1
+    eos_stop: bool = True
+    # stop the beam once the best hypothesis is settled (exact under either rule above)
     stop_early: bool = True
     replace_unk: bool = True  # -replace_unk: <unk> -> the most attended source word
+    # the final evaluation also decodes with 18d3d2e1's rule (length-normalised ranking, no
+    # </s> stop) and reports those BLEUs as lennorm_bleu, lennorm_sacrebleu, ...
+    also_length_normalised: bool = False
 
     #: the largest values that size memory (checked with the other values)
     upper_bounds: ClassVar[dict[str, int]] = {
@@ -138,6 +145,19 @@ class NMTEval:
         for name in ("beam_size", "max_length", "batch_size"):
             check_range("eval", self, name, low=1)
         check_range("eval", self, "alpha", low=0)
+        if self.also_length_normalised and (self.length_normalise or self.beam_size == 1):
+            raise ConfigError(
+                "eval.also_length_normalised decodes a second time with the length-normalised "
+                "ranking of OpenNMT-py 18d3d2e1; it needs the first decoding to be a beam "
+                "search (eval.beam_size > 1) with the raw ranking (eval.length_normalise: "
+                f"false), got beam_size {self.beam_size}, length_normalise "
+                f"{str(self.length_normalise).lower()}.")
+
+
+#: eval.also_length_normalised's second decoding (OpenNMT-py 18d3d2e1's Beam) and the prefix of
+#: the metrics it adds
+LENGTH_NORMALISED = {"length_normalise": True, "eos_stop": False}
+LENGTH_NORMALISED_PREFIX = "lennorm_"
 
 
 @contextmanager
@@ -336,11 +356,13 @@ class NMTTask(Task):
                 "acc": 100.0 * correct / n if n else float("nan"), "tokens": float(n)}
 
     @torch.no_grad()
-    def translate(self, model: nn.Module, split: str) -> list[list[str]]:
+    def translate(self, model: nn.Module, split: str, **search: bool) -> list[list[str]]:
         """The tokenised translation of every line of ``split`` (eval config: beam, length,
-        ``-replace_unk``); an empty source line translates to an empty line."""
+        ranking, stopping, ``-replace_unk``; ``search`` overrides the ranking and stopping
+        fields); an empty source line translates to an empty line."""
         sd = self._split(split)
         e = self.eval_cfg
+        ranking = {"length_normalise": e.length_normalise, "eos_stop": e.eos_stop, **search}
         v = self.tgt_vocab
         device = next(model.parameters()).device
         out: list[list[str]] = [[] for _ in sd.src_ids]
@@ -355,7 +377,7 @@ class NMTTask(Task):
                 else:
                     hyps = [h[0] for h in beam_search(
                         model, mem, e.beam_size, v.bos, v.eos, e.max_length, alpha=e.alpha,
-                        length_normalise=e.length_normalise, stop_early=e.stop_early)]
+                        stop_early=e.stop_early, **ranking)]
                 for i, h in zip(index, hyps):
                     words = v.decode(h.tokens)
                     if e.replace_unk:
@@ -399,7 +421,14 @@ class NMTTask(Task):
                    for i, (d, t, b, sb) in enumerate(zip(
                        detok, tok, sentence_statistics(tok, refs_tok, tokenised=True),
                        sentence_statistics(detok, sd.tgt_raw, tokenised=False)))]
-        return self.bleu_metrics(*self.bleu_scores(split, tok, detok)), records
+        metrics = self.bleu_metrics(*self.bleu_scores(split, tok, detok))
+        if self.eval_cfg.also_length_normalised:
+            other = self.translate(model, split, **LENGTH_NORMALISED)
+            scores = self.bleu_scores(split, [" ".join(w) for w in other],
+                                      [detokenise(w, self.data_cfg.tgt_lang) for w in other])
+            metrics.update({LENGTH_NORMALISED_PREFIX + k: v
+                            for k, v in self.bleu_metrics(*scores).items()})
+        return metrics, records
 
     def item_metrics(self) -> dict[str, ItemMetric]:
         """Both BLEUs from summed sentence statistics, as sacreBLEU scores them."""

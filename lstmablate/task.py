@@ -176,6 +176,12 @@ class Task:
     #: True: evaluate(final=True) differs from the selection evaluation, and the trainer
     #: also reports it on the dev split at the end of training
     final_differs: ClassVar[bool] = False
+    #: metrics of that final dev evaluation (``result.json``'s ``dev_final``) that every report
+    #: shows beside the test columns (NMT: validation BLEU); never tested for significance
+    dev_report_metrics: ClassVar[tuple[str, ...]] = ()
+    #: further metrics a run's final evaluation may hold, shown only where a table spec's
+    #: ``metrics:`` names them; never tested for significance
+    extra_metrics: ClassVar[tuple[Metric, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

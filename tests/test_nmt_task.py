@@ -278,7 +278,7 @@ def test_the_recipes_resolve():
         assert lstm.train.test_checkpoint == "last"
     _, spec = load_recipe("table4")
     assert spec["table"]["experiments"] == ["nmt-multi30k"]
-    assert spec["table"]["metrics"] == ["bleu", "sacrebleu"]
+    assert spec["table"]["metrics"] == ["bleu", "sacrebleu", "lennorm_bleu"]
 
 
 def test_the_brnn_recipe_builds_openNMT_brnn_encoder():

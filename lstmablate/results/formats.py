@@ -149,12 +149,15 @@ def markdown_table(table: Table) -> str:
     head = ["cell"]
     for c in table.columns:
         head.append((f"{c.group}: " if c.group else "") + c.heading)
-        if sig and not c.paper:
+        if sig and not c.paper and c.tested:
             head.append(f"vs `{sig.reference}`")
     which = " / ".join(CHECKPOINTS.get(w, w) for w in table.checkpoints)
+    dev = sorted({c.split for c in table.columns if c.section != "test"})
+    dev_note = (f" Columns headed {' / '.join(f'`{d}`' for d in dev)}: the final evaluation of "
+                "that (validation) split with the same checkpoint." if dev else "")
     lines = [f"## {table.title}", "",
              f"Task `{', '.join(table.tasks)}`, {'/'.join(table.test_splits)} split of the {which} "
-             "checkpoint; ours = mean ± std over seeds (n).", "",
+             f"checkpoint; ours = mean ± std over seeds (n).{dev_note}", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in table.rows:
         cells = [f"`{row.cell}`" + (" †" if row.shortened else "") + (" §" if row.deviations else "")]
@@ -164,7 +167,7 @@ def markdown_table(table: Table) -> str:
             else:
                 cells.append("—" if j in row.not_run else format_stat(entry, col.metric.fmt)
                              + (" ‡" if j in row.caveats else ""))
-                if sig:
+                if sig and col.tested:
                     cells.append("—" if j in row.not_run else verdict_cell(table, row, j))
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
@@ -264,7 +267,7 @@ def _label(title: str) -> str:
 def latex_table(table: Table) -> str:
     sig = table.significance
     # with --significance a "vs <reference>" column follows each of ours
-    extra = {j for j, c in enumerate(table.columns) if sig and not c.paper}
+    extra = {j for j, c in enumerate(table.columns) if sig and not c.paper and c.tested}
     ncol = len(table.columns) + len(extra)
     which = " / ".join(CHECKPOINTS.get(w, w) for w in table.checkpoints)
     caption = (f"{tex_escape(table.title)}. Task "

@@ -236,10 +236,17 @@ class Column:
     group: str  # the experiment's label in a table of several experiments, else ""
     metric: Metric
     paper: bool  # the paper's number (from the recipe), else ours
+    # the result section it reads: test, or dev_final (the final evaluation of the dev
+    # split, from the same checkpoint: Task.dev_report_metrics), named by ``split``
+    section: str = "test"
+    split: str = ""
+    tested: bool = True  # --significance tests it (not: dev columns, Task.extra_metrics)
 
     @property
     def heading(self) -> str:
         name = self.metric.label or self.metric.name
+        if self.section != "test":
+            name = f"{self.split} {name}"
         return "paper" if self.paper else f"{name} {'↑' if self.metric.higher_is_better else '↓'}"
 
 
@@ -302,19 +309,33 @@ def _caveats(runs: list[Run], metric: Metric) -> list[str]:
     return notes
 
 
-def _ours(runs: list[Run], metric: Metric) -> Stat | None:
+def _ours(runs: list[Run], metric: Metric, section: str = "test") -> Stat | None:
     if not runs:
         return None
-    vals = [(r.result.test or {}).get(metric.name) for r in runs]
-    return Stat([float(v) for v in vals if v is not None and math.isfinite(float(v))])
+    vals = [(r.result.section(section) or {}).get(metric.name) for r in runs]
+    return Stat([float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)
+                 and math.isfinite(float(v))])
 
 
-def _tested(exp: Experiment, cells: list[str], metric: Metric) -> bool:
-    """False when runs finished and not one of them has ``metric`` among its test numbers: a
-    metric the task computes only to select checkpoints (NMT's teacher-forced perplexity), whose
-    column would read n/a in every row."""
+def _tested(exp: Experiment, cells: list[str], metric: Metric, section: str = "test") -> bool:
+    """False when runs finished and not one of them has ``metric`` among its ``section``
+    numbers: a metric the task computes only to select checkpoints (NMT's teacher-forced
+    perplexity), whose column would read n/a in every row."""
     finished = [r for c in cells for r in exp.runs_of(c, "finished")]
-    return not finished or any(metric.name in (r.result.test or {}) for r in finished)
+    return not finished or any(metric.name in (r.result.section(section) or {}) for r in finished)
+
+
+def _dev_columns(exp: Experiment, label: str, metrics: list[Metric], cells: list[str]
+                 ) -> list[Column]:
+    """The dev columns of ``exp``: its task's ``dev_report_metrics`` among ``metrics``, where a
+    finished run has them."""
+    try:
+        task = get_task(exp.task)
+    except UnknownNameError:
+        return []
+    return [Column(label, m, False, "dev_final", task.dev_split, tested=False) for m in metrics
+            if m.name in task.dev_report_metrics and _tested(exp, cells, m, "dev_final")
+            and any(exp.runs_of(c, "finished") for c in cells)]
 
 
 def _count_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
@@ -374,7 +395,8 @@ def add_significance(table: Table, columns: list[tuple[Experiment, Column]],
 
     for row in table.rows:
         for j, (exp, col) in enumerate(columns):
-            if not col.paper and row.cell != options.reference and j not in row.not_run:
+            if (not col.paper and col.tested and row.cell != options.reference
+                    and j not in row.not_run):
                 row.tests[j] = cell_test(of(exp, row.cell), of(exp, options.reference), "test",
                                          col.metric, options)
     # the table's comparisons are one family: its error is controlled over all of them
@@ -397,13 +419,16 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
     several = len(groups) > 1
     columns: list[tuple[Experiment, Column]] = []
     for label, exp in groups:
+        extra = _extra_metric_names(exp.task)
         for m in metrics:
             paper = any(m.name in (exp.expect.reference.get(c) or {}) for c in cells)
             if not paper and not _tested(exp, cells, m):
                 continue
-            columns.append((exp, Column(label if several else "", m, False)))
+            columns.append((exp, Column(label if several else "", m, False,
+                                        tested=m.name not in extra)))
             if paper:
                 columns.append((exp, Column(label if several else "", m, True)))
+        columns += [(exp, c) for c in _dev_columns(exp, label if several else "", metrics, cells)]
     rows = []
     for cell in cells:
         entries, not_run, caveats = [], set(), {}
@@ -411,7 +436,7 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
             if col.paper:
                 entries.append((exp.expect.reference.get(cell) or {}).get(col.metric.name))
             else:
-                entries.append(_ours(exp.runs_of(cell, "finished"), col.metric))
+                entries.append(_ours(exp.runs_of(cell, "finished"), col.metric, col.section))
                 if exp.expect.cells and cell not in exp.expect.cells and not exp.runs_of(cell):
                     not_run.add(j)
                 notes = _caveats(exp.runs_of(cell, "finished"), col.metric)
@@ -465,6 +490,14 @@ def _task_metrics(task: str) -> list[Metric] | None:
         return list(get_task(task).metrics)
     except UnknownNameError:
         return None
+
+
+def _extra_metric_names(task: str) -> set[str]:
+    """The names of ``task``'s extra metrics (shown where a table spec names them, untested)."""
+    try:
+        return {m.name for m in get_task(task).extra_metrics}
+    except UnknownNameError:
+        return set()
 
 
 #: what build_table is given for one table: (title, [(label, experiment)], metrics, cells)
@@ -560,16 +593,18 @@ def _recipe_plan(table: str, found: dict[str, Experiment]) -> TablePlan:
         if have is not None:  # runs exist: keep the recipe's expectations, add the runs
             exp.runs = have.runs
     tasks = {exp.task for _, exp in groups}
-    all_metrics = {}
+    all_metrics, named = {}, {}
     for t in sorted(tasks):
         all_metrics.update({m.name: m for m in get_task(t).metrics})
+        named.update({m.name: m for m in get_task(t).extra_metrics})
     metric_names = spec.get("metrics")
     if metric_names:
-        unknown = [n for n in metric_names if n not in all_metrics]
+        known = {**named, **all_metrics}
+        unknown = [n for n in metric_names if n not in known]
         if unknown:
             raise UserError(f"table {table!r} asks for metric(s) {unknown}; the task(s) "
-                            f"{sorted(tasks)} have {sorted(all_metrics)}.")
-        metrics = [all_metrics[n] for n in metric_names]
+                            f"{sorted(tasks)} have {sorted(known)}.")
+        metrics = [known[n] for n in metric_names]
     else:
         metrics = list(all_metrics.values())
     return title, groups, metrics, spec.get("cells")

@@ -207,6 +207,16 @@ class NMTTask(Task):
     # final numbers (end of training, `lstmablate eval`) are the beam-search BLEU columns
     primary = metrics[2]
     final_differs = True
+    # the paper does not say which split its Table 4 reports: reports show both
+    dev_report_metrics = ("bleu",)
+    extra_metrics = (  # eval.also_length_normalised's second decoding
+        Metric(LENGTH_NORMALISED_PREFIX + "bleu", True,
+               "BLEU, length-normalised ranking (OpenNMT-py 18d3d2e1)", ".2f"),
+        Metric(LENGTH_NORMALISED_PREFIX + "sacrebleu", True,
+               "sacreBLEU, length-normalised ranking (OpenNMT-py 18d3d2e1)", ".2f"),
+    )
+    # saved configs from before these keys: they ran 18d3d2e1's search to max_length
+    added_keys = {"eval.eos_stop": False, "eval.also_length_normalised": False}
     dev_split = "val"
     test_split = "test"
 

@@ -87,11 +87,12 @@ def test_the_second_decoding_adds_the_length_normalised_bleus(overfit):
     assert not any(k.startswith("lennorm_") for k in plain)
     task.eval_cfg.also_length_normalised = True
     try:
-        both = task.evaluate(model, "test", final=True)
+        both, records = task.evaluate_items(model, "test")
     finally:
         task.eval_cfg.also_length_normalised = False
     assert {k: both[k] for k in plain} == plain
     assert {k[len("lennorm_"):]: v for k, v in both.items() if k.startswith("lennorm_")} == plain
+    assert [r["lennorm_hyp"] for r in records] == [r["hyp"] for r in records]
 
 
 def test_predictions_files_round_trip(overfit, tmp_path):

@@ -419,7 +419,9 @@ class NMTTask(Task):
                        ) -> tuple[dict[str, float], list[dict[str, Any]]]:
         """The final evaluation (beam search, both BLEUs), and one record per line of the
         split: ``{"id": index, "hyp": the detokenised translation, "hyp_tok": its tokens,
-        "bleu": its statistics for multi-bleu.perl's BLEU, "sacrebleu": for sacreBLEU's}``,
+        "bleu": its statistics for multi-bleu.perl's BLEU, "sacrebleu": for sacreBLEU's}``
+        (with ``eval.also_length_normalised`` also ``"lennorm_hyp"``: the translation the
+        length-normalised ranking chose),
         statistics in sacreBLEU's order ``[hyp_len, ref_len, matches_1..4, totals_1..4]``
         (:func:`.bleu.sentence_statistics`)."""
         sd = self._split(split)
@@ -434,10 +436,12 @@ class NMTTask(Task):
         metrics = self.bleu_metrics(*self.bleu_scores(split, tok, detok))
         if self.eval_cfg.also_length_normalised:
             other = self.translate(model, split, **LENGTH_NORMALISED)
-            scores = self.bleu_scores(split, [" ".join(w) for w in other],
-                                      [detokenise(w, self.data_cfg.tgt_lang) for w in other])
+            other_detok = [detokenise(w, self.data_cfg.tgt_lang) for w in other]
+            scores = self.bleu_scores(split, [" ".join(w) for w in other], other_detok)
             metrics.update({LENGTH_NORMALISED_PREFIX + k: v
                             for k, v in self.bleu_metrics(*scores).items()})
+            for record, hyp in zip(records, other_detok):  # the other ranking's translation
+                record[LENGTH_NORMALISED_PREFIX + "hyp"] = hyp
         return metrics, records
 
     def item_metrics(self) -> dict[str, ItemMetric]:

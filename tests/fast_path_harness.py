@@ -163,10 +163,13 @@ def use_loops(kind: str, monkeypatch, library: str) -> str:
 
 
 def random_state(enc, B: int, gen: torch.Generator, dtype: torch.dtype) -> tuple:
-    """An initial state of ``enc`` (every layer and direction) for ``B`` rows, random."""
+    """An initial state of ``enc`` (every layer and direction) for ``B`` rows, random (its
+    magnitude where the cell's scan runs on log h: minGRU's and minLSTM's ``mode: log``)."""
     n = enc.num_layers * enc.num_directions
-    return tuple(torch.randn(n, B, s, generator=gen, dtype=dtype)
-                 for s in enc.layers[0][0].state_sizes)
+    cell = enc.layers[0][0]
+    positive = getattr(cell, "log_space", False)
+    return tuple(torch.randn(n, B, s, generator=gen, dtype=dtype).abs_() if positive else
+                 torch.randn(n, B, s, generator=gen, dtype=dtype) for s in cell.state_sizes)
 
 
 def compare_encoder(name: str, opts: dict, dtype: torch.dtype, lengths: list[int], T: int = 7,

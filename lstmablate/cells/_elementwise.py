@@ -74,6 +74,17 @@ class ElementwiseCell(MemoryTraceMixin, Cell):
         """True if the gates and content depend on the inputs only (a linear recurrence)."""
         return True
 
+    @property
+    def log_space(self) -> bool:
+        """True where the scan kernel runs the memory on its logarithm (minGRU's and minLSTM's
+        ``mode: log``): the cell then gives :meth:`log_terms`, and its memory is positive."""
+        return False
+
+    def log_terms(self, xp: Tensor) -> dict[str, Tensor]:
+        """``log_keep`` and ``log_value`` (log write_t + log content_t) of every step, from the
+        projections alone, element-wise: what the log-space scan takes (:attr:`log_space`)."""
+        raise NotImplementedError
+
     # -- what a cell describes ------------------------------------------------------------
     def scan_terms(self, xp: Tensor, state: State) -> dict[str, Tensor]:
         """``keep``, ``write``, ``content`` (and the readout's terms) from projected inputs."""

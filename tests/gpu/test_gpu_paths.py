@@ -10,8 +10,9 @@ them, and ``pytest tests/gpu`` on any machine with one).
 * bfloat16 under autocast: the Triton kernels and cuDNN against a float64 reference, with the
   CPU tests' tolerance (u (2T + 16) of each tensor's scale);
 * a Triton kernel whose launch fails: the same numbers on the next path, one warning;
-* cuDNN with our parameters kept in its flat layout (no per-call compaction) and a whole
-  stacked bidirectional encoder in one call, against the layer-by-layer reference;
+* cuDNN reading ``lstm``'s and ``lstm-gates``' flat buffers in place (no per-call
+  compaction), the other cells' weights kept in its flat layout, and a whole stacked
+  bidirectional encoder in one call, against the layer-by-layer reference;
 * ``lstmablate bench --device cuda`` names the path of every row.
 
 The CPU side of all of this (the kernels' arithmetic under Triton's interpreter, the graph
@@ -65,6 +66,7 @@ def _inputs(enc, B, T, I, dtype, seed=1):
     state = []
     for name, size in zip(cell.state_names, cell.state_sizes):
         s = torch.randn(n, B, size, generator=gen)
+        s = s.abs() if getattr(cell, "log_space", False) else s  # log h_0 exists (mode: log)
         state.append((torch.softmax(s, -1) if name.startswith("key") else s).to(DEVICE, dtype))
     return x, tuple(state)
 
@@ -112,11 +114,42 @@ def test_captured_loops_replay_the_eager_numbers(name, monkeypatch):
             torch.testing.assert_close(u, v, rtol=1e-5, atol=1e-6)
 
 
-def test_cudnn_reads_the_kept_weights_in_place(monkeypatch):
-    """The kept weights are one flat buffer in cuDNN's layout: no "not part of a single
-    contiguous chunk" compaction warning, kept across calls, remade after an update."""
+@pytest.mark.parametrize("name,opts", [("lstm", {}), ("lstm", {"proj_size": 16}),
+                                       ("lstm-gates", {})],
+                         ids=["lstm", "lstm-proj", "lstm-gates"])
+def test_cudnn_reads_the_cells_flat_buffers_in_place(monkeypatch, name, opts):
+    """``lstm`` and ``lstm-gates`` live in cuDNN's layout: each cell's parameters are views of
+    one flat buffer cuDNN made (``torch._cudnn_rnn_flatten_weight``), read in place at every
+    per-layer call (no "not part of a single contiguous chunk" compaction warning, nothing
+    kept or remade), updated in place by an optimiser step, and flat again after ``.to``."""
     monkeypatch.setattr(delegate, "_quiet", lambda x: nullcontext())
-    enc = build_encoder("lstm", 32, 48, num_layers=2, bidirectional=True).to(DEVICE)
+    enc = build_encoder(name, 32, 48, num_layers=2, bidirectional=True, dropout=0.3,
+                        **opts).to(DEVICE).train()  # dropout: one cuDNN call per cell
+    x = torch.randn(4, 6, 32, device=DEVICE)
+    cells = enc.cells()
+    ptrs = [[w.data_ptr() for w in c.torch_weights] for c in cells]
+    assert all(len({w.untyped_storage().data_ptr() for w in c.torch_weights}) == 1
+               for c in cells)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        enc(x)[0].sum().backward()
+        torch.optim.SGD(enc.parameters(), lr=0.1).step()
+        enc(x)[0].sum().backward()
+    assert [[w.data_ptr() for w in c.torch_weights] for c in cells] == ptrs
+    assert delegate.kept_for(enc) is None and delegate.kept_for(cells[0].weight_ih) is None
+    enc.double().float()  # converted twice: flat again
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        enc(x)[0].sum().backward()
+
+
+def test_cudnn_keeps_the_relaid_weights_of_other_cells_in_place(monkeypatch):
+    """A cell cuDNN runs but that is not in its layout (``lstm`` without a content bias): the
+    kept weights are one flat buffer in cuDNN's layout, kept across calls, remade after an
+    update."""
+    monkeypatch.setattr(delegate, "_quiet", lambda x: nullcontext())
+    enc = build_encoder("lstm", 32, 48, num_layers=2, bidirectional=True,
+                        content_bias=False).to(DEVICE)
     x = torch.randn(4, 6, 32, device=DEVICE)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -17,6 +17,15 @@ with keep, write and content known before the recurrence runs.  So a whole call 
 4. ``readout(c, terms)`` of every step at once, and ``next_state`` for the final state
    (ordinary autograd).
 
+A cell whose ``log_space`` is true (minGRU and minLSTM with ``mode: log``: positive contents,
+Feng et al.'s log-space parallel scan) gives ``log_terms(xp)`` (log keep_t and log(write_t
+content_t), element-wise from the projections) instead of 2, and 3 runs on log h_t
+(``loops.LogLinearScan``, ``triton_kernels.TritonLogLinearScan``: L_t = logaddexp(log keep_t +
+L_{t-1}, log value_t), the paper's logcumsumexp one step at a time); its memory comes back as
+h_t itself, so 4 is unchanged (the readout gets the log terms).  Its initial memory must be
+>= 0 (log h_0; 0 is an empty term); a call whose initial memory has a negative entry runs the
+linear-domain pass on ``scan_terms``, the same equations (checking costs a device sync on a GPU).
+
 The family calls the cell's own methods for 1, 2 and 4 (declared as the arithmetic it
 reproduces: ``_elementwise.SCAN_MATH``), so every cell of this kind, a third-party one
 included, runs on the same kernel with its own gates, and a subclass that changes one of
@@ -68,13 +77,13 @@ from ..common.dispatch import describe, native_loops, triton_runs
 from ..common.gemm import faster_products
 from ..common.sequences import Steps
 from ..interface import Call, KernelFamily, KernelPath, NativeSource, register
-from .loops import LIBRARY, LinearScan
+from .loops import LIBRARY, LinearScan, LogLinearScan
 
 
 class LinearScanKernels(KernelFamily):
     name = "linear_scan"
     reads = ("linear_scan", "memory_index", "terms_read_one_step", "project_inputs",
-             "scan_terms", "sequence_terms", "readout", "next_state")
+             "scan_terms", "sequence_terms", "readout", "next_state", "log_space", "log_terms")
     paths = (KernelPath.TRITON_SCAN, KernelPath.SCAN)
     native = NativeSource(LIBRARY, "linear_scan.c")
     autocast_inside = True
@@ -84,8 +93,9 @@ class LinearScanKernels(KernelFamily):
              ("qrnn", {"window": 2}), ("qrnn", {"gates": "f", "window": 2}),
              ("qrnn", {"gates": "ifo", "window": 2}), ("sru-2017", {}),
              ("sru-2017", {"activation": "identity"}), ("mingru", {}),
-             ("mingru", {"positive_content": True}), ("minlstm", {}),
-             ("minlstm", {"positive_content": True}))
+             ("mingru", {"positive_content": True}), ("mingru", {"mode": "log"}),
+             ("minlstm", {}), ("minlstm", {"positive_content": True}),
+             ("minlstm", {"mode": "log"}))
 
     def choose(self, v, call: Call) -> KernelPath:
         if not v.linear_scan:
@@ -99,24 +109,29 @@ class LinearScanKernels(KernelFamily):
 
     def run(self, path, v, x, state, lengths, h_mask):
         if path is KernelPath.SCAN:
-            return scan_sequence(v, LinearScan, x, state, lengths)
+            return scan_sequence(v, (LinearScan, LogLinearScan), x, state, lengths)
         if path is KernelPath.TRITON_SCAN:
-            from .triton_kernels import TritonLinearScan
+            from .triton_kernels import TritonLinearScan, TritonLogLinearScan
 
-            return scan_sequence(v, TritonLinearScan, x, state, lengths)
+            return scan_sequence(v, (TritonLinearScan, TritonLogLinearScan), x, state, lengths)
         raise self.unknown(path)
 
 
-def scan_sequence(v, function, x: Tensor, state: tuple[Tensor, ...], lengths: Tensor | None):
-    """One call of a linear-scan cell (``v``: its view) with the memory's pass ``function``
-    (``LinearScan`` or its Triton twin), over the real tokens only; see the module docstring.
-    ``h_mask`` has no part in it: no product reads h_{t-1}."""
+def scan_sequence(v, functions, x: Tensor, state: tuple[Tensor, ...], lengths: Tensor | None):
+    """One call of a linear-scan cell (``v``: its view) with the memory's passes ``functions``
+    (``LinearScan`` and ``LogLinearScan``, or their Triton twins), over the real tokens only;
+    see the module docstring.  ``h_mask`` has no part in it: no product reads h_{t-1}."""
     T, B, _ = x.shape
     S = Steps(T, B, lengths, x.device)
     with faster_products() if x.device.type == "cpu" else nullcontext():  # (common/gemm.py)
         xp = v.project_inputs(S.pack(x))  # every matrix product, all real tokens at once
-    terms = packed_terms(v, S, xp, state)  # keep, write, content, ... of every real token
-    C = function.apply(S, terms["keep"], terms["write"], terms["content"], state[v.memory_index])
+    c0 = state[v.memory_index]
+    if v.log_space and not bool((c0 < 0).any()):  # log h_0 exists (a device sync on a GPU)
+        terms = v.log_terms(xp)  # log keep, log value of every real token (element-wise)
+        C = functions[1].apply(S, terms["log_keep"], terms["log_value"], c0)
+    else:
+        terms = packed_terms(v, S, xp, state)  # keep, write, content, ... of every real token
+        C = functions[0].apply(S, terms["keep"], terms["write"], terms["content"], c0)
     memory = C[B:]
     h = v.readout(memory, terms)  # h_t of every real token
     steps = v.next_state(h, memory, xp)  # the state after every token, component by component

@@ -19,9 +19,14 @@ state buffer (the B initial rows, then every step's), so no step of padding is c
 kept or differentiated.  The memory is carried in float32 where the terms are float16 /
 bfloat16 (``common/precision.memory_dtype``; this function is the Triton scan's fallback,
 ``common/guard.py``, and sees such terms only there).
+
+:class:`LogLinearScan` is the same pass on log h_t (minGRU's and minLSTM's ``mode: log``), with
+its own reverse pass; its equations are written beside its C loops (``linear_scan.c``).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -92,3 +97,71 @@ class LinearScan(torch.autograd.Function):
         dc0 = ctx.steps.grad_of_initial(dc0, ctx.c0_shape)
         return (None,) + tuple(grad.to(dtype) if need else None for grad, dtype, need
                                in zip((dk, dw, du, dc0), ctx.dtypes, ctx.needs_input_grad[1:]))
+
+
+class LogLinearScan(torch.autograd.Function):
+    """The log-space pass (``mode: log`` of minGRU and minLSTM; ``linear_scan.c`` states the
+    equations): ``C = LogLinearScan.apply(S, log_keep, log_value, c0)``: a_t = log keep_t,
+    v_t = log(write_t content_t) (N, H) packed, c0 = h_0 >= 0 (B, H) in the caller's order ->
+    the state buffer C (B + N, H) of h itself, as :class:`LinearScan`'s: the B initial rows
+    (c0, sorted, as given), then h_t = exp(L_t) of every real token, where
+
+        L_t = logaddexp(a_t + L_{t-1}, v_t),   L_0 = log h_0
+
+    (Heinsen's log h_t = a*_t + logcumsumexp_j(v_j - a*_j), one step at a time).  Carried in
+    ``memory_dtype``; the logs L are kept for the reverse pass.  C loops (CPU, float32 /
+    float64) or PyTorch loops (one ``logaddexp`` per step each way)."""
+
+    @staticmethod
+    def forward(ctx, S: Steps, log_keep: Tensor, log_value: Tensor, c0: Tensor) -> Tensor:
+        H = log_keep.shape[-1]
+        dtype = memory_dtype(log_keep.dtype)
+        a, v = (t.to(dtype).contiguous() for t in (log_keep, log_value))
+        L = S.state_buffer(torch.log(c0.to(dtype)), dtype=dtype)  # L_0 = log h_0 (-inf at 0)
+        lib = native.library_for(LIBRARY, a.device.type, dtype)
+        if lib is not None:
+            lib.call("log_scan_fwd", dtype, _choose=False, T=S.T, B=S.B, off=S.off, H=H,
+                     log_keep=a, log_value=v, L=L, par_min=native.PAR_MIN)
+        else:
+            V = S.per_step(v)
+            for t, (at, l_prev, l_t) in enumerate(zip(S.per_step(a), S.states_in(L),
+                                                      S.states_out(L))):
+                torch.logaddexp(at + l_prev, V[t], out=l_t)  # L_t
+        C = S.state_buffer(c0, dtype=dtype)
+        torch.exp(L[S.B:], out=C[S.B:])  # h_t = exp(L_t)
+        ctx.native, ctx.steps = lib, S
+        ctx.dtypes = (log_keep.dtype, log_value.dtype, c0.dtype)
+        ctx.c0_shape = c0.shape
+        ctx.save_for_backward(a, v, L)
+        return C
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dC: Tensor):
+        a, v, L = ctx.saved_tensors
+        S: Steps = ctx.steps
+        B, H = S.B, a.shape[-1]
+        dC = dC.to(L.dtype).contiguous()
+        if ctx.native is not None:
+            da, dv, dc0 = torch.empty_like(a), torch.empty_like(a), a.new_empty(B, H)
+            ctx.native.call("log_scan_bwd", L.dtype, _choose=False, T=S.T, B=B, off=S.off, H=H,
+                            log_keep=a, log_value=v, L=L, dC=dC, dlog_keep=da, dlog_value=dv,
+                            dc0=dc0, par_min=native.PAR_MIN)
+        else:
+            Lt = L[B:]
+            empty = Lt == -math.inf  # h_t = 0: nothing flows (never, for finite inputs)
+            p = torch.exp(a + S.prev(L) - Lt).masked_fill_(empty, 0)  # 0 where L_{t-1} = -inf
+            q = torch.exp(v - Lt).masked_fill_(empty, 0)
+            G = dC.clone()  # step rows: G_t = dC_t h_t + p_{t+1} G_{t+1}, once passed
+            G[B:] *= torch.exp(Lt)
+            gs, ps = S.states_out(G), S.per_step(p)
+            for t in range(S.T - 1, 0, -1):
+                gs[t - 1][:S.rows(t)].addcmul_(ps[t], gs[t])  # into G_{t-1}
+            if S.T:  # d h_0 = dC_0 + exp(a_1 - L_1) G_1 (p_1 G_1 / h_0, finite at h_0 = 0)
+                first = S.per_step(torch.exp(a - Lt).masked_fill_(empty, 0))[0]
+                G[:S.rows(0)].addcmul_(first, gs[0])
+            g = G[B:]
+            da, dv, dc0 = g * p, g * q, G[:B]
+        dc0 = S.grad_of_initial(dc0, ctx.c0_shape)
+        return (None,) + tuple(grad.to(dtype) if need else None for grad, dtype, need
+                               in zip((da, dv, dc0), ctx.dtypes, ctx.needs_input_grad[1:]))

@@ -783,14 +783,16 @@ def bench(
     if out_file is not None:
         from .runfolder import check_output
 
-        check_output([out_file, out_file.with_suffix(".md")], force=force)  # before any timing
+        companions = [] if is_stream(out_file) else [out_file.with_suffix(".md")]
+        check_output([out_file, *companions], force=force)  # before any timing
     rows, fields = b.record.measure(cells or None, shapes or None, threads=threads, device=device,
                                     repeats=repeats, model_repeats=model_repeats, quick=quick,
                                     model_sizes=(model_sizes or ["small"]) if models else [],
                                     machine_rate=out_file is not None, progress=note)
     if out_file is not None:
         written = b.record.write(out_file, rows, **fields)
-        err.print(f"wrote {escape(written[0])} and {escape(written[1])}", soft_wrap=True)
+        err.print(f"wrote {escape(written[0])}" + (f" and {escape(written[1])}" if written[1] else
+                  " (a device or a pipe: the Markdown beside it is not written)"), soft_wrap=True)
     if as_json:
         sys.stdout.write(b.to_json(rows) + "\n")
     else:
@@ -824,7 +826,8 @@ def visualize(
 
     png, csv = visualize_run(run_dir, text, layer=layer - 1, out=out_file, checkpoint=checkpoint,
                              data_dir=data_dir, force=force)
-    out.print(f"wrote {escape(png)} and {escape(csv)}", soft_wrap=True)
+    out.print(f"wrote {escape(png)}" + (f" and {escape(csv)}" if csv else " (a device or a pipe: "
+              "the CSV beside it is not written)"), soft_wrap=True)
 
 
 def _add_plugin_commands() -> None:
@@ -832,6 +835,7 @@ def _add_plugin_commands() -> None:
     ``lstmablate.commands`` group names a ``register(data_app)`` function."""
     import warnings
     from importlib.metadata import entry_points
+        from .io import is_stream
 
     for ep in entry_points(group="lstmablate.commands"):
         try:
@@ -869,8 +873,10 @@ def plot(
     res = plot_runs(runs, out_file, metrics=metric or None, x=x, log_y=log_y, force=force)
     for why in res["skipped"]:
         err.print(f"[yellow]warning:[/] skipped {escape(why)}", soft_wrap=True)
-    out.print(f"wrote {escape(res['png'])}, {escape(res['pdf'])} and {escape(res['csv'])}",
-              soft_wrap=True)
+    written = [str(res[k]) for k in ("png", "pdf", "csv") if res[k] is not None]
+    out.print(f"wrote {escape(', '.join(written[:-1]) + ' and ' if len(written) > 1 else '')}"
+              f"{escape(written[-1])}" + ("" if len(written) > 1 else " (a device or a pipe: "
+              "one figure, nothing beside it)"), soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> None:

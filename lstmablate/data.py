@@ -654,13 +654,15 @@ def fetch(dataset_name: str | Dataset, data_dir: str | os.PathLike[str], *,
 
 
 def _extract_zip_member(archive: Path, df: DataFile, dest: Path) -> None:
-    """Replace the downloaded zip ``archive`` by its member ``df.url_zip_member``, in place."""
+    """Replace the downloaded zip ``archive`` (the temporary file of the download's atomic
+    write: nobody else sees it) by its member ``df.url_zip_member``, in place: the member is
+    copied out, then back over the archive's bytes."""
     member_tmp = archive.with_name(archive.name + ".member")
     try:
         with zipfile.ZipFile(archive) as z, z.open(df.url_zip_member) as src, \
                 open(member_tmp, "wb") as out_f:
             shutil.copyfileobj(src, out_f, _CHUNK)
-        os.replace(member_tmp, archive)
+        shutil.copyfile(member_tmp, archive)
     except (zipfile.BadZipFile, KeyError, OSError, EOFError, zlib.error) as e:
         raise DataError(f"the download of {df.url} is not a zip archive holding "
                         f"{df.url_zip_member} ({type(e).__name__}: {e}); nothing was written to "

@@ -9,7 +9,7 @@ Library code raises the most specific subclass so callers can tell them apart.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 
 class UserError(Exception):
@@ -77,3 +77,34 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str | None:
 def where(path: object, line: int | None = None) -> str:
     """Format a location for error messages: ``file`` or ``file, line N``."""
     return f"{path}, line {line}" if line is not None else f"{path}"
+
+
+def one_paragraph(text: object) -> str:
+    """A message on one line (line breaks and runs of spaces as one space): what a command
+    prints for a refusal, never a block a reader has to piece together."""
+    return " ".join(str(text).split())
+
+
+def exit_status(prog: str, body: Callable[[], int]) -> int:
+    """``body()``'s exit status, with the command line's contract for the tools that are not
+    ``lstmablate`` commands (``python -m lstmablate.bench.gpu_check``, the GPU-window tool,
+    ``tools/pages.py``): a :class:`UserError` or an ``OSError`` (the file system refused) is
+    one paragraph on stderr, ``PROG: error: ...``, and exit 2; Ctrl-C is one line and 130.
+    Exit 1 is left to what ``body`` returns for its own outcome (a check that ran and did
+    not pass), never a refusal."""
+    import sys
+
+    try:
+        return body()
+    except UserError as e:
+        print(f"{prog}: error: {one_paragraph(e)}", file=sys.stderr, flush=True)
+        return e.exit_code
+    except OSError as e:
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        print(f"{prog}: error: the operating system refused a file operation{where}: "
+              f"{one_paragraph(e.strerror or e)}. Fix the cause and run the same command again.",
+              file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted.", file=sys.stderr, flush=True)
+        return 130

@@ -1,29 +1,40 @@
 """The bottom floor: every file the toolkit writes, reads back as JSON, or records about
 the machine goes through here.
 
-* **Atomic writes** (:func:`atomic_write` and its text/JSON/YAML forms): a temporary file
-  in the same directory, fsync, rename.  A crash (or a kill) in the middle of a write leaves
-  the old file intact and at worst a stray ``.tmp-<name>-*`` file, never a truncated one;
-  :func:`remove_interrupted_writes` deletes such leftovers (a run does it when it starts).
-  An optional ``check`` sees the finished temporary file before the rename (a download is
-  verified there, so a bad one is never written).
+* **The output rule** (:func:`output_kind`, applied by :func:`atomic_write` and its
+  text/JSON/YAML forms, the one writer of the package): a regular file (or a name not yet
+  taken) is replaced atomically -- a temporary file in the same directory, fsync, rename.  A
+  crash (or a kill) in the middle of a write leaves the old file intact and at worst a stray
+  ``.tmp-<name>-*`` file, never a truncated one; :func:`remove_interrupted_writes` deletes
+  such leftovers (a run does it when it starts).  A character device or a named pipe (FIFO),
+  reached directly or through a link (``--out /dev/null``, ``--out >(gzip > x.gz)``,
+  ``/dev/stdout``), is written into as a stream, never renamed over: the content is made in
+  a temporary file first, then copied into it (a FIFO that no process reads is refused
+  after two seconds, never waited on longer).  Anything else (a directory, a socket, a block
+  device) is refused.  An optional ``check`` sees the finished content before it goes
+  anywhere (a download is verified there, so a bad one is never written).
+* **Row streams** (:func:`append_text`, :func:`append_json_line`): one line more at the end of
+  a regular file, flushed and fsync'd before the call returns (``metrics.jsonl``, gpu-check's
+  rows), so that a kill loses at most the line being written.
 * **Reading YAML and JSON** (:func:`read_text`, :func:`load_yaml`, :func:`read_json`,
-  :func:`parse_json`): regular files only (a FIFO or a device is refused, never waited on or
-  read forever), bounded in size and nesting (:mod:`lstmablate.limits`); a damaged file is one
-  message naming it.  :func:`open_regular` is that check of the file's kind, for other readers
-  (the data files, :mod:`lstmablate.data`); :func:`check_dir_path` refuses a directory path no
-  file system takes (a NUL byte, a name too long).
-
-
   :func:`parse_json`; :func:`read_lines` for JSON-lines files): regular files only (a FIFO or
   a device is refused, never waited on or read forever), bounded in size, line length and
   nesting (:mod:`lstmablate.limits`); a damaged file is one message naming it.
+  :func:`open_regular` is that check of the file's kind, for other readers (the data files,
+  :mod:`lstmablate.data`; checkpoints); :func:`check_dir_path` refuses a directory path no
+  file system takes (a NUL byte, a name too long).
 * **The environment record** (:func:`environment`): versions, git commit, processor,
-  device, threads and command line — what ``env.json`` and the benchmarks record.
+  device, threads and command line -- what ``env.json`` and the benchmarks record.
+
+Only the standard library is imported here at start-up (PyYAML where YAML is read or
+written): ``python -m lstmablate.bench.gpu_check`` and the GPU-window tool write through this
+module on a machine where nothing else is installed yet.  No other module renames, replaces
+or fsyncs a file (``tests/test_output_rule.py`` checks it).
 """
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import os
@@ -37,8 +48,6 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
-
-import yaml
 
 from .errors import ConfigError, DataError, UserError
 from .limits import MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_LINE_BYTES
@@ -74,13 +83,63 @@ def remove_interrupted_writes(directory: str | os.PathLike,
     return removed
 
 
+def _kind_of(mode: int) -> str:
+    """A file's kind in words, for messages."""
+    return ("a directory" if stat.S_ISDIR(mode) else "a regular file" if stat.S_ISREG(mode)
+            else "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket"
+            if stat.S_ISSOCK(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a character device" if stat.S_ISCHR(mode) else "not a file")
+
+
+#: what :func:`output_kind` returns for a path written through a temporary file and a rename
+FILE = "file"
+#: ... and for a character device or a FIFO, written into
+STREAM = "stream"
+
+
+def output_kind(path: str | os.PathLike, option: str = "") -> str:
+    """How the output rule writes ``path``: :data:`FILE` for a regular file or a name not
+    taken yet (replaced atomically), :data:`STREAM` for a character device or a named pipe,
+    reached directly or through links (written into, never renamed over: ``/dev/null``,
+    ``/dev/stdout``, the ``/dev/fd/N`` of a shell's ``>(...)``).  Anything else -- a
+    directory, a socket, a block device -- is a UserError naming ``option`` (if given) and
+    the path."""
+    label = f"{option} {path}" if option else f"{path}"
+    try:
+        mode = os.stat(path).st_mode  # (follows links: what a write would reach)
+    except (FileNotFoundError, NotADirectoryError):
+        return FILE
+    except (OSError, ValueError) as e:  # a loop of links, a name too long, a NUL byte
+        raise UserError(f"cannot write {label}: {getattr(e, 'strerror', None) or e}. Nothing "
+                        "was written.") from None
+    if stat.S_ISREG(mode):
+        return FILE
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return STREAM
+    if stat.S_ISDIR(mode):
+        raise UserError(f"cannot write {label}: it is a directory; give a file name instead "
+                        f"(e.g. {Path(path) / 'out.md'}). Nothing was written.")
+    raise UserError(f"cannot write {label}: it is {_kind_of(mode)}; give a regular file, a "
+                    "character device (/dev/null) or a named pipe. Nothing was written.")
+
+
+def is_stream(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is written into as a stream (:func:`output_kind`): a command whose
+    output has companions beside it (a PNG's CSV, a JSON record's Markdown) writes only the
+    output itself into a device or a pipe, and says so."""
+    try:
+        return output_kind(path) == STREAM
+    except UserError:
+        return False
+
+
 def check_can_write(*paths: str | os.PathLike) -> None:
-    """UserError unless every path can be written as a file (none is a directory, no parent is a
-    file); a command that writes several files calls it before writing the first."""
+    """UserError unless every path can be written by the output rule (:func:`output_kind`:
+    none is a directory, a socket or a block device) and no parent of a new file is a file;
+    a command that writes several files calls it before writing the first."""
     for path in map(Path, paths):
-        if path.is_dir():
-            raise UserError(f"cannot write {path}: it is a directory; give a file name instead "
-                            f"(e.g. {path / 'out.md'}). Nothing was written.")
+        if output_kind(path) == STREAM:
+            continue
         for parent in path.parents:
             if parent.exists():
                 if not parent.is_dir():
@@ -97,21 +156,26 @@ def write_failed(path: str | os.PathLike, error: OSError, again: str = RUN_AGAIN
     """The message of a write of ``path`` the operating system refused (a full disk, a quota,
     an I/O error), abandoned with the previous file intact; ``again`` says how to retry."""
     path = Path(path)
-    kept = f"the previous {path.name} is intact" if path.exists() else "nothing was written"
+    kept = f"the previous {path.name} is intact" if path.is_file() else "nothing was written"
     return UserError(f"cannot write {path}: {error.strerror or error}. The write was abandoned "
                      f"and {kept}; free some space (or fix the file system) and {again}.")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any],
                  check: Callable[[Path], None] | None = None, again: str = RUN_AGAIN) -> None:
-    """Write ``path`` through ``write(file)`` atomically; ``check(temporary path)`` may refuse
-    the finished content (by raising) before it replaces anything; ``again`` is the advice of
-    a write the operating system refused (:func:`write_failed`).
+    """Write ``path`` through ``write(file)`` by the output rule (the module's docstring): a
+    regular file atomically, a device or a FIFO as a stream (:func:`output_kind`);
+    ``check(temporary path)`` may refuse the finished content (by raising) before it goes
+    anywhere; ``again`` is the advice of a write the operating system refused
+    (:func:`write_failed`).
 
-    The rename replaces ``path`` itself: where ``path`` is a symbolic link, the link is
-    replaced and what it points to is never written."""
+    The rename replaces ``path`` itself: where ``path`` is a symbolic link to a regular file,
+    the link is replaced and what it points to is never written."""
     path = Path(path)
     check_can_write(path)
+    if output_kind(path) == STREAM:
+        _write_stream(path, write, check)
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), dir=path.parent)
@@ -145,6 +209,102 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any],
         pass
 
 
+#: the seconds a write into a FIFO waits for a reader to open it (one starting at the same
+#: time as the command), before it is refused
+FIFO_WAIT_S = 2.0
+
+
+def _write_stream(path: Path, write: Callable[[IO[bytes]], Any],
+                  check: Callable[[Path], None] | None) -> None:
+    """``path``, a character device or a FIFO, written into: the content made in a temporary
+    file of the system's (so a writer that seeks, or fails half-way, sends nothing), checked,
+    then copied in.  A FIFO is opened without blocking: one that no process opens for reading
+    within :data:`FIFO_WAIT_S` is refused (``ENXIO``), never waited on longer."""
+    with tempfile.TemporaryDirectory(prefix="lstmablate-out-") as folder:
+        tmp = Path(folder) / path.name
+        try:
+            with open(tmp, "wb") as f:
+                write(f)
+        except OSError as e:
+            raise UserError(f"cannot write {path}: the temporary copy in {folder} failed "
+                            f"({e.strerror or e}). Nothing was written into {path}.") from None
+        if check is not None:
+            check(tmp)
+        waited = 0.0
+        while True:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+                break
+            except OSError as e:
+                if e.errno == errno.ENXIO and waited < FIFO_WAIT_S:  # (a reader starting)
+                    time.sleep(0.05)
+                    waited += 0.05
+                    continue
+                if e.errno == errno.ENXIO:
+                    raise UserError(f"cannot write {path}: it is a named pipe (FIFO) that no "
+                                    f"process reads; start its reader first (e.g. `cat {path} "
+                                    "&`), or give a file name. Nothing was written.") from None
+                raise UserError(f"cannot write {path}: {e.strerror or e}. Nothing was written."
+                                ) from None
+        try:
+            import fcntl  # (POSIX; blocking again: the writes may wait for a slow reader)
+
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+            with open(tmp, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    while chunk:
+                        chunk = chunk[os.write(fd, chunk):]
+        except OSError as e:  # /dev/full, a reader that went away
+            raise UserError(f"cannot write {path}: {e.strerror or e}. What was written into it "
+                            "may be incomplete; fix the cause and run the same command "
+                            "again.") from None
+        finally:
+            os.close(fd)
+
+
+def append_text(path: str | os.PathLike, text: str, *, nofollow: bool = False,
+                again: str = RUN_AGAIN) -> None:
+    """``text`` (whole lines) added at the end of the regular file ``path`` (made if missing),
+    flushed and fsync'd before this returns: a row stream, whose rows a kill never takes
+    back.  ``nofollow``: a symbolic link at ``path`` is refused, never written through (a run
+    folder's entries, :mod:`lstmablate.runfolder`).  A FIFO, a device or a directory is
+    refused without waiting; a write the system refuses is :func:`write_failed`."""
+    path = Path(path)
+    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+             | (getattr(os, "O_NOFOLLOW", 0) if nofollow else 0))
+    def refuse(mode: int) -> UserError:
+        return UserError(f"cannot append to {path}: it is {_kind_of(mode)}, where a file of "
+                         "rows is kept. Move it away and run the same command again.")
+
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):  # (a FIFO no process reads: ENXIO)
+            raise refuse(mode) from None
+        raise write_failed(path, e, again) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise refuse(mode)
+        data = text.encode("utf-8")
+        while data:
+            data = data[os.write(fd, data):]
+        os.fsync(fd)
+    except OSError as e:  # a full disk: a line cut short is what a reader skips
+        raise write_failed(path, e, again) from None
+    finally:
+        os.close(fd)
+
+
+def append_json_line(path: str | os.PathLike, obj: Any, **kwargs: Any) -> None:
+    """One JSON object as one more line of ``path`` (:func:`append_text`; keys sorted)."""
+    append_text(path, json.dumps(obj, sort_keys=True) + "\n", **kwargs)
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
@@ -154,6 +314,8 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def atomic_write_yaml(path: str | os.PathLike, obj: Any) -> None:
+    import yaml  # (only where YAML is written or read: the GPU tools start without PyYAML)
+
     atomic_write_text(path, yaml.safe_dump(obj, sort_keys=False))
 
 
@@ -240,6 +402,24 @@ def read_text(path: str | os.PathLike, max_bytes: int = MAX_DOCUMENT_BYTES,
                     "not the file meant.") from None
 
 
+def read_tail(path: str | os.PathLike, n_bytes: int, error: type[UserError] = DataError) -> bytes:
+    """The last ``n_bytes`` of a regular file (a log's end); a FIFO, a device or a directory
+    is one ``error`` naming it, never waited on (:func:`open_regular`)."""
+    fd = open_regular(path, error)
+    try:
+        size = os.fstat(fd).st_size
+        os.lseek(fd, max(size - n_bytes, 0), os.SEEK_SET)
+        chunks, got = [], 0
+        while got < n_bytes and (chunk := os.read(fd, min(1 << 20, n_bytes - got))):
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+    except OSError as e:
+        raise error(f"cannot read {path}: {e.strerror or e}.") from None
+    finally:
+        os.close(fd)
+
+
 def read_lines(path: str | os.PathLike, error: type[UserError] = DataError,
                max_line_bytes: int = MAX_LINE_BYTES) -> list[str]:
     """The lines of a JSON-lines file (``metrics.jsonl``, ``scores/<split>.jsonl``): its text
@@ -271,28 +451,41 @@ def check_depth(obj: Any, where: object, error: type[UserError] = DataError,
     return obj
 
 
-class _ShallowLoader(yaml.SafeLoader):
+def _shallow_loader() -> Any:
     """safe_load's loader, which stops composing a document nested four times deeper than
     MAX_DEPTH: such a document is refused anyway, and PyYAML would otherwise recurse until
-    Python's stack gives out (a second per thousand levels)."""
+    Python's stack gives out (a second per thousand levels).  Built at the first YAML read
+    (PyYAML is imported only where YAML is read or written)."""
+    global _SHALLOW_LOADER
+    if _SHALLOW_LOADER is None:
+        import yaml
 
-    _depth = 0
+        class ShallowLoader(yaml.SafeLoader):
+            _depth = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        self._depth += 1
-        try:
-            if self._depth > 4 * MAX_DEPTH:
-                raise RecursionError("YAML nested too deeply")
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+            def compose_node(self, parent: Any, index: Any) -> Any:
+                self._depth += 1
+                try:
+                    if self._depth > 4 * MAX_DEPTH:
+                        raise RecursionError("YAML nested too deeply")
+                    return super().compose_node(parent, index)
+                finally:
+                    self._depth -= 1
+
+        _SHALLOW_LOADER = ShallowLoader
+    return _SHALLOW_LOADER
+
+
+_SHALLOW_LOADER: Any = None
 
 
 def parse_yaml(text: str, where: object, error: type[UserError] = ConfigError) -> Any:
     """Plain YAML (safe_load: a tag such as ``!!python/object`` is refused, never constructed),
     nested at most MAX_DEPTH deep; a syntax error names the line and column in ``where``."""
+    import yaml
+
     try:
-        doc = yaml.load(text, Loader=_ShallowLoader)  # noqa: S506 - a SafeLoader
+        doc = yaml.load(text, Loader=_shallow_loader())  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         loc = f"{where}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(where)
@@ -330,10 +523,11 @@ def parse_json(text: str, where: object, error: type[UserError] = DataError, *,
     return check_depth(doc, where, error)
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    """A JSON file; a damaged one (bad UTF-8 or JSON, too big, nested too deep) is a
-    UserError naming it."""
-    return parse_json(read_text(path), path, whole_file=True)
+def read_json(path: str | os.PathLike, error: type[UserError] = DataError,
+              max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
+    """A JSON file; a damaged one (bad UTF-8 or JSON, over ``max_bytes``, nested too deep, a
+    FIFO or a device) is a UserError naming it."""
+    return parse_json(read_text(path, max_bytes, error), path, error, whole_file=True)
 
 
 def _unreadable_value(where: object, e: ValueError, error: type[UserError]) -> UserError:

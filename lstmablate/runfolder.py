@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .errors import RunDirError, UserError
-from .io import check_can_write
+from .io import check_can_write, is_stream
 
 
 class RunNames:
@@ -127,8 +127,10 @@ def check_output(paths: Iterable[str | os.PathLike], *, option: str = "--out",
                  force: bool = False) -> None:
     """The check of the files a command writes for the user, before the first is written
     (and before anything is computed): UserError if one is in a run folder (its own files, or
-    a new file beside them: a run folder is the run's), if one cannot be written as a file
-    (a directory, a file where a folder should be), or, unless ``force``, if one exists.
+    a new file beside them: a run folder is the run's), if the output rule refuses it
+    (:func:`lstmablate.io.output_kind`: a directory, a socket, a file where a folder should
+    be), or, unless ``force``, if one exists.  A character device or a FIFO (``/dev/null``, a
+    shell's ``>(...)``) is written into, never replaced: it needs no ``force``.
     A command whose outputs are replaced by design (a predictions file, a data download)
     passes ``force=True``."""
     paths = [Path(p) for p in paths]
@@ -143,7 +145,7 @@ def check_output(paths: Iterable[str | os.PathLike], *, option: str = "--out",
                             "it). Nothing was written.")
     check_can_write(*paths)
     if not force:
-        existing = [str(p) for p in paths if os.path.lexists(p)]
+        existing = [str(p) for p in paths if os.path.lexists(p) and not is_stream(p)]
         if existing:
             one = len(existing) == 1
             raise UserError(f"{', '.join(existing)} already exist{'s' if one else ''}; add "

@@ -258,8 +258,9 @@ def test_prepare_copies_the_data_the_plan_reads(tmp_path, real_data_dir):
 
 def test_a_watch_without_a_window_says_what_happened(tmp_path, capsys):
     assert window.main(["watch", "--minutes", "1", "--out", str(tmp_path / "out"),
-                        "--folder", str(tmp_path / "gpuwindow")]) == 1
-    assert "no window on this machine" in capsys.readouterr().err
+                        "--folder", str(tmp_path / "gpuwindow")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-window: error: no window on this machine") and err.count("\n") == 1
 
 
 def _window(*args: str) -> subprocess.CompletedProcess:

@@ -36,14 +36,22 @@ after its deadline and is ended :data:`GRACE` seconds after it.  Under ``--out``
 * ``.md``: the same as Markdown tables, rewritten after every stage;
 * ``.log``: every stage's output.
 
-Exit status: 0 when every stage ran and passed; 1 when a stage could not run, ran out of its
-budget or failed (the last line names each, with the reason); 2 when the command cannot
-start (``--device cuda`` on a machine without CUDA).  A CUDA-only stage (``tests``,
-``cells-tf32``) on another device records "skipped: no CUDA".
+Exit status: 0 when every stage ran and passed; 1 when the check ran and a stage could not
+run, ran out of its budget or failed (the last line names each, with the reason) -- 1 is
+only ever that outcome; 2 when the command refuses to start, with one paragraph saying why
+(``--device cuda`` on a machine without CUDA, an option out of its range, ``--out`` naming a
+file, a device or a folder inside a run folder, an unknown recipe, task or cell, a file the
+system refuses to write).  A CUDA-only stage (``tests``, ``cells-tf32``) on another device
+records "skipped: no CUDA".  Relative paths (``--out``, ``--data-dir``, a recipe given as a
+file) are the caller's, resolved against the directory it runs in.  Every file is written
+through :mod:`lstmablate.io` (the record's ``.json`` and ``.md`` replaced atomically, its
+rows appended and fsync'd).
 
-This module imports only the standard library (and PyTorch, to ask for CUDA): it starts on
-a bare machine with PyTorch and the checkout installed by ``pip install --no-deps -e .``, and
-a stage whose packages are missing (pytest, or numpy, PyYAML and rich, which the library
+This module imports only the standard library and the package's bottom floor
+(:mod:`lstmablate.io`, :mod:`lstmablate.errors`, :mod:`lstmablate.runfolder`, which need
+nothing else) at start-up, and PyTorch in ``main`` to ask for CUDA: it starts on a bare
+machine with PyTorch and the checkout installed by ``pip install --no-deps -e .``, and a
+stage whose packages are missing (pytest, or numpy, PyYAML and rich, which the library
 imports) is recorded as not run, naming them.
 """
 
@@ -51,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -63,10 +72,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from lstmablate import io
+from lstmablate.errors import UserError, exit_status
+
+from .gpu_args import MAX_BUDGET, MAX_REPEATS, Parser, caller_path, check_device, check_seconds, \
+    child_env, output_folder
+
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (tests/gpu, benchmarks/results)
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
 DEFAULT_BUDGET = 480.0  # seconds: 8 minutes
-MAX_BUDGET = 86_400.0
 GRACE = 10.0  # seconds a stage's process may run past its deadline before it is ended
 STAGE_MODULE = "lstmablate.bench.gpu_stages"  # what runs the Python stages
 RESERVE = 0.04  # of the budget, kept for starting processes and writing the files
@@ -127,29 +141,21 @@ def _tail(text: str, n: int = 4000) -> str:
     return text[-n:]
 
 
-def _write(path: Path, text: str) -> None:
-    """``path`` replaced atomically by ``text`` (a rename: a reader never sees half a file;
-    :mod:`lstmablate.io` has the general writer, which needs PyYAML)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def _append(path: Path, row: dict) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row, sort_keys=True) + "\n")
-
-
 def read_rows(path: Path) -> list[dict]:
-    """The rows of a ``.jsonl`` record (a last line cut short by a kill is left out)."""
+    """The rows of a ``.jsonl`` record (none if it is missing; a last line cut short by a kill
+    is left out).  Read as :func:`lstmablate.io.read_lines` reads JSON lines: a FIFO, a device
+    or a file too big is a UserError naming it, never waited on."""
+    path = Path(path)
+    if not path.exists():
+        return []
     rows = []
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    for line in io.read_lines(path, UserError):
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
     return rows
 
 
@@ -218,7 +224,8 @@ def _train_time(cell: str, steps: int, device: str, out: Path, data_dir: str,
            recipe, "--cell", cell, "--seed", "1", "--device", device, "--out", str(out),
            "--force", "--experiment", f"gpu-check-{steps}", "--data-dir", data_dir,
            "--set", f"train.max_steps={steps}", "--set", "train.eval_test=false"]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(cmd, cwd=os.getcwd(), env=child_env(), capture_output=True, text=True,
+                       timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(f"`{' '.join(cmd[2:])}` failed:\n{_tail(r.stderr, 2000)}")
     from lstmablate.run.record import Run
@@ -429,8 +436,8 @@ class Check:
         self.stages: dict[str, dict] = {}
         self.command = command
         out.mkdir(parents=True, exist_ok=True)
-        _append(self.jsonl, dict(kind="run", started=self.started, command=command, device=device,
-                                 budget=budget))
+        io.append_json_line(self.jsonl, dict(kind="run", started=self.started, command=command,
+                                             device=device, budget=budget))
 
     def seconds(self) -> float:
         return round(time.perf_counter() - self.t0, 1)
@@ -439,9 +446,9 @@ class Check:
         """A stage's rows (those it did not append itself) and its outcome, appended; then
         the ``.json`` and ``.md`` rewritten from everything the ``.jsonl`` holds."""
         for row in rows:
-            _append(self.jsonl, {"stage": name, **row})
+            io.append_json_line(self.jsonl, {"stage": name, **row})
         self.stages[name] = outcome
-        _append(self.jsonl, dict(kind="stage", stage=name, **outcome))
+        io.append_json_line(self.jsonl, dict(kind="stage", stage=name, **outcome))
         self.rewrite()
         note = outcome.get("summary") or outcome.get("reason") or ""
         print(f"gpu-check {name}: {outcome['status']} ({outcome.get('seconds', 0)} s) {note}",
@@ -463,12 +470,12 @@ class Check:
 
     def rewrite(self) -> None:
         doc = self.document()
-        _write(self.json, json.dumps(doc, indent=2) + "\n")
-        _write(self.md, markdown(doc))
+        io.atomic_write_text(self.json, json.dumps(doc, indent=2) + "\n")
+        io.atomic_write_text(self.md, markdown(doc))
 
     def run_python(self, name: str, deadline: float, options: dict) -> dict:
         """A stage of :mod:`.gpu_stages` in its own process, ended at ``deadline`` + GRACE."""
-        env = dict(os.environ)
+        env = child_env()  # (run in the caller's directory: its relative paths hold there)
         if self.device.startswith("cuda"):  # the kernels compiled, never interpreted
             env.pop("TRITON_INTERPRET", None)
         with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
@@ -480,8 +487,8 @@ class Check:
             with open(self.log, "a", encoding="utf-8") as log:
                 log.write(f"\n==> {name} (until {time.strftime('%H:%M:%S', time.localtime(deadline))})\n")
                 log.flush()
-                proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+                proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=env, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
                 try:
                     proc.wait(timeout=max(deadline - time.time(), 0.0) + GRACE)
                     ended = None
@@ -490,19 +497,25 @@ class Check:
                     proc.wait()
                     ended = f"over its budget: ended {GRACE:.0f} s after its deadline"
             if result.exists():
-                return json.loads(result.read_text(encoding="utf-8"))
+                try:
+                    outcome = io.read_json(result, UserError)
+                except UserError as e:
+                    outcome = dict(status="failed", reason=f"its outcome cannot be read: {e}")
+                if isinstance(outcome, dict) and isinstance(outcome.get("status"), str):
+                    return outcome
+                return dict(status="failed", reason="its outcome is not a stage's outcome")
         made = len(read_rows(self.jsonl)) - before
         if ended:
             return dict(status="partial" if made else "not-run", reason=ended)
-        last = [ln for ln in _tail(self.log.read_text(encoding="utf-8"), 3000).splitlines()
-                if ln.strip()]
+        last = [ln for ln in io.read_tail(self.log, 3000, UserError).decode(
+            "utf-8", "replace").splitlines() if ln.strip()]
         return dict(status="failed" if made else "not-run",
                     reason=f"exited {proc.returncode}: {last[-1] if last else ''}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(prog="gpu-check", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="folder of the record's four files")
     ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET,
                     help="seconds for every stage together (default: %(default)s)")
@@ -536,8 +549,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--recipe", default=RECIPE,
                     help="the trainer stage's recipe, whose cells it trains (default: %(default)s)")
     args = ap.parse_args(argv)
-    if not 0 < args.budget <= MAX_BUDGET:
-        ap.error(f"--budget {args.budget:g}: expected seconds in (0, {MAX_BUDGET:.0f}]")
+    check_seconds(args.budget, "--budget")
+    check_device(args.device)
+    for option in ("step_repeats", "repeats"):
+        value = getattr(args, option)
+        if value is not None and not 1 <= value <= MAX_REPEATS:
+            ap.error(f"--{option.replace('_', '-')} {value}: expected 1 to {MAX_REPEATS:,}")
+    args.out = str(output_folder(args.out))
+    if args.data_dir is not None:
+        args.data_dir = str(caller_path(args.data_dir, "--data-dir"))
     shares = {}
     for item in args.stage_seconds:
         name, _, value = item.partition("=")
@@ -545,7 +565,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             shares[name] = float(value)
         except ValueError:
             shares[name] = -1.0
-        if name not in STAGE_NAMES or not 0 < shares[name] <= MAX_BUDGET:
+        if name not in STAGE_NAMES or not (math.isfinite(shares[name])
+                                           and 0 < shares[name] <= MAX_BUDGET):
             ap.error(f"--stage-seconds {item}: expected STAGE=SECONDS, a stage of "
                      f"{', '.join(STAGE_NAMES)} and a positive number")
     args.shares = shares
@@ -556,16 +577,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def check_names(args: argparse.Namespace) -> None:
+    """The recipes, task and cells named, known (a UserError naming the one that is not)
+    before any stage runs -- where the library's packages are installed (else the stages
+    that read them are recorded as not run)."""
+    if _missing(*LIBRARY):
+        return
+    from lstmablate.cells import get_cell
+    from lstmablate.recipes import load_recipe
+    from lstmablate.task import get_task
+
+    for recipe in dict.fromkeys([*args.step_recipe, args.recipe]):
+        load_recipe(recipe)  # (its cells, seeds, metrics ... checked: lstmablate.recipes)
+    if args.task is not None:
+        get_task(args.task)
+    for cell in args.cell:
+        if not cell.startswith("nn."):  # (the baselines of the benchmarks)
+            get_cell(cell)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The check (:func:`run`), with the command line's contract: a refusal is one paragraph
+    and exit 2 (:func:`lstmablate.errors.exit_status`); 1 is a check that ran and did not
+    pass."""
+    return exit_status("gpu-check", lambda: run(argv))
+
+
+def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
     cuda = torch.cuda.is_available()
     if args.device.startswith("cuda") and not cuda:
-        print("gpu-check: no CUDA device here (torch.cuda.is_available() is False); nothing to "
-              "do. (--device cpu runs the stages that need no GPU, as a dry run.)",
-              file=sys.stderr)
-        return 2
+        raise UserError("no CUDA device here (torch.cuda.is_available() is False); nothing to "
+                        "do. (--device cpu runs the stages that need no GPU, as a dry run.)")
+    if args.device.startswith("cuda:") and int(args.device[5:]) >= torch.cuda.device_count():
+        raise UserError(f"--device {args.device}: this machine has "
+                        f"{torch.cuda.device_count()} CUDA device(s), numbered from 0.")
+    check_names(args)
     gpu = torch.cuda.get_device_name(torch.device(args.device)) if cuda and \
         args.device.startswith("cuda") else args.device
     chosen = [next(s for s in STAGES if s.name == n) for n in dict.fromkeys(args.only)] or [

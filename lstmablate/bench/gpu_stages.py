@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -35,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from lstmablate import io
+from lstmablate.errors import UserError, exit_status
 
 from .render import json_safe
 
@@ -79,10 +83,7 @@ class Stage:
     def emit(self, row: dict) -> None:
         row = json_safe({"stage": self.name, **row})
         self.rows.append(row)
-        with open(self.rows_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        io.append_json_line(self.rows_path, row)  # flushed and fsync'd: a kill keeps it
 
     def time_left(self) -> bool:
         return time.time() < self.deadline
@@ -385,6 +386,9 @@ STAGES: dict[str, Callable[[Stage], Outcome]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    """One stage, its rows appended to ``--rows`` and its outcome written to ``--result`` (both
+    through :mod:`lstmablate.io`); a refusal is one paragraph and exit 2
+    (:func:`lstmablate.errors.exit_status`)."""
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stage", choices=sorted(STAGES))
@@ -394,11 +398,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--options", default="{}")
     args = ap.parse_args(argv)
-    stage = Stage(args.stage, torch.device(args.device), args.deadline, json.loads(args.options),
-                  args.rows)
-    outcome = STAGES[args.stage](stage)
-    args.result.write_text(json.dumps(outcome.__dict__) + "\n", encoding="utf-8")
-    return 0
+
+    def body() -> int:
+        if not math.isfinite(args.deadline):
+            raise UserError(f"--deadline {args.deadline}: expected a time (seconds since the "
+                            "epoch)")
+        options = io.parse_json(args.options, "--options", UserError)
+        if not isinstance(options, dict):
+            raise UserError(f"--options {args.options[:60]!r}: expected a JSON object")
+        try:
+            device = torch.device(args.device)
+        except RuntimeError as e:
+            raise UserError(f"--device {args.device!r}: {e}") from None
+        stage = Stage(args.stage, device, args.deadline, options, args.rows)
+        outcome = STAGES[args.stage](stage)
+        io.atomic_write_text(args.result, json.dumps(outcome.__dict__) + "\n")
+        return 0
+
+    return exit_status("gpu-stage", body)
 
 
 if __name__ == "__main__":

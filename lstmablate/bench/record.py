@@ -67,11 +67,14 @@ def measure(cells: list[str] | None, shapes: list[str] | None, *, threads: int, 
     return rows, {"environment": env, "machine_gflops": [peak, peak_after]}
 
 
-def write(path: str | os.PathLike, rows: list[dict], **fields: Any) -> tuple[Path, Path]:
-    """``path`` (JSON: the rows and ``fields``) and its Markdown tables beside it, atomically."""
+def write(path: str | os.PathLike, rows: list[dict], **fields: Any) -> tuple[Path, Path | None]:
+    """``path`` (JSON: the rows and ``fields``) and its Markdown tables beside it, by the output
+    rule (:func:`lstmablate.io.atomic_write`); ``path`` a device or a pipe receives the JSON
+    alone (the Markdown path returned is None)."""
     path = Path(path)
-    md = path.with_suffix(".md")
-    io.check_can_write(path, md)
+    md = None if io.is_stream(path) else path.with_suffix(".md")
+    io.check_can_write(path, *([md] if md else []))
     io.atomic_write_text(path, to_json(rows, **fields) + "\n")
-    io.atomic_write_text(md, to_markdown(rows) + "\n")
+    if md is not None:
+        io.atomic_write_text(md, to_markdown(rows) + "\n")
     return path, md

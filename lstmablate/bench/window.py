@@ -26,8 +26,17 @@ time is up one archive of every run's small records (``gpu-window.tar.gz``), a s
 up, and writes the same files again.
 
 The runs live in ``.gpuwindow/local`` (not carried, so the second command finds them on the
-machine).  Only the standard library is imported before the install step; the project's
-modules are imported after it.
+machine).  Only the standard library and the package's bottom floor are imported before the
+install step; the project's modules are imported after it.
+
+The command line's contract holds here too: a refusal -- a plan or a state file that is not
+what the window reads (:mod:`.window_files`), an option out of its range (``--minutes``,
+``--then``, ``--check-budget``, ``--device``), ``--out`` or ``--folder`` naming a file, a
+device or a folder inside a run folder, ``run`` with ``--device cuda`` on a machine without
+CUDA -- is one paragraph and exit 2, before anything is installed or started; a window that
+ran exits 0 (gpu-check's outcome is in its summary).  Relative paths are the caller's,
+resolved against the directory it runs in.  Every file is written through
+:mod:`lstmablate.io` (the archive, the summary and the state replaced atomically).
 """
 
 from __future__ import annotations
@@ -38,20 +47,26 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import site as python_site
 import subprocess
 import sys
 import sysconfig
 import tarfile
-import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from lstmablate import io
+from lstmablate.errors import UserError, exit_status
+
+from .gpu_args import MAX_BUDGET, Parser, caller_path, check_device, check_seconds, child_env, \
+    output_folder
 from .gpu_check import paper_cells, read_rows
+from .window_files import (FINAL_S, PLAN_SHAPE, START_S, Run, WindowError,  # noqa: F401
+                           check_plan, check_plan_names, read_state, save_state)
+from .window_files import load_plan as _load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the window's folder in the checkout (git-ignored); its wheels/ and data/ travel with the
@@ -65,12 +80,6 @@ DEVICE_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux
 #: image lacks (the tasks of the window's runs need sacremoses; conllu is the parser's)
 DEFAULT_WHEELS = ("sacremoses", "conllu")
 
-#: seconds a run needs besides its steps and its evaluations: starting Python and PyTorch,
-#: building the model, compiling what gpu-check did not
-START_S = 30.0
-#: seconds allowed for a run's final evaluation (PTB's test split token by token, NMT's beam
-#: search over two splits)
-FINAL_S = 120.0
 #: a margin on every estimate (evaluation spread, logging, checkpoints)
 SAFETY = 1.15
 #: the part of a call kept for its last collection
@@ -79,6 +88,8 @@ POLL_S = 15.0
 COLLECT_EVERY_S = 60.0
 #: the end of each run's log that the archive keeps
 LOG_TAIL_BYTES = 256 * 1024
+#: the most of one record file the archive keeps (a run's records are KBs; gpu-check's, MBs)
+MAX_RECORD_BYTES = 64 * 2**20
 #: gpu-check's stages in a window, in order, with their shares (seconds of a 365 s check):
 #: what the window needs first -- the correctness of the fast paths, the cell benchmark, the
 #: training steps it plans with -- then the rest as time allows.  The paths, cells and models
@@ -100,10 +111,6 @@ CHECK_STEP_REPEATS = 10
 ARCHIVE = "gpu-window.tar.gz"
 SUMMARY = "gpu-window.md"
 STATE = "window.json"
-
-
-class WindowError(Exception):
-    """Something the window cannot go on without; its message says what to do."""
 
 
 def work_dir(base: Path) -> Path:
@@ -163,15 +170,22 @@ def copy_data(plan: list[list[dict]], data_dir: str | None, dest: Path) -> list[
         for rel in make_task(cfg, source, None).required_files():
             src = find_file(source, rel)  # a DataError names the file and how to get it
             target = dest / src.relative_to(source)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, target)
+            io.atomic_write(target, lambda f, src=src: _copy_regular(src, f))
             copied.append(target)
     return copied
 
 
+def _copy_regular(src: Path, out: Any) -> None:
+    """The bytes of the regular file ``src`` into ``out`` (a FIFO or a device is refused)."""
+    fd = io.open_regular(src, WindowError)
+    with os.fdopen(fd, "rb") as f:
+        while chunk := f.read(1 << 20):
+            out.write(chunk)
+
+
 def prepare(args: argparse.Namespace) -> int:
-    base = Path(args.folder)
-    plan = load_plan(args.plan)
+    base = args.folder
+    plan = check_plan_names(load_plan(args.plan), args.plan or "DEFAULT_PLAN", _resolve)
     wheels = download_wheels(args.wheels.split(), base / "wheels", args.python,
                              tuple(args.platform) or DEVICE_PLATFORMS)
     data = copy_data(plan, args.data_dir, base / "data")
@@ -262,59 +276,15 @@ def _pip(args: list[str], env: dict[str, str], what: str) -> None:
 # the plan: which runs fit
 # ---------------------------------------------------------------------------------
 
-#: what a plan file holds, as the errors about one say it
-PLAN_SHAPE = ('a plan is a JSON list of slots, each a list of groups {"name": ..., '
-              '"recipe": ...} (see DEFAULT_PLAN)')
-
-
 def load_plan(path: str | None) -> list[list[dict]]:
-    """The window's slots (:data:`DEFAULT_PLAN`, or a JSON file of the same shape)."""
-    if not path:
-        return DEFAULT_PLAN
-    try:
-        plan = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as err:
-        raise WindowError(f"{path}: the plan cannot be read ({err.strerror or err})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        where = (f"line {err.lineno}, column {err.colno}: {err.msg}"
-                 if isinstance(err, json.JSONDecodeError) else "not UTF-8 text")
-        raise WindowError(f"{path}: {where}; {PLAN_SHAPE}") from None
-    if not (isinstance(plan, list) and all(isinstance(s, list) and all(
-            isinstance(g, dict) and "name" in g and "recipe" in g for g in s) for s in plan)):
-        raise WindowError(f"{path}: {PLAN_SHAPE}")
-    return plan
+    """The window's slots (:data:`DEFAULT_PLAN`, or a JSON file of the same shape), read and
+    checked by :func:`.window_files.load_plan`."""
+    return _load_plan(path, DEFAULT_PLAN)
 
 
-@dataclass
-class Run:
-    """One planned run and, once started, its process and state."""
-
-    group: str
-    recipe: str  # as the plan names it (a name or a file)
-    recipe_name: str  # its name, as the steps rows give it
-    task: str
-    cell: str
-    seed: int
-    experiment: str
-    sets: list[str]
-    epochs: int
-    full_epochs: int
-    steps_per_epoch: int
-    estimate_s: float
-    timed_as: str | None = None  # the cell whose step it was planned with, if not its own
-    start_s: float = START_S
-    final_s: float = FINAL_S
-    shortened: bool = False
-    pid: int | None = None
-    started: str | None = None
-    started_at: float | None = None
-    command: list[str] = field(default_factory=list)
-    state: str = "planned"
-    progress: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        return f"{self.experiment}/{self.cell}/seed-{self.seed}"
+def _resolve(path: str) -> str:
+    """A path of the caller's (a recipe file of the plan), absolute."""
+    return str(caller_path(path, "a recipe of the plan"))
 
 
 def group_runs(group: dict, step_rows: dict[tuple[str, str], dict]) -> list[Run] | str:
@@ -446,9 +416,10 @@ def start_runs(runs: list[Run], base: Path, device: str, env: dict[str, str]) ->
                "--threads", str(threads), "--log-interval", "15", "--force",
                *(["--data-dir", str(data)] if data.is_dir() else []),
                *[a for s in run.sets for a in ("--set", s)]]
-        with open(files.log, "w", encoding="utf-8") as log:
-            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        with open(files.log, "w", encoding="utf-8") as log:  # (the run's own output)
+            proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env(env), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
         run.pid, run.command, run.state = proc.pid, cmd, "running"
         run.started, run.started_at = _now(), time.time()
         _CHILDREN[proc.pid] = proc
@@ -480,11 +451,10 @@ def _alive(pid: int | None) -> bool:
 
 
 def _tail(path: Path, n: int) -> bytes:
+    """The end of a log (nothing if it is missing or not a regular file: never waited on)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(max(f.seek(0, os.SEEK_END) - n, 0))
-            return f.read()
-    except OSError:
+        return io.read_tail(path, n, WindowError)
+    except UserError:
         return b""
 
 
@@ -500,12 +470,13 @@ def update(run: Run, base: Path) -> None:
     if files.result.is_file():
         run.state = "finished"
         try:
-            result = json.loads(files.result.read_text(encoding="utf-8"))
+            result = io.read_json(files.result, WindowError)
+        except UserError as err:
+            result, run.progress["problem"] = {}, str(err)
+        if isinstance(result, dict):
             run.progress.update(steps=result.get("steps"), test=result.get("test"),
                                 shortened=result.get("shortened"),
                                 train_time_s=result.get("train_time_s"))
-        except (OSError, json.JSONDecodeError):
-            pass
     else:
         run.state = "running" if _alive(run.pid) else "stopped"
     text = _tail(files.log, 64 * 1024).decode("utf-8", errors="replace")
@@ -514,7 +485,10 @@ def update(run: Run, base: Path) -> None:
         epoch, batch, batches, step, loss, tps = found[-1]
         run.progress.update(epoch=int(epoch), batch=int(batch), batches=int(batches),
                             step=int(step), train_loss=loss, tokens_per_s=int(tps.replace(",", "")))
-    lines = read_rows(files.metrics)
+    try:
+        lines = read_rows(files.metrics)
+    except UserError as err:  # (a FIFO, a file too big: named, never waited on)
+        lines, run.progress["problem"] = [], str(err)
     if lines:
         last = lines[-1]
         run.progress.update(evaluations=len(lines), last_eval=last)
@@ -530,44 +504,50 @@ def collect(state: dict, base: Path, out: Path) -> Path:
     """One archive in ``out`` of what the window has: its state and summary, gpu-check's
     record, and each started run's small records (config, env, metrics, result, scores, the
     end of its log) -- never a checkpoint; and beside it the summary and gpu-check's
-    ``.md`` and ``.json``.  Written atomically (a rename), so an interrupted collection
-    leaves the previous archive."""
+    ``.md`` and ``.json``.  Written by the output rule (:func:`lstmablate.io.atomic_write`:
+    a rename), so an interrupted collection leaves the previous archive."""
     from lstmablate.run.runs import RunFiles
 
     out.mkdir(parents=True, exist_ok=True)
     work = work_dir(base)
     summary_text = summary(state)
-    fd, tmp = tempfile.mkstemp(prefix=f".{ARCHIVE}.", dir=out)
-    os.close(fd)
-    with tarfile.open(tmp, "w:gz") as tar:
-        def add_bytes(name: str, data: bytes) -> None:
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime = len(data), int(time.time())
-            tar.addfile(info, fileobj=_BytesReader(data))
 
-        add_bytes(STATE, json.dumps(state, indent=2).encode())
-        add_bytes(SUMMARY, summary_text.encode())
-        for f in sorted((work / "check").glob("gpu-check-*")):
-            tar.add(f, arcname=f"check/{f.name}")
-        for run in state["runs"]:
-            if run["state"] == "planned":
-                continue
-            files = RunFiles.of(work / "runs", run["experiment"], run["cell"], run["seed"])
-            base = f"runs/{run['experiment']}/{run['cell']}/seed-{run['seed']}"
-            for path in (files.config, files.env, files.metrics, files.result):
-                if path.is_file():
-                    tar.add(path, arcname=f"{base}/{path.name}")
-            scores = files.root / RunFiles.SCORES
-            if scores.is_dir():
-                for path in sorted(scores.glob("*.jsonl")):
-                    tar.add(path, arcname=f"{base}/{RunFiles.SCORES}/{path.name}")
-            add_bytes(f"{base}.log", _tail(files.log, LOG_TAIL_BYTES))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, out / ARCHIVE)
-    (out / SUMMARY).write_text(summary_text, encoding="utf-8")
+    def archive(f: Any) -> None:
+        with tarfile.open(fileobj=f, mode="w:gz") as tar:
+            def add_bytes(name: str, data: bytes) -> None:
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime = len(data), int(time.time())
+                tar.addfile(info, fileobj=_BytesReader(data))
+
+            def add_file(path: Path, name: str) -> None:  # (regular files only: read bounded)
+                try:
+                    add_bytes(name, io.read_tail(path, MAX_RECORD_BYTES, WindowError))
+                except UserError:
+                    pass
+
+            add_bytes(STATE, json.dumps(state, indent=2).encode())
+            add_bytes(SUMMARY, summary_text.encode())
+            for f in sorted((work / "check").glob("gpu-check-*")):
+                add_file(f, f"check/{f.name}")
+            for run in state["runs"]:
+                if run["state"] == "planned":
+                    continue
+                files = RunFiles.of(work / "runs", run["experiment"], run["cell"], run["seed"])
+                base = f"runs/{run['experiment']}/{run['cell']}/seed-{run['seed']}"
+                for path in (files.config, files.env, files.metrics, files.result):
+                    if path.is_file():
+                        add_file(path, f"{base}/{path.name}")
+                scores = files.root / RunFiles.SCORES
+                if scores.is_dir():
+                    for path in sorted(scores.glob("*.jsonl")):
+                        add_file(path, f"{base}/{RunFiles.SCORES}/{path.name}")
+                add_bytes(f"{base}.log", _tail(files.log, LOG_TAIL_BYTES))
+
+    io.atomic_write(out / ARCHIVE, archive)
+    io.atomic_write_text(out / SUMMARY, summary_text)
     for f in (work / "check").glob("gpu-check-*"):
         if f.suffix in (".md", ".json"):
-            shutil.copyfile(f, out / f.name)
+            io.atomic_write_text(out / f.name, io.read_text(f, error=WindowError))
     return out / ARCHIVE
 
 
@@ -636,11 +616,8 @@ def _state_path(base: Path) -> Path:
     return work_dir(base) / STATE
 
 
-def save_state(state: dict, base: Path) -> None:
-    path = _state_path(base)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(state, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+def _save(state: dict, base: Path) -> None:
+    save_state(state, _state_path(base))
 
 
 def watch_until(state: dict, runs: list[Run], base: Path, out: Path, deadline: float) -> None:
@@ -651,7 +628,7 @@ def watch_until(state: dict, runs: list[Run], base: Path, out: Path, deadline: f
         for run in runs:
             update(run, base)
         state["runs"] = [asdict(r) for r in runs]
-        save_state(state, base)
+        _save(state, base)
         running = [r for r in runs if r.state == "running"]
         if time.time() - last_collect >= COLLECT_EVERY_S or not running:
             collect(state, base, out)
@@ -688,14 +665,19 @@ def _check(args: argparse.Namespace, base: Path, env: dict[str, str], plan: list
         cmd += ["--data-dir", str(data)]
     cmd += args.check_arg
     _say(f"gpu-check, {budget:.0f} s: {' '.join(cmd[2:])}")
-    try:
-        r = subprocess.run(cmd, cwd=ROOT, env=env, timeout=budget + 60)
+    try:  # (in the caller's directory: the paths of --check-arg are the caller's)
+        r = subprocess.run(cmd, cwd=os.getcwd(), env=child_env(env), timeout=budget + 60)
         code = r.returncode
     except subprocess.TimeoutExpired:
         code = "timeout"
     record = sorted(check_dir.glob("gpu-check-*.json"))
-    doc = json.loads(record[-1].read_text(encoding="utf-8")) if record else {}
-    rows = read_rows(record[-1].with_suffix(".jsonl")) if record else []
+    try:
+        doc = io.read_json(record[-1], WindowError) if record else {}
+        rows = read_rows(record[-1].with_suffix(".jsonl")) if record else []
+    except UserError as err:  # (gpu-check's own files: damaged only by a kill mid-write)
+        _say(f"gpu-check's record cannot be read: {err}")
+        doc, rows = {}, []
+    doc = doc if isinstance(doc, dict) else {}
     return dict(exit=code, files=record[-1].stem if record else None,
                 stages=doc.get("stages", {}), gpu=(doc.get("environment") or {}).get("gpu"),
                 steps=[r for r in rows if r.get("kind") == "step"])
@@ -705,16 +687,52 @@ def finish(state: dict, runs: list[Run], base: Path, out: Path, deadline: float)
     """A command's end: the runs watched until they end or ``deadline``, the last collection."""
     watch_until(state, runs, base, out, deadline)
     state["calls"][-1]["ended"] = _now()
-    save_state(state, base)
+    _save(state, base)
     collect(state, base, out)
     _say(f"wrote {out / ARCHIVE} and {out / SUMMARY}")
     return 0
 
 
+def check_cuda(device: str) -> None:
+    """A WindowError, before anything is installed or started, where ``device`` is a GPU this
+    machine does not have (``make gpu-window`` without a GPU: nothing to do)."""
+    if not device.startswith("cuda"):
+        return
+    try:
+        import torch
+    except ImportError:
+        raise WindowError("PyTorch is not installed here, so no GPU can be used; install "
+                          "PyTorch with CUDA (the window carries only the project's other "
+                          "packages).") from None
+    if not torch.cuda.is_available():
+        raise WindowError(f"--device {device}: no CUDA device here (torch.cuda.is_available() is "
+                          "False), so there is nothing to measure or run; run the window on a "
+                          "machine with a GPU (--device cpu is a dry run of the whole window).")
+    if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
+        raise WindowError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA "
+                          "device(s), numbered from 0.")
+
+
+def check_names(args: argparse.Namespace, plan: list[list[dict]]) -> list[list[dict]]:
+    """The plan's names (:func:`.window_files.check_plan_names`) and ``--check-cell``'s, once
+    the project's packages are importable."""
+    from lstmablate.cells import get_cell
+
+    for cell in args.check_cell:
+        if not cell.startswith("nn."):
+            try:
+                get_cell(cell)
+            except UserError as err:
+                raise WindowError(f"--check-cell: {err}") from None
+    return check_plan_names(plan, args.plan or "DEFAULT_PLAN", _resolve)
+
+
 def run_window(args: argparse.Namespace) -> int:
-    base, out = Path(args.folder), Path(args.out)
+    base, out = args.folder, args.out
     start = time.time()
     deadline = start + args.minutes * 60 - MARGIN_S
+    plan = load_plan(args.plan)  # (its shape, before anything is installed)
+    check_cuda(args.device)
     work_dir(base).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if args.device.startswith("cuda"):
@@ -722,13 +740,13 @@ def run_window(args: argparse.Namespace) -> int:
     state: dict[str, Any] = dict(created=_now(), device=args.device, calls=[dict(
         mode="run", started=_now(), minutes=args.minutes, then=args.then)], runs=[],
         not_started=[])
-    plan = load_plan(args.plan)
     if not args.no_install:
         state["install"] = install(base, env)
         _say(f"installed: {', '.join(state['install']['installed']) or 'nothing needed'}; "
              f"missing: {', '.join(state['install']['missing']) or 'nothing'}")
     else:
         install_env(base, env)
+    plan = check_names(args, plan)  # (its recipes and cells: the project's modules read them)
     budget = args.check_budget or default_check_budget(args.minutes)
     check = _check(args, base, env, plan, budget)
     state["check"] = {k: v for k, v in check.items() if k != "steps"}
@@ -743,21 +761,21 @@ def run_window(args: argparse.Namespace) -> int:
         _say(f"not started: {note['group']}: {note['reason']}")
     start_runs(runs, base, args.device, env)
     state["runs"] = [asdict(r) for r in runs]
-    save_state(state, base)
+    _save(state, base)
     return finish(state, runs, base, out, deadline)
 
 
 def watch_window(args: argparse.Namespace) -> int:
-    base, out = Path(args.folder), Path(args.out)
+    base, out = args.folder, args.out
     deadline = time.time() + args.minutes * 60 - MARGIN_S
     path = _state_path(base)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise WindowError(f"no window on this machine ({path} is missing): the machine that ran "
                           "`make gpu-window` was given back (a fresh one starts bare), so its "
                           "runs are gone; the records the first command brought back are all "
                           "there is.")
+    state = read_state(path)  # (checked: the window acts only on processes it started)
     install_env(base, os.environ)
-    state = json.loads(path.read_text(encoding="utf-8"))
     state["calls"].append(dict(mode="watch", started=_now(), minutes=args.minutes))
     return finish(state, [Run(**r) for r in state["runs"]], base, out, deadline)
 
@@ -778,8 +796,13 @@ def default_check_budget(minutes: float) -> float:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The options, each checked for its range (a UserError: one paragraph and exit 2);
+    ``--folder``, ``--out`` and ``--data-dir`` made absolute against the caller's directory,
+    the two folders refused where they name a file, a device or a folder in a run folder."""
+    from .gpu_check import STAGE_NAMES
+
+    ap = Parser(prog="gpu-window", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="mode", required=True)
     p = sub.add_parser("prepare", help="download the wheels and copy the data to carry")
     p.add_argument("--wheels", default=" ".join(DEFAULT_WHEELS),
@@ -792,15 +815,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                            ("watch", "watch the runs a `run` started, and collect")):
         q = sub.add_parser(name, help=helptext)
         q.add_argument("--minutes", type=float, required=True,
-                       help="this command's length: it ends about 30 s before")
+                       help="this command's length, 1 to 600: it ends about 30 s before")
         q.add_argument("--out", required=True, help="the folder whose files come back")
         if name == "run":
             q.add_argument("--then", type=float, default=0.0,
-                           help="minutes of the `watch` command that follows at once (the runs "
-                                "planned may end in it)")
-            q.add_argument("--device", default="cuda")
+                           help="minutes, 0 to 600, of the `watch` command that follows at once "
+                                "(the runs planned may end in it)")
+            q.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (a dry run)")
             q.add_argument("--check-budget", type=float, default=None,
-                           help="gpu-check's seconds (default: 240, or 45%% of a shorter window)")
+                           help="gpu-check's seconds, less than the window's (default: 240, or "
+                                "45%% of a shorter window)")
             q.add_argument("--check-stage", action="append", default=[],
                            help="a gpu-check stage to run (repeatable, in order; default: "
                                 + ", ".join(n for n, _ in CHECK_STAGES) + ")")
@@ -816,18 +840,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         q.add_argument("--folder", default=str(ROOT / FOLDER),
                        help="the window's folder (default: %(default)s)")
     args = ap.parse_args(argv)
-    if args.mode != "prepare" and not 1 <= args.minutes <= 600:
-        ap.error(f"--minutes {args.minutes:g}: expected 1 to 600")
+    if args.mode != "prepare":
+        check_seconds(args.minutes, "--minutes", 1.0, 600.0, low_open=False)
+        args.out = output_folder(args.out)
+    if args.mode == "run":
+        check_seconds(args.then, "--then", 0.0, 600.0, low_open=False)
+        check_device(args.device)
+        if args.check_budget is not None:
+            check_seconds(args.check_budget, "--check-budget", 0.0,
+                          min(MAX_BUDGET, args.minutes * 60 - MARGIN_S))
+        for stage in args.check_stage:
+            if stage not in STAGE_NAMES:
+                ap.error(f"--check-stage {stage[:40]!r}: expected one of "
+                         f"{', '.join(STAGE_NAMES)}")
+    if args.mode == "prepare" and args.data_dir is not None:
+        args.data_dir = str(caller_path(args.data_dir, "--data-dir"))
+    args.folder = output_folder(args.folder, "--folder")
+    if args.plan is not None:
+        args.plan = str(caller_path(args.plan, "--plan"))
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
+    """``prepare``, ``run`` or ``watch``, with the command line's contract: a refusal is one
+    paragraph and exit 2 (:func:`lstmablate.errors.exit_status`)."""
+    def body() -> int:
+        args = parse_args(argv)
         return {"prepare": prepare, "run": run_window, "watch": watch_window}[args.mode](args)
-    except WindowError as err:
-        print(f"gpu-window: {err}", file=sys.stderr)
-        return 1
+
+    return exit_status("gpu-window", body)
 
 
 if __name__ == "__main__":

@@ -161,8 +161,9 @@ def draw_weight_norms(norms: WeightNorms, tokens: list[str], title: str | None =
 
 def visualize(encoder, embeddings: Tensor, tokens: list[str], out: str | Path,
               layer: int = 0, csv_path: str | Path | None = None,
-              title: str | None = None) -> dict:
-    """Appendix A for one sentence: the PNG at ``out`` and the CSV beside it.
+              title: str | None = None, csv: bool = True) -> dict:
+    """Appendix A for one sentence: the PNG at ``out`` and the CSV beside it (none where
+    ``csv`` is false: ``csv`` None in what is returned).
 
     ``layer`` indexes the encoder's layers (negative counts from the top; the
     default 0 is the layer that reads the embeddings, whose content layer is a
@@ -183,5 +184,7 @@ def visualize(encoder, embeddings: Tensor, tokens: list[str], out: str | Path,
     if T == 0 or not math.isfinite(float(np.sum(norms.combined))):
         raise ValueError("nothing to draw: empty sentence or non-finite weights")
     plot_weight_norms(norms, tokens, out, title)
+    if not csv:
+        return {"png": out, "csv": None, "norms": norms}
     write_csv(norms, tokens, csv_path)
     return {"png": out, "csv": csv_path, "norms": norms}

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lstmablate.errors import DataError, UnknownNameError, UserError
-from lstmablate.io import atomic_write, atomic_write_text, path_exists
+from lstmablate.io import atomic_write, atomic_write_text, is_stream, path_exists
 from lstmablate.run.record import LINE_KEYS, Run, find_runs
 from lstmablate.run.runs import RunFiles
 from lstmablate.runfolder import check_output
@@ -262,16 +262,23 @@ def plot_runs(paths: list[Path], out: Path, metrics: list[str] | None = None, x:
               log_y: bool = False, force: bool = True) -> dict[str, Any]:
     """Learning curves of the runs under ``paths``: ``out`` (.png or .pdf) and its PNG, PDF and
     CSV siblings (without ``force``, existing ones are refused before anything is read).
+    ``out`` a device or a pipe (:func:`lstmablate.io.output_kind`) receives one figure alone,
+    a PDF if its name ends in .pdf, else a PNG (the other paths returned are None).
     Returns {"png", "pdf", "csv": paths, "figure": the Figure, "panels", "skipped": why
     each damaged run folder was left out}."""
     out = Path(out)
-    if out.suffix.lower() not in (".png", ".pdf"):
+    streamed = is_stream(out)
+    if out.suffix.lower() not in (".png", ".pdf") and not streamed:
         raise UserError(f"--out {out}: give a file name ending in .png or .pdf (both are "
                         "written, and the CSV of the curves beside them).")
     if x not in X_AXES:
         raise UnknownNameError("x axis", x, X_AXES)
     png, pdf, csv_path = out.with_suffix(".png"), out.with_suffix(".pdf"), out.with_suffix(".csv")
-    check_output([png, pdf, csv_path], force=force)  # before anything is read or written
+    if streamed:  # (its companions would be files beside a device or a pipe)
+        as_pdf = out.suffix.lower() == ".pdf"
+        png, pdf, csv_path = (None, out, None) if as_pdf else (out, None, None)
+    check_output([p for p in (png, pdf, csv_path) if p is not None], force=force)  # before
+    # anything is read or written
     skipped: list[str] = []
     runs = find_plotted(paths, skipped)
     metrics = list(dict.fromkeys(metrics or default_metrics(runs)))
@@ -283,8 +290,11 @@ def plot_runs(paths: list[Path], out: Path, metrics: list[str] | None = None, x:
     panels = [(m, group_curves(runs, m, x)) for m in metrics]
     fig = draw([(metric_label(runs, m), groups) for m, groups in panels], x, log_y=log_y,
                title=figure_title(runs))
-    atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=150))
-    atomic_write(pdf, lambda f: fig.savefig(f, format="pdf"))
-    atomic_write_text(csv_path, curves_csv(panels, x))
+    if png is not None:
+        atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=150))
+    if pdf is not None:
+        atomic_write(pdf, lambda f: fig.savefig(f, format="pdf"))
+    if csv_path is not None:
+        atomic_write_text(csv_path, curves_csv(panels, x))
     return {"png": png, "pdf": pdf, "csv": csv_path, "figure": fig, "panels": panels,
             "skipped": skipped}

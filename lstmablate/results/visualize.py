@@ -8,6 +8,7 @@ import torch
 
 from lstmablate.config import MAX_LAYERS
 from lstmablate.errors import UserError
+from lstmablate.io import is_stream
 from lstmablate.limits import check_int
 from lstmablate.run.runner import checkpoint_file, load_run_model, resource_guard
 from lstmablate.run.runs import RunFiles
@@ -43,18 +44,21 @@ def check_options(run_dir: Path, text: str, layer: int, checkpoint: str | None) 
 
 def visualize_run(run_dir: Path, text: str, *, layer: int = 0, out: Path = Path("weights.png"),
                   checkpoint: str | None = None, data_dir: str | None = None,
-                  force: bool = True) -> tuple[Path, Path]:
+                  force: bool = True) -> tuple[Path, Path | None]:
     """Heatmap of ||w_j^t|| (PNG) and its values (CSV beside it) for ``text``; ``layer`` is
     0-based (the command line's ``--layer`` counts from 1).  The options and the outputs are
     checked before the model is loaded; without ``force``, existing outputs are refused.
-    Running out of memory is the one-paragraph error ``eval`` gives."""
+    ``out`` a device or a pipe (:func:`lstmablate.io.output_kind`) receives the PNG alone
+    (the CSV path returned is None).  Running out of memory is the one-paragraph error
+    ``eval`` gives."""
     check_options(run_dir, text, layer, checkpoint)
     out = Path(out)
-    csv_path = out.with_suffix(".csv")
-    if out.suffix.lower() != ".png":
+    streamed = is_stream(out)
+    csv_path = None if streamed else out.with_suffix(".csv")
+    if out.suffix.lower() != ".png" and not streamed:
         raise UserError(f"--out {out}: give a file name ending in .png (the CSV of the values is "
                         "written beside it, with .csv). Nothing was written.")
-    check_output([out, csv_path], force=force)
+    check_output([out] + ([csv_path] if csv_path else []), force=force)
     with resource_guard(f"drawing {run_dir}"):
         cfg, task, model = load_run_model(run_dir, checkpoint, data_dir)
         try:
@@ -66,5 +70,6 @@ def visualize_run(run_dir: Path, text: str, *, layer: int = 0, out: Path = Path(
             raise UserError(f"--layer must be in 1..{encoder.num_layers} for this run (1 = the "
                             f"layer that reads the embeddings), got {layer + 1}")
         with torch.no_grad():
-            visualize(encoder, emb.detach(), tokens, out, layer=layer, csv_path=csv_path)
+            visualize(encoder, emb.detach(), tokens, out, layer=layer, csv_path=csv_path,
+                      csv=csv_path is not None)
     return out, csv_path

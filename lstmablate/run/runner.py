@@ -41,8 +41,8 @@ from .runs import (RunFiles, RunResult, check_out_dir, clear_run_dir, read_artef
 from lstmablate.task import Task, get_task
 from lstmablate.train import Trainer
 from lstmablate.train import distributed
-from lstmablate.io import environment
-from lstmablate.runfolder import check_output
+from lstmablate.io import atomic_write, environment, is_stream
+from lstmablate.runfolder import check_output, entry_problem
 from lstmablate.limits import (check_float, check_threads,  # noqa: F401 - (re-exported: sweep, cli)
                                max_threads)
 from lstmablate.train.checkpoint import check_model_state, load_checkpoint
@@ -414,6 +414,10 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
     task.setup(splits)
     model = build_model(task, cfg)
     load_model_state(model, ckpt.get("model"), ckpt_path, hint=files.checkpoint_hint(ckpt_path))
+    if ckpt_path.exists() and not ckpt_path.is_file() and not ckpt_path.is_dir():
+        # (a FIFO would be waited on forever, a device read forever: refused as `train
+        # --resume` refuses it; a directory is load_checkpoint's own message)
+        raise CheckpointError(f"{entry_problem(ckpt_path)}. Nothing was read.")
     model.to(pick_device(device)).eval()
     return cfg, task, model
 
@@ -449,7 +453,7 @@ def evaluate_run_task(run_path: Path, split: str = "test", checkpoint: str | Non
         amp = evaluation_precision(cfg, model)
         with amp.products(), torch.no_grad(), amp.autocast():
             if write_predictions is not None:
-                metrics = task.write_predictions(model, name, Path(write_predictions))
+                metrics = _write_predictions(task, model, name, Path(write_predictions))
             else:
                 metrics = task.evaluate(model, name, final=True)
     return task, {k: float(v) for k, v in metrics.items()}
@@ -468,6 +472,29 @@ def evaluation_precision(cfg: RunConfig, model: torch.nn.Module) -> Precision:
 
 
 @dataclass
+def _write_predictions(task: Task, model: torch.nn.Module, split: str, path: Path
+                       ) -> dict[str, Any]:
+    """The task's predictions written to ``path`` and the metrics computed from that file;
+    ``path`` a device or a pipe (``--write-predictions /dev/null``, ``>(gzip > p.gz)``): the
+    file is made and scored in a temporary folder, then copied into it (the companions some
+    tasks write beside it, such as NMT's ``.bleu``, stay in that folder and are not kept)."""
+    if not is_stream(path):
+        return task.write_predictions(model, split, path)
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="lstmablate-predictions-") as folder:
+        made = Path(folder) / "predictions"
+        metrics = task.write_predictions(model, split, made)
+
+        def copy(f: Any) -> None:
+            with open(made, "rb") as src:
+                shutil.copyfileobj(src, f, 1 << 20)
+
+        atomic_write(path, copy)
+    return metrics
+
+
 class ScoredRun:
     """What ``lstmablate eval RUN --scores`` did: the file, the metrics of the evaluation,
     the same metrics recomputed from the file, and the run's result.json numbers."""

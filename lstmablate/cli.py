@@ -781,6 +781,7 @@ def bench(
                         "--no-models leaves out; give one or the other.")
     note = (lambda msg: err.print(escape(msg), soft_wrap=True)) if not as_json else None
     if out_file is not None:
+        from .io import is_stream
         from .runfolder import check_output
 
         companions = [] if is_stream(out_file) else [out_file.with_suffix(".md")]
@@ -835,7 +836,6 @@ def _add_plugin_commands() -> None:
     ``lstmablate.commands`` group names a ``register(data_app)`` function."""
     import warnings
     from importlib.metadata import entry_points
-        from .io import is_stream
 
     for ep in entry_points(group="lstmablate.commands"):
         try:

@@ -29,20 +29,48 @@ Weighted-sum view: keep f_t, write 1 - f_t, content W x_t.
 
 Parameter layout: ``weight_ih`` ((3 or 4)·H, I) = [W; W_f; W_r (; W_s)], ``bias`` (2H) =
 [b_f; b_r], ``weight_c`` (2H) = [v_f; v_r] in the 2018 form.  Initialisation:
-uniform(±1/sqrt(H)), or ±init_scale (the paper's initialisation is not reproduced).
+uniform(±1/sqrt(H)), or ±init_scale, as every cell's.
+
+**The authors' initialisation** (2018 form only; ``init: "authors"``): what ``SRUCell.
+reset_parameters`` of the authors' package does (``sru`` 2.6.0, ``sru/modules.py``; its layer
+without layer norm, projection or its own dropout):
+
+    every weight of W, W_f, W_r (, W_s)  ~ uniform(±sqrt(3 / I))   (mean 0, variance 1/I)
+    W_f, W_r                             *= sqrt(0.5)
+    v_f, v_r                             ~ uniform(±sqrt(3)) * sqrt(0.5)   (variance 1/2)
+    b_f = 0,  b_r = highway_bias (default 0)
+
+drawn in the package's order and layout (one (I, k·H) matrix whose column j·k + m is matrix m
+of unit j, then v), so that the same seed gives the package's numbers.  With it comes the
+highway rescaling (``rescale``, the package layer's default: on): eq 4's skip term is
+multiplied by the constant s = sqrt(1 + 2 exp(highway_bias)) (sqrt(3) by default),
+
+    h_t = r_t ∘ c_t + (1 - r_t) ∘ (s x_t),
+
+and where the sizes differ the projection W_s is drawn s times larger instead (the package
+scales nothing at run time then).  ``rescale: false`` is the package's stacked ``SRU``
+default.  The option replaces a task's uniform(±init_scale) for this cell (the PTB and NMT
+models call the cell's own ``reset_parameters``, which draws the authors' rule again).  Not
+reproduced: the package's scaling of W by sqrt(1 - dropout) when its own dropout (inside eq
+4) is on; the encoder's dropout acts between layers instead.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
-from lstmablate.errors import check_choice
+from lstmablate.errors import ConfigError, check_choice
 
 from ._elementwise import SCAN_KERNELS, SCAN_MATH, ElementwiseCell
 from ._memory import ACTIVATIONS, activate
 from .base import FastKernels, State
 from .registry import register_cell
+
+#: the initialisations of the 2018 SRU: every cell's uniform, or the authors' package's
+INITS = ("uniform", "authors")
 
 
 @register_cell("sru-2017", family="sru", equations="Lei & Zhang 2017 (arXiv:1709.02755v1)",
@@ -56,6 +84,8 @@ class SRUCell(ElementwiseCell):
 
     option_choices = {"activation": ACTIVATIONS}
     keep_bias = (0, 1)  # b_f
+    #: the highway's skip term is s x_t (the 2018 form's ``rescale``; 1: none)
+    skip_scale = 1.0
 
     def __init__(self, input_size: int, hidden_size: int, state_in_gates: bool = True,
                  activation: str | None = None, forget_bias: float | None = None,
@@ -86,7 +116,10 @@ class SRUCell(ElementwiseCell):
         H = self.hidden_size
         xp = x @ self.weight_ih.t()
         parts = [xp[..., :H], xp[..., H:3 * H] + self.bias]
-        parts.append(xp[..., 3 * H:] if self.project_skip else x)
+        if self.project_skip:
+            parts.append(xp[..., 3 * H:])  # W_s x_t (drawn s times larger under rescale)
+        else:
+            parts.append(x * self.skip_scale if self.skip_scale != 1.0 else x)  # (s) x_t
         return torch.cat(parts, dim=-1)
 
     def scan_terms(self, xp: Tensor, state: State) -> dict[str, Tensor]:
@@ -116,6 +149,64 @@ class SRU2018Cell(SRUCell):
 
     fast_kernels = FastKernels("lstmablate.cells.kernels.sru.family",
                                math=(*SCAN_MATH, "memory_inputs"))
+
+    option_choices = {"activation": ACTIVATIONS, "init": INITS}
+
+    def __init__(self, input_size: int, hidden_size: int, state_in_gates: bool = True,
+                 activation: str | None = None, forget_bias: float | None = None,
+                 init_scale: float | None = None, init: str = "uniform",
+                 rescale: bool | None = None, highway_bias: float | None = None):
+        check_choice("sru: init", init, INITS)
+        if init != "authors":
+            given = [k for k, v in (("rescale", rescale), ("highway_bias", highway_bias))
+                     if v is not None]
+            if given:
+                raise ConfigError(f"sru: {', '.join(given)} belong(s) to the authors' "
+                                  "initialisation; add init: authors")
+        elif init_scale is not None:
+            raise ConfigError("sru: init: authors draws the authors' scales; drop init_scale")
+        # set before the base class draws the parameters (it calls reset_parameters)
+        self.init = init
+        self.highway_bias = 0.0 if highway_bias is None else float(highway_bias)
+        self.rescale = init == "authors" and rescale is not False
+        super().__init__(input_size, hidden_size, state_in_gates, activation, forget_bias,
+                         init_scale)
+        if self.rescale and not self.project_skip:
+            self.skip_scale = self.highway_scale
+
+    @property
+    def highway_scale(self) -> float:
+        """The package's s = sqrt(1 + 2 exp(b_r0)), b_r0 the reset gate's initial bias."""
+        return math.sqrt(1 + 2 * math.exp(self.highway_bias))
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (f", init={self.init}, rescale={self.rescale}"
+                                       if self.init != "uniform" else "")
+
+    def reset_parameters(self, init_scale: float | None = None) -> None:
+        """uniform(±1/sqrt(H)) (or ±init_scale), or with ``init: authors`` the authors'
+        rule (module docstring), whatever ``init_scale`` a task passes; then b_f =
+        ``forget_bias`` if set."""
+        if self.init != "authors":
+            super().reset_parameters(init_scale)
+            return
+        H, I = self.hidden_size, self.input_size
+        k = 4 if self.project_skip else 3
+        w = self.weight_ih
+        with torch.no_grad():
+            # the package's weight: (I, H·k), column j·k + m = matrix m of unit j; E 0, Var 1/I
+            drawn = torch.empty(I, H * k, dtype=w.dtype, device=w.device)
+            drawn.uniform_(-math.sqrt(3.0 / I), math.sqrt(3.0 / I))
+            drawn = drawn.view(I, H, k)
+            drawn[:, :, 1:3] *= math.sqrt(0.5)  # the gates' weights W_f, W_r
+            if self.rescale and self.project_skip:
+                drawn[:, :, 3] *= self.highway_scale  # W_s, the highway's projection
+            w.copy_(drawn.permute(2, 1, 0).reshape(k * H, I))  # -> [W; W_f; W_r (; W_s)]
+            self.weight_c.uniform_(-math.sqrt(3.0), math.sqrt(3.0)).mul_(math.sqrt(0.5))
+            self.bias[:H].zero_()  # b_f
+            self.bias[H:].fill_(self.highway_bias)  # b_r
+            if self.forget_bias is not None:
+                self.bias[:H].fill_(self.forget_bias)
 
     def memory_inputs(self, xp: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """What eqs 1-2 take from the projected inputs ``xp`` (T, B, *) and the parameters:

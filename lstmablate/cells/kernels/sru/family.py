@@ -61,7 +61,7 @@ class SRUKernels(KernelFamily):
     autocast_inside = True
     #: the 2018 SRU with each readout (every case is built at 3 x 4 too: with a skip
     #: projection, the input size unlike the hidden size)
-    cases = (("sru", {}), ("sru", {"activation": "tanh"}))
+    cases = (("sru", {}), ("sru", {"activation": "tanh"}), ("sru", {"init": "authors"}))
 
     def choose(self, v, call: Call) -> KernelPath:
         if not v.state_in_gates:

@@ -20,10 +20,10 @@ I, H, T = 3, 4, 6
 LENGTHS = [6, 2, 4]
 
 
-def _lstm_rows(Hs: int) -> torch.Tensor:
-    """Row order i, f, g, o (torch) -> i, f, o, g (ours)."""
-    return torch.cat([torch.arange(0, 2 * Hs), torch.arange(3 * Hs, 4 * Hs),
-                      torch.arange(2 * Hs, 3 * Hs)])
+def _lstm_rows(Hs: int, blocks=("i", "f", "g", "o")) -> torch.Tensor:
+    """Row order i, f, g, o (torch) -> the cell's ``blocks`` (``lstm`` lives in cuDNN's
+    layout, PyTorch's own order: the identity; the order before it was i, f, o, g)."""
+    return torch.cat([torch.arange(Hs) + "ifgo".index(b) * Hs for b in blocks])
 
 
 def _suffix(layer: int, d: int) -> str:
@@ -31,7 +31,7 @@ def _suffix(layer: int, d: int) -> str:
 
 
 def _copy_lstm(ref: nn.LSTM, enc) -> None:
-    rows = _lstm_rows(H)
+    rows = _lstm_rows(H, enc.layers[0][0].blocks)
     with torch.no_grad():
         for layer in range(ref.num_layers):
             for d, cell in enumerate(enc.layers[layer]):
@@ -89,7 +89,7 @@ def test_lstm_matches_torch_lstm(bidirectional, proj_size, lengths):
     torch.testing.assert_close(xo.grad, xr.grad, **TOL)
     for a, b in zip(so, sr):
         torch.testing.assert_close(a.grad, b.grad, **TOL)
-    rows = _lstm_rows(H)
+    rows = _lstm_rows(H, enc.layers[0][0].blocks)
     for layer in range(2):
         for d, cell in enumerate(enc.layers[layer]):
             sfx = _suffix(layer, d)

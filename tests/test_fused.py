@@ -253,10 +253,14 @@ def test_no_grad_and_empty_sequences(name):
     assert out0.shape == (0, 2, 4) and all(torch.all(s == 0) for s in st0)
 
 
-def test_gradients_reach_our_parameters_through_torch_lstm(monkeypatch):
-    """The delegated lstm: PyTorch's layout is an intermediate, our parameters get the grads."""
+@pytest.mark.parametrize("opts,relaid", [({}, False), ({"content_bias": False}, True)],
+                         ids=["cudnn-layout", "relaid"])
+def test_gradients_reach_our_parameters_through_torch_lstm(monkeypatch, opts, relaid):
+    """The delegated lstm: in cuDNN's layout the kernel reads our parameters themselves (no
+    intermediate); re-laid out (no content bias), PyTorch's layout is an intermediate; our
+    parameters get the grads either way."""
     monkeypatch.setenv("LSTMABLATE_TORCH_ON_CPU", "1")
-    enc = build_encoder("lstm", 3, 4, num_layers=1)
+    enc = build_encoder("lstm", 3, 4, num_layers=1, **opts)
     out, _ = enc(torch.randn(2, 5, 3))
     names, todo = set(), [out.grad_fn]
     while todo:
@@ -264,7 +268,7 @@ def test_gradients_reach_our_parameters_through_torch_lstm(monkeypatch):
         if fn is not None and type(fn).__name__ not in names:
             names.add(type(fn).__name__)
             todo.extend(f for f, _ in fn.next_functions)
-    assert "ToFusedBackward" in names  # our parameters -> PyTorch's layout
+    assert ("ToFusedBackward" in names) == relaid  # our parameters -> PyTorch's layout
     out.sum().backward()
     for n, p in enc.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, n

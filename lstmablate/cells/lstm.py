@@ -32,8 +32,18 @@ Parameter layout: the input-side weights of all blocks are one matrix
 ``weight_ih`` ((n_blocks*H) x I), blocks ordered gates first (i, f, o), content
 last (g); ``weight_hh`` holds only the blocks that read h_{t-1}, in the same
 order, so the per-step product is exactly the recurrent work the cell does.
-(``torch.nn.LSTM`` orders i, f, g, o and has two bias vectors; the test suite
-maps between the two.)
+
+**In cuDNN's layout** (``lstm`` and ``lstm-gates``, the cells that are exactly
+``torch.nn.LSTM`` / ``torch.nn.RNN``): the blocks are in PyTorch's order (i, f, g, o),
+and ``weight_ih``, ``weight_hh``, ``bias`` (and ``weight_hr``) are views of ONE flat
+buffer laid out as ``torch.nn.LSTM``'s (on CUDA by cuDNN itself,
+``torch._cudnn_rnn_flatten_weight``; elsewhere the same tensors end to end), beside a
+constant zero second bias (``bias_hh``, not a parameter: the cell has one bias vector).
+So PyTorch's fused kernel reads the parameters in place at every call, with no re-layout
+and no gather, and an optimiser's in-place step updates the flat buffer.  The parameter
+names, the checkpoint keys, the reference loop and the weighted-sum view are unchanged
+(they name blocks through ``blocks``); a checkpoint written before (module version 1:
+blocks i, f, o, g) is reordered as it loads (:meth:`LSTMFamilyCell.legacy_rows`).
 """
 
 from __future__ import annotations
@@ -121,10 +131,17 @@ class LSTMFamilyCell(Cell):
                 gates.append("f")
             if self.use_output_gate:
                 gates.append("o")
-        self.blocks = tuple(gates) + ("g",)
-        recurrent = [b for b in gates if gates_see_hidden]
-        if content == "srnn":
-            recurrent.append("g")
+        #: the order of the blocks before cuDNN's layout (what a version-1 checkpoint holds)
+        self.legacy_blocks = tuple(gates) + ("g",)
+        #: exactly torch.nn.LSTM (eqs 2-7, optionally projected) or torch.nn.RNN (eq 1): the
+        #: parameters live in cuDNN's layout (the module docstring)
+        self.cudnn_layout = (not memory_cell) or (
+            content == "srnn" and self.use_forget_gate and self.use_output_gate
+            and gates_see_hidden and content_bias)
+        self.blocks = (("i", "f", "g", "o") if memory_cell and self.cudnn_layout
+                       else self.legacy_blocks)
+        reads_h = set(gates if gates_see_hidden else ()) | ({"g"} if content == "srnn" else set())
+        recurrent = [b for b in self.blocks if b in reads_h]
         self.recurrent_blocks = tuple(recurrent)
         H = hidden_size
         self.weight_ih = nn.Parameter(torch.empty(len(self.blocks) * H, input_size))
@@ -133,9 +150,13 @@ class LSTMFamilyCell(Cell):
         n_bias = len(gates) + (1 if content_bias else 0)
         self.bias = nn.Parameter(torch.empty(n_bias * H)) if n_bias else None
         self.weight_hr = nn.Parameter(torch.empty(proj_size, H)) if proj_size else None
+        # the second bias of PyTorch's kernels: a constant zero (part of the flat buffer)
+        self.register_buffer("bias_hh", torch.zeros(n_bias * H) if self.cudnn_layout
+                             and self.bias is not None else None, persistent=False)
         # where each recurrent block sits among all blocks, for the per-step add
         self._rec_index = [self.blocks.index(b) for b in recurrent]
         self.reset_parameters(init_scale)
+        self.flatten_parameters()
 
     # -- description ----------------------------------------------------------
     @property
@@ -163,6 +184,100 @@ class LSTMFamilyCell(Cell):
             f = self.blocks.index("f") * self.hidden_size
             with torch.no_grad():
                 self.bias[f:f + self.hidden_size].fill_(self.forget_bias)
+
+    # -- cuDNN's layout ---------------------------------------------------------------
+    #: 2: the blocks of the cells in cuDNN's layout in PyTorch's order (i, f, g, o)
+    _version = 2
+
+    @property
+    def torch_weights(self) -> list[Tensor] | None:
+        """The weights as ``torch._VF.lstm`` / ``rnn_tanh`` read them (w_ih, w_hh, b_ih, b_hh,
+        w_hr as present): views of the flat buffer, no copy; None for a cell that is not in
+        cuDNN's layout (``common/delegate.py`` then hands its weights over re-laid out)."""
+        if not self.cudnn_layout:
+            return None
+        ws = [self.weight_ih, self.weight_hh]
+        if self.bias is not None:
+            ws += [self.bias, self.bias_hh]
+        if self.weight_hr is not None:
+            ws.append(self.weight_hr)
+        return ws
+
+    def flatten_parameters(self) -> None:
+        """Make the weights views of one flat buffer, as ``torch.nn.LSTM.flatten_parameters``
+        does: on CUDA in cuDNN's own layout, elsewhere the tensors end to end (in place: the
+        parameters stay the same objects, an optimiser holding them keeps working)."""
+        ws = self.torch_weights
+        if ws is None:
+            return
+        first = ws[0]
+        with torch.no_grad():
+            if (first.is_cuda and torch.backends.cudnn.is_acceptable(first)
+                    and all(w.dtype == first.dtype and w.device == first.device for w in ws)
+                    and torch._use_cudnn_rnn_flatten_weight()):
+                from torch.backends.cudnn import rnn
+
+                mode = rnn.get_cudnn_mode("LSTM" if self.memory_cell else "RNN_TANH")
+                with torch.cuda.device_of(first):
+                    torch._cudnn_rnn_flatten_weight(ws, len(ws), self.input_size, mode,
+                                                    self.hidden_size, self.proj_size, 1, False,
+                                                    False)
+                return
+            flat = torch.empty(sum(w.numel() for w in ws), dtype=first.dtype,
+                               device=first.device)
+            offset = 0
+            for w in ws:
+                n = w.numel()
+                flat[offset:offset + n].copy_(w.reshape(-1))
+                w.set_(flat.untyped_storage(), offset, w.shape, w.new_empty(w.shape).stride())
+                offset += n
+
+    def flat_buffer(self) -> Tensor | None:
+        """The whole flat buffer the weights are views of, as one 1-D tensor (None outside
+        cuDNN's layout); for tests and diagnostics."""
+        ws = self.torch_weights
+        if ws is None:
+            return None
+        w = ws[0]
+        n = w.untyped_storage().nbytes() // w.element_size()
+        return w.new_empty(0).set_(w.untyped_storage(), 0, (n,), (1,))
+
+    def _apply(self, fn, recurse=True):  # .to(), .double(), .cuda(): one buffer again
+        out = super()._apply(fn, recurse)
+        self.flatten_parameters()
+        return out
+
+    def legacy_rows(self, version: int | None) -> dict[str, Tensor]:
+        """For a state dict of module ``version`` (None: made in this process, current): the
+        parameters whose rows it holds in another order, each with the index that reorders
+        them (``rows[index]``) into this cell's; ``load_state_dict`` applies it, and a
+        resumed optimiser's per-parameter state gets the same
+        (``train/checkpoint.migrate_optimizer_rows``)."""
+        if version is None or version >= 2 or self.blocks == self.legacy_blocks:
+            return {}
+        H = self.hidden_size
+
+        def index(old: tuple[str, ...], new: tuple[str, ...]) -> Tensor:
+            return torch.cat([torch.arange(H) + old.index(b) * H for b in new])
+
+        rec_old = tuple(b for b in self.legacy_blocks if b in self.recurrent_blocks)
+        out = {"weight_ih": index(self.legacy_blocks, self.blocks),
+               "weight_hh": index(rec_old, self.recurrent_blocks)}
+        if self.bias is not None:
+            out["bias"] = index(self.legacy_blocks, self.blocks)
+        return out
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        rows = self.legacy_rows(local_metadata.get("version"))
+        if rows:  # a checkpoint of the order before cuDNN's layout: its rows reordered
+            state_dict = dict(state_dict)  # (the caller's dict and tensors are left as they are)
+            for name, index in rows.items():
+                t = state_dict.get(prefix + name)
+                if isinstance(t, Tensor) and t.shape[:1] == (index.numel(),):
+                    state_dict[prefix + name] = t.index_select(0, index.to(t.device))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
 
     def extra_repr(self) -> str:
         return (f"{self.input_size}, {self.hidden_size}, blocks={''.join(self.blocks)}, "

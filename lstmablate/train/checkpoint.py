@@ -245,6 +245,36 @@ def check_record(record: Any, cls: type, key: str, path: Path, hint: str = "") -
     return record
 
 
+def migrate_optimizer_rows(model: torch.nn.Module, model_state: Any,
+                           optimizer: torch.optim.Optimizer) -> int:
+    """After ``model.load_state_dict(model_state)`` and the optimiser's ``load_state_dict``:
+    where a module reordered the rows of a parameter as it loaded an older state (a module
+    with ``legacy_rows(version)``, e.g. the LSTM cells of ``lstmablate/cells/lstm.py``, whose
+    gate blocks moved to cuDNN's order), reorder the optimiser's state of that parameter (its
+    momentum, Adam's moments: every tensor with the parameter's rows) the same way, so a
+    resumed run continues exactly.  The module versions are read from the state dict's own
+    ``_metadata`` (what ``torch.save`` keeps); returns how many parameters were reordered."""
+    meta = getattr(model_state, "_metadata", None)
+    if meta is None:
+        return 0
+    moved = 0
+    for name, module in model.named_modules():
+        rows_of = getattr(module, "legacy_rows", None)
+        if not callable(rows_of):
+            continue
+        for pname, index in rows_of(meta.get(name, {}).get("version")).items():
+            param = getattr(module, pname, None)
+            state = optimizer.state.get(param) if param is not None else None
+            if not state:
+                continue
+            for key, value in state.items():
+                if (isinstance(value, torch.Tensor) and value.dim() == param.dim()
+                        and value.shape[:1] == param.shape[:1]):
+                    state[key] = value.index_select(0, index.to(value.device))
+            moved += 1
+    return moved
+
+
 def check_model_state(state: Any, model: torch.nn.Module, path: Path, hint: str = "") -> None:
     """``state`` (a checkpoint's ``model``) holds exactly the model's parameters and buffers,
     each a tensor of the model's shape, the parameters finite: what ``load_state_dict`` will

@@ -39,8 +39,8 @@ from lstmablate.task import Metric
 
 from lstmablate.io import RUN_AGAIN, atomic_write, write_failed
 from .checkpoint import (check_carry, check_model_state, check_optimizer_state, check_record,
-                         check_rng_state, load_checkpoint, part, rng_state, save_checkpoint,
-                         set_rng_state)
+                         check_rng_state, load_checkpoint, migrate_optimizer_rows, part,
+                         rng_state, save_checkpoint, set_rng_state)
 from .distributed import DistInfo, all_reduce_sum, barrier
 from .optim import Schedule, ScheduleState, build_optimizer, clip_scope_parameters
 from .position import Position
@@ -228,6 +228,9 @@ class Trainer:
             check_resume_checkpoint(ckpt, self.last_path, self.cfg, self.model)
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
+        # parameters whose rows a module reordered as it loaded (an older layout): their
+        # optimiser state likewise
+        migrate_optimizer_rows(self.model, ckpt["model"], self.optimizer)
         self.schedule.load_state_dict(ckpt["schedule"])
         self.pos = Position(**ckpt["position"])
         self.carry = ckpt.get("carry")

@@ -12,7 +12,13 @@
 * variable lengths become a packed sequence (a length of 0 cannot be packed: the dispatch
   sends such calls to our kernels).
 
-**Kept in PyTorch's layout** (:class:`FusedWeights`): the weights in PyTorch's layout are
+**The cells in cuDNN's layout** (``lstm``, ``lstm-gates``: ``LSTMFamilyCell.torch_weights``)
+hand their own parameters over: views of one flat buffer in PyTorch's gate order, read in
+place, with nothing made, gathered or mapped back per call (a stacked call passes every
+cell's buffer; cuDNN gathers them into its workspace itself).  The other cells it runs
+(``lstm`` without a content bias, the GRU) are
+
+**kept in PyTorch's layout** (:class:`FusedWeights`): the weights in PyTorch's layout are
 made once and kept, per cell (or per encoder for a stacked call), and remade only when a
 parameter changed (its version counter or storage: an optimizer step, a ``load_state_dict``).
 On CUDA they are one flat buffer in cuDNN's own layout (``torch._cudnn_rnn_flatten_weight``,
@@ -280,10 +286,18 @@ def _has_biases(kind: str, v) -> bool:
     return kind != "rnn" or v.bias is not None
 
 
+def _weights(kind: str, v, owner, input_size: int) -> list[Tensor]:
+    """The fused kernel's weights of one cell: its own parameters where they live in cuDNN's
+    layout (``torch_weights``: read in place, nothing made per call), else kept re-laid out
+    (:func:`fused_weights`)."""
+    ws = getattr(v, "torch_weights", None)
+    return list(ws) if ws is not None else fused_weights(kind, [v], owner, input_size)
+
+
 def torch_lstm(v, x: Tensor, state: State, lengths: Tensor | None) -> tuple[Tensor, State]:
     """Levy et al. eqs 2-7 (and a projection) as torch.nn.LSTM computes them."""
     h0, c0 = state
-    ws = fused_weights("lstm", [v], v.weight_ih, v.input_size)
+    ws = _weights("lstm", v, v.weight_ih, v.input_size)
     # (under autocast c_0 may come in float32: cuDNN takes h and c in one dtype)
     out, hn, cn = _run_vf("lstm", x, (h0.unsqueeze(0), c0.to(h0.dtype).unsqueeze(0)), ws, True,
                           lengths)
@@ -292,7 +306,7 @@ def torch_lstm(v, x: Tensor, state: State, lengths: Tensor | None) -> tuple[Tens
 
 def torch_rnn(v, x: Tensor, state: State, lengths: Tensor | None) -> tuple[Tensor, State]:
     """Levy et al. eq 1 (the S-RNN, ``lstm-gates``) as torch.nn.RNN(tanh) computes it."""
-    ws = fused_weights("rnn", [v], v.weight_ih, v.input_size)
+    ws = _weights("rnn", v, v.weight_ih, v.input_size)
     out, hn = _run_vf("rnn", x, state[0].unsqueeze(0), ws, _has_biases("rnn", v), lengths)
     return out, (hn[0],)
 
@@ -334,7 +348,11 @@ def stacked(family, kind: str, encoder, x: Tensor, lengths: Tensor | None,
     v0 = views[0]
     B = x.shape[1]
     n = len(views)
-    ws = fused_weights(kind, views, encoder, encoder.input_size, encoder.bidirectional)
+    own = [getattr(v, "torch_weights", None) for v in views]
+    if all(w is not None for w in own):  # the cells' own buffers (cuDNN gathers them itself)
+        ws = [w for cell_ws in own for w in cell_ws]
+    else:
+        ws = fused_weights(kind, views, encoder, encoder.input_size, encoder.bidirectional)
     if state is None:
         state = tuple(x.new_zeros(n, B, s) for s in v0.state_sizes)
     hx = state if kind == "lstm" else state[0]

@@ -56,7 +56,7 @@ class LSTMFamilyKernels(CudnnStack, KernelFamily):
     reads = ("input_size", "hidden_size", "output_size", "state_sizes", "blocks",
              "recurrent_blocks", "content", "memory_cell", "use_forget_gate", "use_output_gate",
              "gates_see_hidden", "proj_size", "weight_ih", "weight_hh", "bias", "weight_hr",
-             "parameters")
+             "torch_weights", "parameters")
     paths = (KernelPath.TORCH_LSTM, KernelPath.TORCH_RNN, KernelPath.TRITON_RECURRENT,
              KernelPath.TRITON_SCAN, KernelPath.RECURRENT, KernelPath.SCAN)
     native = NativeSource("lstm_family", "lstm_family.c")

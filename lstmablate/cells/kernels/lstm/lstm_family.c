@@ -10,7 +10,8 @@
        h_t  = tanh(W_hh h_{t-1} + W_hx x_t + b_h)    (1)    (- GATES: no memory cell)
    and, with a projection (Sak et al. 2014), h_t = W_hr (o_t * tanh(c_t)).
 
-   Blocks: the gates i, f, o (as present) then the content g; the blocks that read h_{t-1}
+   Blocks: the gates i, f, o (as present) then the content g, or PyTorch's order i, f, g, o
+   (the cells in cuDNN's layout: the content at block gi); the blocks that read h_{t-1}
    are the contiguous range [r0, r1) (lstm/recurrent.py, Layout).  A coupled input gate
    (knn-rnn, kernels/additive/): i_t = 1 - f_t, computed element-wise from f, which is block 0
    (blocks f, g); its backward adds -dc_t c~_t to f's: dz_f = dc_t (c_{t-1} - c~_t) f'.
@@ -31,7 +32,8 @@ typedef struct {
     int H;        /* hidden size */
     int P;        /* output size: proj_size or H */
     int nb;       /* number of blocks (gates + content) */
-    int nG;       /* number of gates; the content block is block nG */
+    int nG;       /* number of gates */
+    int gi;       /* the content's block: nG (gates first) or 2 (PyTorch's i, f, g, o) */
     int fi;       /* block index of f, -1 if none */
     int oi;       /* block index of o, -1 if none */
     int r0;       /* the blocks that read h_{t-1}: [r0, r1) */
@@ -43,13 +45,13 @@ typedef struct {
 } LAYOUT;
 
 /* The blocks of one row of nb*H values: i at 0, f at block fi, o at block oi, the content at
-   block nG; an absent gate (HAS_F / HAS_O false) points at block 0 and is never touched, nor
+   block gi; an absent gate (HAS_F / HAS_O false) points at block 0 and is never touched, nor
    is i's when it is coupled (COUPLED: block 0 is f's). */
 #define GATE_BLOCKS(T, base, pi, pf, po, pg)          \
     T* pi = (base);                                    \
     T* pf = (base) + (HAS_F ? fi : 0) * H;             \
     T* po = (base) + (HAS_O ? oi : 0) * H;             \
-    T* pg = (base) + nG * H
+    T* pg = (base) + gi * H
 
 /* The specialisations of a row's work: COUPLED (always with HAS_F), HAS_F, HAS_O, SRNN from the
    layout, constants at each call of impl, so each combination compiles to its own branch-free
@@ -75,7 +77,7 @@ typedef struct {
    cp = c_{t-1}, c = c_t, h = h_t (o_t tanh(c_t) before a projection). */
 static inline __attribute__((always_inline)) void SFX(fwd_row_impl)(
         const int COUPLED, const int HAS_F, const int HAS_O, const int SRNN, const int H, real_t* z,
-        const real_t* bias, int fi, int oi, int nG, const real_t* cp, real_t* c, real_t* h) {
+        const real_t* bias, int fi, int oi, int gi, const real_t* cp, real_t* c, real_t* h) {
     GATE_BLOCKS(real_t, z, zi, zf, zo, zg);
     GATE_BLOCKS(const real_t, bias, bi, bf, bo, bg);
     #pragma omp simd
@@ -100,15 +102,15 @@ static inline __attribute__((always_inline)) void SFX(fwd_row_impl)(
 
 static void SFX(fwd_row)(const LAYOUT* L, real_t* z, const real_t* bias, const real_t* cp, real_t* c,
                          real_t* h) {
-    const int H = L->H, fi = L->fi, oi = L->oi, nG = L->nG;
+    const int H = L->H, fi = L->fi, oi = L->oi, gi = L->gi;
     if (!L->memory) {  /* eq 1: h_t = tanh(W_hh h_{t-1} + W_hx x_t + b_h) */
-        real_t* zg = z + nG * H;
-        const real_t* bg = bias + nG * H;
+        real_t* zg = z + gi * H;
+        const real_t* bg = bias + gi * H;
         #pragma omp simd
         for (int j = 0; j < H; ++j) { real_t v = TANH(zg[j] + bg[j]); zg[j] = v; h[j] = v; }
         return;
     }
-    ROW_SPECIALISED(L, SFX(fwd_row_impl), H, z, bias, fi, oi, nG, cp, c, h)
+    ROW_SPECIALISED(L, SFX(fwd_row_impl), H, z, bias, fi, oi, gi, cp, c, h)
 }
 
 /* Forward over T steps of the packed layout off (la_real.h; B rows at most).  Z (N,nb*H): x W_ih^T
@@ -165,7 +167,7 @@ LA_EXPORT int SFX(lstm_fwd)(const LAYOUT* L, int T, int B, const int* off, real_
    fwd_row. */
 static inline __attribute__((always_inline)) void SFX(bwd_row_impl)(
         const int COUPLED, const int HAS_F, const int HAS_O, const int SRNN, const int H,
-        const real_t* a, int fi, int oi, int nG, const real_t* cp, const real_t* c,
+        const real_t* a, int fi, int oi, int gi, const real_t* cp, const real_t* c,
         const real_t* dhh, const real_t* dcin, real_t* dz, real_t* carry, const int first) {
     GATE_BLOCKS(const real_t, a, ai, af, ao, ag);
     GATE_BLOCKS(real_t, dz, di, df, dO, dg);
@@ -187,13 +189,13 @@ static inline __attribute__((always_inline)) void SFX(bwd_row_impl)(
 static void SFX(bwd_row)(const LAYOUT* L, const real_t* a, const real_t* cp, const real_t* c,
                          const real_t* h, const real_t* dhh, const real_t* dcin, real_t* dz,
                          real_t* carry, int first) {
-    const int H = L->H, fi = L->fi, oi = L->oi, nG = L->nG;
+    const int H = L->H, fi = L->fi, oi = L->oi, gi = L->gi;
     if (!L->memory) {  /* eq 1: dz = dh * (1 - h_t^2) */
         #pragma omp simd
         for (int j = 0; j < H; ++j) dz[j] = dhh[j] * (1 - h[j] * h[j]);
         return;
     }
-    ROW_SPECIALISED(L, SFX(bwd_row_impl), H, a, fi, oi, nG, cp, c, dhh, dcin, dz, carry, first)
+    ROW_SPECIALISED(L, SFX(bwd_row_impl), H, a, fi, oi, gi, cp, c, dhh, dcin, dz, carry, first)
 }
 
 /* Backward over T steps (reverse) of the packed layout off.  DH (N,P): gradient w.r.t. h_t from

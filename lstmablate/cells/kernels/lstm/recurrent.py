@@ -46,6 +46,29 @@ class Layout:
     #: the coupled input gate, i_t = 1 - f_t (``knn-rnn``, ``additive/family.py``): blocks
     #: (f, g), f at block 0, and i computed element-wise from f, which has no block of its own
     coupled: bool = False
+    #: the block index of the content g: nG (gates first, the default), or 2 in PyTorch's
+    #: order i, f, g, o (the cells in cuDNN's layout, ``lstm.py``)
+    gi: int = -1
+
+    def __post_init__(self) -> None:
+        if self.gi < 0:
+            object.__setattr__(self, "gi", self.nG)
+
+    @property
+    def gate_runs(self) -> tuple[tuple[int, int], ...]:
+        """The gate blocks as runs [a, b) of consecutive blocks (one run gates-first; i, f
+        and o around the content in PyTorch's order)."""
+        runs = [(0, self.gi), (self.gi + 1, self.nb)]
+        return tuple((a, b) for a, b in runs if b > a)
+
+    @property
+    def gates_read_h(self) -> bool:
+        """Does any gate read h_{t-1} (is a gate block among the recurrent ones)?"""
+        return any(a < self.r1 and self.r0 < b for a, b in self.gate_runs)
+
+    @property
+    def content_reads_h(self) -> bool:
+        return self.r0 <= self.gi < self.r1
 
 
 def layout(cell) -> Layout:
@@ -57,16 +80,17 @@ def layout(cell) -> Layout:
     assert rec == list(range(r0, r1)), "recurrent blocks must be contiguous"
     coupled = getattr(cell, "coupled", False)
     assert not coupled or b[0] == "f" and "i" not in b, "a coupled input gate has no block"
+    assert b[0] in ("i", "f", "g"), "the input gate (or the coupled f) is block 0"
     return Layout(H=cell.hidden_size, P=cell.output_size, nb=len(b), nG=len(b) - 1,
                    fi=b.index("f") if "f" in b else -1, oi=b.index("o") if "o" in b else -1,
                    r0=r0, r1=r1, srnn=cell.content == "srnn", memory=cell.memory_cell,
-                   coupled=coupled)
+                   coupled=coupled, gi=b.index("g"))
 
 
 def c_layout(lib: native.NativeLibrary, L: Layout):
     """The C ``LAYOUT`` of a layout (``lstm_family.c``)."""
-    return lib.layout(H=L.H, P=L.P, nb=L.nb, nG=L.nG, fi=L.fi, oi=L.oi, r0=L.r0, r1=L.r1,
-                      srnn=int(L.srnn), memory=int(L.memory), coupled=int(L.coupled),
+    return lib.layout(H=L.H, P=L.P, nb=L.nb, nG=L.nG, gi=L.gi, fi=L.fi, oi=L.oi, r0=L.r0,
+                      r1=L.r1, srnn=int(L.srnn), memory=int(L.memory), coupled=int(L.coupled),
                       par_min=native.PAR_MIN)
 
 
@@ -162,22 +186,23 @@ class RecurrentLSTM(torch.autograd.Function):
         hhs = S.per_step(HH) if proj else h_out  # o_t * tanh(c_t)
         w_hr_t = w_hr.t() if proj else None
         Z3 = Z.view(S.N, L.nb, H)
-        zi, zc = S.per_step(Z3[:, 0]), S.per_step(Z3[:, L.nG])
+        zi, zc = S.per_step(Z3[:, 0]), S.per_step(Z3[:, L.gi])
         zf = S.per_step(Z3[:, L.fi]) if L.fi >= 0 else None
         zo = S.per_step(Z3[:, L.oi]) if has_o else None
-        rec_gates = L.r0 < L.nG  # the gates read h: they are activated step by step
-        rec_content = L.r1 == L.nb
-        zg = S.per_step(Z[:, :L.nG * H]) if rec_gates else None
+        rec_gates = L.gates_read_h  # the gates read h: they are activated step by step
+        rec_content = L.content_reads_h
+        zgs = [S.per_step(Z[:, a * H:b * H]) for a, b in L.gate_runs] if rec_gates else []
         if not rec_gates:  # gates without h (- HIDDEN): eqs 3, 4, 6 for all steps at once
-            Z3[:, :L.nG].sigmoid_()
+            for a, b in L.gate_runs:
+                Z3[:, a:b].sigmoid_()
         if L.srnn and not rec_content:
-            Z3[:, L.nG].tanh_()  # eq 2 without h
+            Z3[:, L.gi].tanh_()  # eq 2 without h
         tanh_content = L.srnn and rec_content
         zr = S.per_step(Z[:, rs]) if L.r1 > L.r0 else None
         for t in range(S.T):
             if zr is not None:
                 zr[t].addmm_(h_prev(t), w_hh_t)  # + W_*h h'_{t-1} for the blocks that read it
-            if rec_gates:
+            for zg in zgs:
                 zg[t].sigmoid_()  # eqs 3, 4, 6
             if tanh_content:
                 zc[t].tanh_()  # eq 2
@@ -271,13 +296,12 @@ class RecurrentLSTM(torch.autograd.Function):
         TC = torch.tanh(C[B:])  # tanh(c_t), recomputed
         Cp = S.prev(C)
         A3 = A.view(S.N, nb, H)
-        G = A3[:, :L.nG]  # gate activations
-        g = A3[:, L.nG]
-        i = 1 - G[:, L.fi] if L.coupled else G[:, 0]  # the input gate (coupled: 1 - f_t)
+        g = A3[:, L.gi]  # the content's activation
+        i = 1 - A3[:, L.fi] if L.coupled else A3[:, 0]  # the input gate (coupled: 1 - f_t)
         # derivative factors of all steps at once:
         #   dz_k = dc * K_k (k = i, f, g),  dz_o = dhh * K_o,  dc = carry + dhh * Kc
         K = A.new_empty(S.N, nb, H)
-        sd = G * (1 - G)  # sigmoid' of every gate
+        sd = A3 * (1 - A3)  # sigmoid' of every gate (read at the gates' blocks only)
         if not L.coupled:
             torch.mul(sd[:, 0], g, out=K[:, 0])  # i: eqs 5, 3
         if L.fi >= 0:  # f: eqs 5, 4; coupled, i = 1 - f adds -dc c~ f'(z): (dF - dI) f(1 - f)
@@ -285,9 +309,9 @@ class RecurrentLSTM(torch.autograd.Function):
         if L.oi >= 0:
             torch.mul(sd[:, L.oi], TC, out=K[:, L.oi])  # o: eqs 7, 6
         if L.srnn:
-            torch.mul(1 - g * g, i, out=K[:, L.nG])  # c~: eqs 5, 2
+            torch.mul(1 - g * g, i, out=K[:, L.gi])  # c~: eqs 5, 2
         else:
-            K[:, L.nG] = i  # linear content (§3.1)
+            K[:, L.gi] = i  # linear content (§3.1)
         Kc = TC.mul_(TC).neg_().add_(1)  # eq 7: dh_t/dc_t = o_t tanh'(c_t)
         if L.oi >= 0:
             Kc.mul_(A3[:, L.oi])

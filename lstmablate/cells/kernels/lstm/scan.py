@@ -42,13 +42,14 @@ class ScanLSTM(torch.autograd.Function):
         X = S.pack(x)
         A = input_products(X, w_ih, bias)
         A3 = A.view(S.N, L.nb, L.H)
-        A3[:, :L.nG].sigmoid_()  # eqs 3, 4, 6 (from x alone)
+        for a, b in L.gate_runs:
+            A3[:, a:b].sigmoid_()  # eqs 3, 4, 6 (from x alone)
         if L.srnn:
-            A3[:, L.nG].tanh_()  # eq 2 (from x alone)
+            A3[:, L.gi].tanh_()  # eq 2 (from x alone)
         C = S.state_buffer(c0)
         c_in, c_out = S.states_in(C), S.states_out(C)
         i = 1 - A3[:, L.fi] if L.coupled else A3[:, 0]  # the input gate (coupled: 1 - f_t)
-        us = S.per_step(i * A3[:, L.nG])  # what is written at each step: i_t c~_t
+        us = S.per_step(i * A3[:, L.gi])  # what is written at each step: i_t c~_t
         fs = S.per_step(A3[:, L.fi]) if L.fi >= 0 else None
         for t in range(S.T):  # eq 5: c_t = f_t * c_{t-1} + u_t (no forget gate: c_{t-1} + u_t)
             if fs is not None:
@@ -98,18 +99,19 @@ class ScanLSTM(torch.autograd.Function):
             n0 = S.rows(0)
             torch.mul(dcs[0], fs[0], out=dc0[:n0]) if fs is not None else dc0[:n0].copy_(dcs[0])
         dc0 = S.initial_grad(dc0, dc0_direct)
-        i, g = (1 - A3[:, L.fi] if L.coupled else A3[:, 0]), A3[:, L.nG]
+        i, g = (1 - A3[:, L.fi] if L.coupled else A3[:, 0]), A3[:, L.gi]
         if L.coupled:  # i = 1 - f: d f = dF - dI
             torch.mul(DC, S.prev(C) - g, out=dZ[:, L.fi])
         else:
             if L.fi >= 0:
                 torch.mul(DC, S.prev(C), out=dZ[:, L.fi])  # d f
             torch.mul(DC, g, out=dZ[:, 0])  # d i
-        torch.mul(DC, i, out=dZ[:, L.nG])  # d g
-        G = A3[:, :L.nG]
-        dZ[:, :L.nG].mul_(G * (1 - G))  # sigmoid'
+        torch.mul(DC, i, out=dZ[:, L.gi])  # d g
+        for a, b in L.gate_runs:
+            G = A3[:, a:b]
+            dZ[:, a:b].mul_(G * (1 - G))  # sigmoid'
         if L.srnn:
-            dZ[:, L.nG].mul_(1 - g * g)
+            dZ[:, L.gi].mul_(1 - g * g)
         dx, dw_ih, db = input_side_grads(dZ.view(S.N, nb * H), X, w_ih, bias, need[1], need[4],
                                          need[5])
         if need[2] and dh0 is None:

@@ -50,8 +50,9 @@ from .scan import ScanLSTM
 @triton.jit
 def load_blocks(z, H, m, NG: tl.constexpr, FI: tl.constexpr, OI: tl.constexpr,
                 ACC: tl.constexpr):
-    """The i, f, o, g entries of one element (blocks: gates i, f, o as present, content
-    last at NG); absent gates come back as copies of i (never used)."""
+    """The i, f, o, g entries of one element (blocks: i at 0, f at FI and o at OI as
+    present, the content at NG: last, or 2 in PyTorch's order i, f, g, o); absent gates come
+    back as copies of i (never used)."""
     zi = tl.load(z, mask=m, other=0.0).to(ACC)
     zf = zi
     zo = zi
@@ -281,7 +282,8 @@ def lstm_scan_grad(A, C, DHH, DC, DZ, DC0, OFF, LEN, T, B, H, NB: tl.constexpr,
 # ---------------------------------------------------------------------------------------
 
 def layout_flags(L: Layout) -> dict:
-    return dict(NB=L.nb, NG=L.nG, FI=L.fi, OI=L.oi, MEMORY=L.memory, SRNN=L.srnn)
+    # NG: the content's block (``Layout.gi``)
+    return dict(NB=L.nb, NG=L.gi, FI=L.fi, OI=L.oi, MEMORY=L.memory, SRNN=L.srnn)
 
 
 class StepLoops(RecurrentLoops):
@@ -423,7 +425,7 @@ class TritonScanLSTM(GuardedFunction):
         C = S.state_buffer(c0, dtype=memory_dtype(x.dtype))  # float32 in low precision
         HH = x.new_empty(S.N, H)
         off, lens = S.device_steps()
-        launch(lstm_scan, B * H, Z, C, HH, off, lens, S.T, B, H, NB=L.nb, NG=L.nG, FI=L.fi,
+        launch(lstm_scan, B * H, Z, C, HH, off, lens, S.T, B, H, NB=L.nb, NG=L.gi, FI=L.fi,
                OI=L.oi, SRNN=L.srnn, ACC=acc(x.dtype))
         Hn = HH if w_hr is None else torch.mm(HH, w_hr.t())  # h_t = W_hr (o_t tanh(c_t))
         ctx.L, ctx.steps = L, S
@@ -454,7 +456,7 @@ class TritonScanLSTM(GuardedFunction):
         dc0 = C.new_empty(B, H)  # the carried dc: in the memory cell's dtype
         off, lens = S.device_steps()
         launch(lstm_scan_grad, B * H, A, C, DH, DC, dZ, dc0, off, lens, S.T, B, H, NB=L.nb,
-               NG=L.nG, FI=L.fi, OI=L.oi, SRNN=L.srnn, ACC=acc(X.dtype))
+               NG=L.gi, FI=L.fi, OI=L.oi, SRNN=L.srnn, ACC=acc(X.dtype))
         if need[2] and dh0 is None:
             dh0 = torch.zeros_like(dhn) if dhn is not None else X.new_zeros(B, L.P)
         dx, dw_ih, db = input_side_grads(dZ, X, w_ih, bias, need[1], need[4], need[5])

@@ -35,7 +35,8 @@ VARIANTS = [("qrnn", dict(gates=p, window=w)) for p in ("f", "fo", "ifo") for w 
     ("sru", {"activation": "tanh"}), ("knn-rnn", {}), ("knn-rnn", {"activation": "identity"}),
     ("knn-rnn", {"highway": True}),
     ("mingru", {}), ("mingru", {"positive_content": True}), ("minlstm", {}),
-    ("minlstm", {"positive_content": True})]
+    ("minlstm", {"positive_content": True}), ("sru", {"init": "authors"}),
+    ("mingru", {"mode": "log"}), ("minlstm", {"mode": "log"})]
 VARIANT_IDS = [n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in VARIANTS]
 SCAN = [(n, o) for n, o in VARIANTS if issubclass(get_cell(n).cls, ElementwiseCell)
         and get_cell(n).build(3, 4, **o).linear_scan]

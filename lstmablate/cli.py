@@ -126,7 +126,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 DATA_DIR_HELP = "Data directory (default: $LSTMABLATE_DATA, else ./data)."
 DEVICE_HELP = "cpu, cuda, cuda:N or auto (cuda when available)."
-THREADS_HELP = "torch CPU threads (default: torch's choice, usually the number of cores)."
+THREADS_HELP = ("torch CPU threads (default: the cores this process may use less the machine's "
+                "load, at least 1; OMP_NUM_THREADS if set).")
 PLAIN_HELP = "Tab-separated values, one row per line (the default when output is not a terminal)."
 
 
@@ -326,8 +327,10 @@ def report(
     fmt: str = typer.Option("markdown", "--format", "-f", metavar="FORMAT",
                             help="markdown, latex (booktabs), csv or json (csv/json: one row per run)."),
     out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE",
-                                            help="Also write the report to this file."),
+                                            help="Write the report to this file instead of "
+                                                 "printing it (--print: both)."),
     force: bool = typer.Option(False, "--force", help="Replace the --out FILE if it exists."),
+    show: bool = typer.Option(False, "--print", help="With --out: print the report too."),
     significance: bool = typer.Option(False, "--significance", help="Mark each cell better / "
                                       "worse / not distinguishable from the --against cell "
                                       "(docs/reporting.md)."),
@@ -368,8 +371,9 @@ def report(
         if not all(rows) or len(set(rows)) != len(rows):
             raise UserError(f"--cells {cells[:80]!r}: expected cell names separated by commas, "
                             "each once, e.g. --cells lstm,lstm-srnn.")
-    built = build_report(runs_dir, table=table, significance=options if significance else None,
-                         cells=rows)
+    with _working("testing each cell against " + against if significance else None):
+        built = build_report(runs_dir, table=table,
+                             significance=options if significance else None, cells=rows)
     text = render(built, fmt)
     for why in built.damaged:
         err.print(f"[yellow]warning:[/] skipped {escape(why)}", soft_wrap=True)
@@ -377,7 +381,24 @@ def report(
         from .io import atomic_write_text
 
         atomic_write_text(out_file, text)
-    sys.stdout.write(text)
+        err.print(f"wrote {escape(out_file)}", soft_wrap=True)
+    if out_file is None or show:
+        sys.stdout.write(text)
+
+
+def _working(what: str | None) -> Any:
+    """On a terminal (stderr), a line that says what is being done and for how long, gone
+    when it is done; elsewhere (a log, a pipe, ``what`` None) nothing."""
+    import contextlib
+
+    if what is None or not err.is_terminal:
+        return contextlib.nullcontext()
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    progress = Progress(SpinnerColumn(), TextColumn(escape(what)), TimeElapsedColumn(),
+                        console=err, transient=True)
+    progress.add_task(what, total=None)
+    return progress
 
 
 @app.command("list")
@@ -660,8 +681,9 @@ def sweep(
     set_: Optional[list[str]] = typer.Option(None, "--set", metavar="SECTION.KEY=VALUE",
                                              help="Override for every run (repeatable)."),
     threads: Optional[int] = typer.Option(None, "--threads", metavar="N",
-                                          help="torch CPU threads per run (default with --jobs: "
-                                               "the cores divided among the jobs)."),
+                                          help="torch CPU threads per run (default: the cores "
+                                               "less the machine's load, at least 1, chosen once "
+                                               "for every run and divided among the --jobs)."),
     device: str = typer.Option("cpu", "--device", metavar="DEVICE", help=DEVICE_HELP),
     jobs: int = typer.Option(1, "--jobs", "-j", metavar="N",
                              help="Runs at once (subprocesses, each logging beside its run)."),
@@ -747,14 +769,21 @@ def bench(
     shapes: Optional[list[str]] = typer.Option(None, "--shape", metavar="SHAPE",
                                                help="ptb-200, ptb-650, parser-400 or BxTxHxL\\[xbi] "
                                                     "(repeatable)."),
-    threads: int = typer.Option(2, "--threads", metavar="N", help="torch CPU threads."),
+    threads: Optional[int] = typer.Option(None, "--threads", metavar="N",
+                                          help=THREADS_HELP + " The CPU targets are stated for 2."),
     device: str = typer.Option("cpu", "--device", metavar="DEVICE", help=DEVICE_HELP),
     repeats: int = typer.Option(7, "--repeats", metavar="N",
                                 help="Timed repetitions per cell row (the median is reported)."),
     model_repeats: int = typer.Option(20, "--model-repeats", metavar="N",
                                       help="Timed repetitions per training-step row."),
-    quick: bool = typer.Option(False, "--quick", help="Fewer shapes and repeats."),
-    models: bool = typer.Option(True, "--models/--no-models", help="Also PTB training tokens/s."),
+    quick: bool = typer.Option(False, "--quick", help="Seconds, not minutes: the paper's five "
+                               "cells at ptb-200, 3 rounds, no training-step rows (--cell, "
+                               "--all-cells, --shape and --models add to it)."),
+    all_cells: bool = typer.Option(False, "--all-cells", help="Every registered cell (the default "
+                                   "without --quick)."),
+    models: Optional[bool] = typer.Option(None, "--models/--no-models",
+                                          help="Also PTB training tokens/s (default: yes; with "
+                                               "--quick only if --model-size is given)."),
     model_sizes: Optional[list[str]] = typer.Option(
         None, "--model-size", metavar="SIZE",
         help="PTB model sizes for --models: small (default), medium, large (repeatable)."),
@@ -776,30 +805,65 @@ def bench(
     """
     from . import bench as b
 
-    if model_sizes and not models:
+    if model_sizes and models is False:
         raise UserError("--model-size chooses the sizes of the model benchmark, which "
                         "--no-models leaves out; give one or the other.")
-    note = (lambda msg: err.print(escape(msg), soft_wrap=True)) if not as_json else None
+    if all_cells and cells:
+        raise UserError("--all-cells times every registered cell and --cell names some; give "
+                        "one or the other.")
+    models = models if models is not None else (not quick or bool(model_sizes))
+    if quick and not cells and not all_cells:
+        from .bench.gpu_check import paper_cells
+
+        cells = paper_cells()
+    if quick and not shapes:
+        shapes = ["ptb-200"]
+    chosen = choose_threads(threads)
+    if chosen.threads is not None:
+        threads = chosen.threads
+    else:  # the user's OMP_NUM_THREADS, as PyTorch read it
+        threads = torch.get_num_threads()
+    sizes = (model_sizes or ["small"]) if models else []
+    b.record.check_options(cells or None, shapes or None, threads=threads, device=device,
+                           repeats=repeats, quick=quick, model_sizes=sizes,
+                           model_repeats=model_repeats)  # before a warning or a file
+    lstmablate bench --quick
     if out_file is not None:
         from .io import is_stream
         from .runfolder import check_output
 
+    import torch
+
         companions = [] if is_stream(out_file) else [out_file.with_suffix(".md")]
+    from .bench.render import WIDTH, busy_note
+    from .threads import choose_threads, machine_load
         check_output([out_file, *companions], force=force)  # before any timing
     rows, fields = b.record.measure(cells or None, shapes or None, threads=threads, device=device,
                                     repeats=repeats, model_repeats=model_repeats, quick=quick,
-                                    model_sizes=(model_sizes or ["small"]) if models else [],
-                                    machine_rate=out_file is not None, progress=note)
+                                    model_sizes=sizes, machine_rate=out_file is not None,
+                                    progress=note)
     if out_file is not None:
         written = b.record.write(out_file, rows, **fields)
         err.print(f"wrote {escape(written[0])}" + (f" and {escape(written[1])}" if written[1] else
                   " (a device or a pipe: the Markdown beside it is not written)"), soft_wrap=True)
     if as_json:
         sys.stdout.write(b.to_json(rows) + "\n")
+    busy = busy_note(chosen.load if chosen.load is not None else machine_load(), chosen.cores)
+    if busy:
+        err.print(f"[yellow]warning:[/] {escape(busy)}", soft_wrap=True)
+    # progress on a terminal only (a log keeps the table alone)
+    note = (lambda msg: err.print(escape(msg), soft_wrap=True)) \
+        if err.is_terminal and not as_json else None
     else:
         from rich.console import Console
 
-        (out if out.is_terminal else Console(width=220)).print(b.render(rows))
+        if out.is_terminal:
+            Console(width=min(out.width, WIDTH), highlight=False).print(b.render(rows))
+        else:  # a log or a pipe: plain text, no line padded out to the width
+            text = Console(width=WIDTH, file=io.StringIO(), highlight=False, color_system=None)
+            text.print(b.render(rows))
+            sys.stdout.write("".join(line.rstrip() + "\n"
+                                     for line in text.file.getvalue().splitlines()))
 
 
 @app.command()
@@ -807,6 +871,8 @@ def visualize(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A trained run directory."),
     text: str = typer.Option(..., "--text", metavar="TEXT",
                              help="Input to visualise (the task's tokens, separated by spaces)."),
+        import io
+
     layer: int = typer.Option(1, "--layer", metavar="N",
                               help="Encoder layer, 1 = the one reading the embeddings."),
     out_file: Path = typer.Option(Path("weights.png"), "--out", metavar="FILE.png",
@@ -890,6 +956,9 @@ def main(argv: list[str] | None = None) -> None:
         # saves last.pt and exits cleanly)
         err.print("interrupted; no training step was lost (a run saves its progress once it has "
                   "started training, and `--resume` continues it).", soft_wrap=True)
+    from .threads import passive_waiting
+
+    passive_waiting()  # before PyTorch loads OpenMP: idle threads sleep (lstmablate/threads.py)
         sys.exit(130)
     except OSError as e:  # the file system refused: read-only, full, a file where a directory goes
         where = f" ({e.filename})" if e.filename else ""

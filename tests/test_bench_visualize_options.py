@@ -104,7 +104,7 @@ BENCH_REFUSED = [
     (["--repeats", "-1"], "--repeats must be an integer between 1 and 10,000, got -1"),
     (["--model-repeats", "0"], "--model-repeats must be an integer between 1 and 10,000"),
     (["--threads", "0"], "--threads must be between 1 and"),
-    (["--threads", "100000"], "leave it out for the benchmark's 2 threads"),
+    (["--threads", "100000"], "leave it out for the default (the cores less the machine's load"),
     (["--device", "cuda:x"], "--device must be cpu, cuda, cuda:N or auto, got 'cuda:x'"),
     (["--device", "gpu"], "--device must be cpu, cuda, cuda:N or auto"),
     (["--cell", "nosuch"], "--cell: unknown cell 'nosuch'. Valid choices:"),

@@ -34,7 +34,7 @@ def test_train_eval_report_list(tmp_path, tiny_recipe):
     metrics = json.loads(r.stdout)
     result = json.loads(RunFiles(run_dir).result.read_text())
     assert metrics["accuracy"] == pytest.approx(result["test"]["accuracy"], abs=1e-12)
-    r = run_cli("report", "runs", "--out", "table.md", cwd=tmp_path)
+    r = run_cli("report", "runs", "--out", "table.md", "--print", cwd=tmp_path)
     assert r.returncode == 0 and "| `lstm-srnn`" in r.stdout
     assert (tmp_path / "table.md").read_text() == r.stdout
     for what in ("cells", "tasks", "recipes"):

@@ -251,7 +251,7 @@ def test_unknown_format_is_named():
 
 def test_cli_formats_and_out_file(runs, tmp_path):
     r = run_cli("report", str(runs["out"]), "--format", "latex", "--out", str(tmp_path / "t.tex"),
-                cwd=tmp_path)
+                "--print", cwd=tmp_path)
     assert r.returncode == 0 and r.stdout == (tmp_path / "t.tex").read_text()
     assert r"\begin{tabular}" in r.stdout
     r = run_cli("report", str(runs["out"]), "-f", "csv", cwd=tmp_path)

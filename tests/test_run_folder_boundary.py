@@ -185,7 +185,7 @@ def test_report_replaces_a_users_file_only_with_force(site):
     expect_error(run_cli("report", "runs", "--out", "table.md", cwd=cwd),
                  "table.md already exists", "--force")
     assert (cwd / "table.md").read_text() == "my notes"
-    r = run_cli("report", "runs", "--out", "table.md", "--force", cwd=cwd)
+    r = run_cli("report", "runs", "--out", "table.md", "--force", "--print", cwd=cwd)
     assert r.returncode == 0, r.stderr
     assert (cwd / "table.md").read_text() == r.stdout
     expect_error(run_cli("report", "runs", "--out", "runs", cwd=cwd), "it is a directory")

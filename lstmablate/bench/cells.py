@@ -295,9 +295,7 @@ def _bench_shape(cells, shape: Shape, dev, threads, repeats, warmup, reference, 
             cands.append(_Candidate(name, _encoder_step(enc, x, lengths_dev, grad, reference=True),
                                     list(enc.parameters()) + [x], []))
             meta[cell]["ref"] = name
-    if progress:
-        progress(f"{shape.name}: timing {len(cands)} candidates x {repeats} rounds")
-    _time_rounds(cands, warmup, repeats, dev)
+    _time_rounds(cands, warmup, repeats, dev, progress=progress, what=shape.name)
     med = {c.name: statistics.median(c.times) for c in cands}
     mins = {c.name: min(c.times) for c in cands}
     nrep = {c.name: len(c.times) for c in cands}

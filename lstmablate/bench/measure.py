@@ -103,12 +103,23 @@ class _Candidate:
 
 
 def _time_rounds(cands: list[_Candidate], warmup: int, repeats: int, device: torch.device,
-                 budget_s: float | None = None) -> None:
-    """Warm every candidate up, then time them interleaved, round by round."""
+                 budget_s: float | None = None, progress: Callable[[str], None] | None = None,
+                 what: str = "") -> None:
+    """Warm every candidate up, then time them interleaved, round by round; ``progress``
+    hears, after the warm-up, how long the rounds will take (from the warm-up's last
+    steps)."""
+    one_round = 0.0  # the warm-up's last step of each candidate
     for c in cands:
         for _ in range(warmup):
+            t0 = time.perf_counter()
             c.step()
+            _sync(device)
+        if warmup:
+            one_round += time.perf_counter() - t0
     _sync(device)
+    if progress:
+        about = f", about {one_round * repeats:.0f} s" if warmup else ""
+        progress(f"{what}: timing {len(cands)} candidates x {repeats} rounds{about}")
     start = time.perf_counter()
     for r in range(repeats):
         for c in cands:

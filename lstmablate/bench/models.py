@@ -140,9 +140,7 @@ def bench_models(cells: list[str] | None = None, threads: int = 2, device: str =
             enc = getattr(model, "encoder", None)
             meta[cell] = ("PyTorch" if cell == BASELINE else
                           _path(enc, dev, torch.float32, False, batch) if enc is not None else "?")
-        if progress:
-            progress(f"ptb-{size} model: timing {len(cands)} candidates x {repeats} rounds")
-        _time_rounds(cands, warmup, repeats, dev)
+        _time_rounds(cands, warmup, repeats, dev, progress=progress, what=f"ptb-{size} model")
     base = statistics.median(cands[0].times)
     rows = []
     for c in cands:

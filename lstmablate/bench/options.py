@@ -32,8 +32,10 @@ def check_repeats(n: int, option: str) -> int:
 
 def check_bench_threads(threads: int) -> None:
     """``--threads`` of a benchmark: 1..limits.max_threads() (far more crashes OpenMP); left
-    out, a benchmark runs on 2 threads (its targets are stated for two)."""
-    check_threads(threads, default="the benchmark's 2 threads")
+    out, ``lstmablate bench`` runs on the threads every command takes by default
+    (:func:`lstmablate.threads.choose_threads`: the cores less the machine's load)."""
+    check_threads(threads, default="the default (the cores less the machine's load; the "
+                                   "targets are stated for 2 threads)")
 
 
 def check_device(device: str | torch.device) -> torch.device:

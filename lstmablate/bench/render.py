@@ -37,58 +37,84 @@ def _fmt(v: Any, spec: str = ".2f") -> str:
     return "" if v is None else format(v, spec)
 
 
+#: the widest a benchmark's table is drawn (a terminal of 100 columns, a log, a pull request)
+WIDTH = 100
+
+#: what the columns of a cell table mean, printed under it
+CELL_COLUMNS = (
+    "vs LSTM, vs RNN: tokens/s over those of torch.nn.LSTM / nn.RNN of the same size, timed in "
+    "the same process, round by round (real tokens: padding excluded). target: the ratio this "
+    "cell should reach against the baseline named (LSTM, RNN, ref = its own step-by-step "
+    "loop, or another cell timed beside it): the project's speed targets, on CPU stated for 2 "
+    "threads (docs/performance.md, 'Targets'); met: whether this run reached it. --json and "
+    "--out FILE.json keep every column: memory, GFLOP/s, the reference loop's time.")
+
+
+def busy_note(load: float | None, cores: int) -> str | None:
+    """A warning when the machine is busy -- its load (processes running or waiting for a
+    core) above the ``cores`` this process may use: other processes then take turns with the
+    timed loops, and the ratios can be far from a quiet machine's; None otherwise."""
+    if load is None or load <= cores:
+        return None
+    return (f"the machine is busy (load {load:.1f} on {cores} cores): other processes take "
+            "turns with the timed loops, so the times are longer and the ratios can be far "
+            "from a quiet machine's. Measure again "
+            "when the load is below the cores (`uptime`), or read the ratios as rough.")
+
+
 def render(rows: list[dict]):
-    """A ``rich.table.Table`` of :func:`bench_cells` and/or :func:`bench_models` rows."""
+    """A ``rich.table.Table`` of :func:`bench_cells` and/or :func:`bench_models` rows: one
+    table per shape, at most :data:`WIDTH` columns wide, the cell tables' columns explained
+    under them (:data:`CELL_COLUMNS`)."""
+    from rich import box
     from rich.table import Table
 
-    cell_rows = [r for r in rows if r.get("kind") == "cell"]
-    model_rows = [r for r in rows if r.get("kind") == "model"]
-    if cell_rows:
-        dev = cell_rows[0]["device"]
-        mem = "peak MB" if dev == "cuda" else "saved MB"
-        table = Table(title=f"forward+backward, {dev}, {cell_rows[0]['threads']} threads "
-                            "(median of the rounds; tokens/s: real tokens, padding excluded; "
-                            "ratio = tokens/s over the baseline's)")
-        for col, kw in (("shape", {}), ("cell", {}), ("kernel", {}), ("ms/iter", {"justify": "right"}),
-                        ("tokens/s", {"justify": "right"}), ("padding", {"justify": "right"}),
-                        ("vs nn.LSTM", {"justify": "right"}),
-                        ("vs nn.RNN", {"justify": "right"}), ("target", {"justify": "right"}),
-                        ("met", {"justify": "center"}), ("GFLOP/s", {"justify": "right"}),
-                        ("x ref", {"justify": "right"}), (mem, {"justify": "right"})):
-            table.add_column(col, **kw)
-        last = None
-        for r in cell_rows:
-            if last is not None and r["shape"] != last:
-                table.add_section()
-            last = r["shape"]
-            tgt = _target_text(r)
+    def table(title: str, caption: str | None = None) -> Table:
+        return Table(title=title, caption=caption, box=box.SIMPLE_HEAD, title_justify="left",
+                     caption_justify="left", pad_edge=False)
+
+    tables = []
+    cell_groups = _by_shape([r for r in rows if r.get("kind") == "cell"])
+    for i, group in enumerate(cell_groups):
+        r0 = group[0]
+        what = (f"{r0['batch']}x{r0['steps']} tokens, {r0['layers']}x{r0['hidden']}"
+                + (", bidirectional" if r0.get("bidirectional") else "")
+                + (f", {_padding(r0)} padding" if r0.get("padding") else ""))
+        threads = f"{r0['threads']} thread" + ("s" if r0["threads"] != 1 else "")
+        t = table(f"{r0['shape']} ({what}): forward+backward, {r0['device']}, {threads}, "
+                  "median of the rounds",
+                  CELL_COLUMNS if i == len(cell_groups) - 1 else None)
+        # a cell's name is never cut (the kernel's words wrap instead)
+        t.add_column("cell", no_wrap=True, min_width=max(len(r["cell"]) for r in group))
+        t.add_column("kernel")
+        for col in ("ms/iter", "tokens/s", "vs LSTM", "vs RNN", "target"):
+            t.add_column(col, justify="right", no_wrap=True)
+        t.add_column("met", justify="center", no_wrap=True)
+        for r in group:
             met = {True: "[green]yes[/]", False: "[red]NO[/]", None: ""}[r.get("target_met")]
-            table.add_row(r["shape"], r["cell"], r["kernel"], _fmt(r["ms"], ".1f"),
-                          _fmt(r["tokens_per_s"], ",.0f"), _padding(r), _fmt(r["ratio_lstm"]),
-                          _fmt(r["ratio_rnn"]), tgt, met, _fmt(r["gflops"], ".1f"),
-                          _fmt(r.get("speedup_vs_reference")), _fmt(r["memory_mb"], ".1f"))
-        if not model_rows:
-            return table
-    if model_rows:
-        tables = [] if not cell_rows else [table]
-        for group in _by_shape(model_rows):
-            m0 = group[0]
-            mt = Table(title=f"PTB-{m0['shape'].split('-')[1]} training step (vocab {m0['vocab']}, "
-                             f"{m0['layers']}x{m0['hidden']}, batch {m0['batch']}, "
-                             f"{m0['steps']} steps), {m0['device']}, {m0['threads']} threads")
-            for col in ("cell", "kernel", "ms/iter", "tokens/s", "vs nn.LSTM"):
-                mt.add_column(col, justify="left" if col in ("cell", "kernel") else "right")
-            for r in group:
-                mt.add_row(r["cell"], r["kernel"], _fmt(r["ms"], ".1f"),
-                           _fmt(r["tokens_per_s"], ",.0f"), _fmt(r["ratio_lstm"]))
-            tables.append(mt)
-        if len(tables) == 1:
-            return tables[0]
-        both = Table.grid(padding=(1, 0))
-        for t in tables:
-            both.add_row(t)
-        return both
-    return Table(title="no rows")
+            t.add_row(r["cell"], r["kernel"], _fmt(r["ms"], ".1f"), _fmt(r["tokens_per_s"], ",.0f"),
+                      _fmt(r["ratio_lstm"]), _fmt(r["ratio_rnn"]), _target_text(r), met)
+        tables.append(t)
+    for group in _by_shape([r for r in rows if r.get("kind") == "model"]):
+        m0 = group[0]
+        threads = f"{m0['threads']} thread" + ("s" if m0["threads"] != 1 else "")
+        mt = table(f"PTB-{m0['shape'].split('-')[1]} training step (vocab {m0['vocab']}, "
+                   f"{m0['layers']}x{m0['hidden']}, batch {m0['batch']}, {m0['steps']} steps), "
+                   f"{m0['device']}, {threads}")
+        for col in ("cell", "kernel", "ms/iter", "tokens/s", "vs LSTM"):
+            mt.add_column(col, justify="left" if col in ("cell", "kernel") else "right")
+        for r in group:
+            mt.add_row(r["cell"], r["kernel"], _fmt(r["ms"], ".1f"),
+                       _fmt(r["tokens_per_s"], ",.0f"), _fmt(r["ratio_lstm"]))
+        tables.append(mt)
+    if not tables:
+        return table("no rows")
+    if len(tables) == 1:
+        return tables[0]
+    both = Table.grid(padding=(1, 0))
+    for t in tables:
+        both.add_row(t)
+    return both
 
 
 def _padding(row: dict) -> str:

@@ -333,7 +333,8 @@ def sweep_status(plan: list[SweepItem]) -> list[RunStatus]:
                                  + ", ".join(it.conflict)))
             continue
         if files.is_finished():
-            out.append(RunStatus(it, "finished", job))
+            out.append(RunStatus(it, "finished", job, "evaluated with other eval options: "
+                                 + ", ".join(it.eval_differs) if it.eval_differs else ""))
             continue
         holder = lock_holder(it.run_dir)
         if in_queue in RUNNING or holder:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lstmablate.config import RunConfig, check_saved_identity, config_from_dict
+from lstmablate.config import RunConfig, check_saved_identity, config_from_dict, to_plain
 from lstmablate.errors import ConfigError, DataError, RunDirError, UnknownNameError, UserError
 from lstmablate.io import load_yaml, parse_json, read_json, read_lines
 from lstmablate.limits import is_number
@@ -253,8 +253,18 @@ class Run:
                             f"none). Write it from the run's checkpoint with `"
                             f"{scores_command(self.path, split)}`; nothing else in the run "
                             "changes.")
-        self._scores[path] = read_scores(path)
-        return self._scores[path]
+        scores = read_scores(path)
+        # the file is this run's: a copy of another run's (another cell or seed) or of another
+        # split would pair the wrong items and still give a verdict
+        mine = {"cell": self.cell, "seed": self.seed, "split": self.split_name(split)}
+        wrong = [f"{k} {scores.header[k]!r} (the run folder's: {v!r})" for k, v in mine.items()
+                 if scores.header[k] != v]
+        if wrong:
+            raise DataError(f"{path}, line 1: the header names {', '.join(wrong)}: the file is "
+                            "another run's or another split's, copied here. Write this run's "
+                            f"with `{scores_command(self.path, split)}`.")
+        self._scores[path] = scores
+        return scores
 
 
 def find_runs(paths: Iterable[str | Path]) -> tuple[list[Run], list[tuple[Path, str]]]:
@@ -348,6 +358,18 @@ def saved_config_differences(files: RunFiles, cfg: RunConfig) -> list[str] | Non
     except Exception:  # noqa: BLE001 - not comparable: report it as a difference
         old = {k: saved.get(k) for k in new} if isinstance(saved, dict) else saved
     return [] if old == new else config_differences(old if isinstance(old, dict) else {}, new)
+
+
+def saved_eval_differences(files: RunFiles, cfg: RunConfig) -> list[str]:
+    """How the ``eval`` section the run in ``files`` was evaluated with differs from ``cfg``'s:
+    not part of a run's identity (``lstmablate eval --set`` re-evaluates a checkpoint), but a
+    finished run's final numbers were made with it.  Read as :meth:`Run.open` reads it (keys
+    added since read as those runs behaved); empty when unreadable (the identity check says so)."""
+    try:
+        old = to_plain(Run.of_saved(files, load_yaml(files.config, DataError)).config.eval)
+    except Exception:  # noqa: BLE001 - damaged or foreign: saved_config_differences reports it
+        return []
+    return config_differences(old, to_plain(cfg.eval), "eval.")
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:

@@ -46,7 +46,8 @@ from lstmablate.runfolder import check_output, entry_problem
 from lstmablate.limits import (check_float, check_threads,  # noqa: F401 - (re-exported: sweep, cli)
                                max_threads)
 from lstmablate.train.checkpoint import check_model_state, load_checkpoint
-from lstmablate.train.precision import Precision, check_precision, in_effect
+from lstmablate.train.precision import Precision, check_precision, in_effect, path_note
+from lstmablate.threads import ThreadChoice, choose_threads
 from lstmablate.train.trainer import check_resume_checkpoint, data_generator
 
 
@@ -109,10 +110,16 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def set_threads(threads: int | None) -> None:
+def set_threads(threads: int | None) -> ThreadChoice:
+    """``threads`` for this process's PyTorch, or, left out, the default of
+    :func:`lstmablate.threads.choose_threads` (the cores this process may use less the
+    machine's load, at least one; ``OMP_NUM_THREADS`` if the user set it).  Returns the
+    choice, which says why (the run's start line shows it)."""
     check_threads(threads)
-    if threads:
-        torch.set_num_threads(threads)
+    choice = choose_threads(threads)
+    if choice.threads:
+        torch.set_num_threads(choice.threads)
+    return choice
 
 
 @contextlib.contextmanager
@@ -235,6 +242,9 @@ def train_run(
         require_tensorboard()
     dev = pick_device(device)
     check_precision(cfg.train.precision, dev)  # e.g. tf32 on a CPU: refused before any write
+    slow = path_note(cfg.train.precision, dev)  # bf16 / fp16 on a CPU: which path, and why
+    if slow:
+        console.print(f"[yellow]note:[/] {escape(slow)}", highlight=False, soft_wrap=True)
     with resource_guard(f"running {cfg.experiment}/{cfg.cell}/seed-{cfg.seed}"):
         return _start(cfg, dev, out, threads, resume, force, data_dir, console, progress,
                       deterministic, tensorboard, log_interval)
@@ -243,14 +253,15 @@ def train_run(
 def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, resume: bool,
            force: bool, data_dir: str | None, console: Console, progress: bool | None,
            deterministic: bool, tensorboard: bool, log_interval: float) -> TrainOutcome:
-    set_threads(threads)
+    chosen = set_threads(threads)
     note = set_deterministic(dev) if deterministic else None
     if note:
         console.print(note, highlight=False)
     dist = distributed.setup(dev)  # a no-op unless launched by torchrun
     try:
         outcome = _run_in_group(cfg, distributed.device_for(dev, dist), dist, out, resume, force,
-                                data_dir, console, progress, note, tensorboard, log_interval)
+                                data_dir, console, progress, note, tensorboard, log_interval,
+                                chosen)
     except BaseException:
         distributed.cleanup(dist, finished=False)
         raise
@@ -263,7 +274,7 @@ def _start(cfg: RunConfig, dev: torch.device, out: Path, threads: int | None, re
 def _run_in_group(cfg: RunConfig, dev: torch.device, dist: distributed.DistInfo, out: Path,
                   resume: bool, force: bool, data_dir: str | None, console: Console,
                   progress: bool | None, note: str | None, tensorboard: bool,
-                  log_interval: float) -> TrainOutcome:
+                  log_interval: float, threads: ThreadChoice | None = None) -> TrainOutcome:
     """The run of ``_start`` once this process has its place in the group (``note``: what
     ``--deterministic`` set, recorded in env.json)."""
     if not dist.is_main:
@@ -310,7 +321,7 @@ def _run_in_group(cfg: RunConfig, dev: torch.device, dist: distributed.DistInfo,
         distributed.barrier(dist)
         reset_kernel_record()
         return _train(cfg, task_obj, model, files, dev, dist, start, checkpoint, console, progress,
-                      tensorboard, log_interval)
+                      tensorboard, log_interval, threads)
     finally:
         if env is not None:  # however training ended: which path each cell took, what failed
             record_kernels(files, env)
@@ -330,11 +341,13 @@ def record_kernels(files: RunFiles, env: dict[str, Any]) -> None:
 def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFiles,
            dev: torch.device, dist: Any, start: RunStart, checkpoint: dict[str, Any] | None,
            console: Console, progress: bool | None, tensorboard: bool = False,
-           log_interval: float = 30.0) -> TrainOutcome:
+           log_interval: float = 30.0, threads: ThreadChoice | None = None) -> TrainOutcome:
     task_cls = type(task_obj)
     n_params = sum(p.numel() for p in model.parameters())
+    # the threads and, where the default chose them, why (the cores and the load)
+    why = f" ({threads.reason})" if threads is not None and threads.source == "default" else ""
     console.print(f"[bold]{escape(cfg.experiment)}[/] task={cfg.task} cell={cfg.cell} seed={cfg.seed} "
-                  f"params={n_params:,} device={dev} threads={torch.get_num_threads()} -> "
+                  f"params={n_params:,} device={dev} threads={torch.get_num_threads()}{why} -> "
                   f"{escape(files.root)}", soft_wrap=True)
     trainer = Trainer(cfg.train, task_obj, model, files, seed=cfg.seed, device=dev,
                       identity=cfg.checkpoint_key(), console=console, progress=progress, dist_info=dist,

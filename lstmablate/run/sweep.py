@@ -24,7 +24,7 @@ from lstmablate.console import escape
 from lstmablate.errors import ConfigError, RunDirError, UserError
 from lstmablate.limits import check_int, max_threads
 from .runlock import lock_holder
-from .record import saved_config_differences
+from .record import saved_config_differences, saved_eval_differences
 from .runs import RunFiles, check_out_dir, has_started
 
 
@@ -45,6 +45,9 @@ class SweepItem:
     data_dir: str | None
     #: how the run already in ``run_dir`` differs from this item's config (empty: no conflict)
     conflict: list[str] = field(default_factory=list)
+    #: a finished run's eval options that differ from this item's (not a conflict: the same
+    #: training, but its final numbers are not this recipe's)
+    eval_differs: list[str] = field(default_factory=list)
 
     @property
     def command(self) -> str:
@@ -128,10 +131,11 @@ def _plan(recipe: str, out: Path, *, overrides: list[str] | None, threads: int |
                 # (a folder whose start failed before training is simply started again)
                 diff = saved_config_differences(files, cfg) if has_started(files) else []
                 conflict = ["config.yaml is damaged"] if diff is None else diff
+                finished = files.is_finished() and not conflict
                 items.append(SweepItem(recipe, r["task"], experiment, str(cell), seed, Path(out),
-                                       files.root,
-                                       files.is_finished() and not conflict, files.config.exists(),
-                                       sets, threads, device, data_dir, conflict))
+                                       files.root, finished, files.config.exists(),
+                                       sets, threads, device, data_dir, conflict,
+                                       saved_eval_differences(files, cfg) if finished else []))
     return items
 
 
@@ -160,6 +164,21 @@ class SweepInterrupted(UserError):
     exit_code = 130
 
 
+def eval_differs_note(plan: list[SweepItem]) -> str:
+    """One paragraph on the finished runs evaluated with other eval options than the sweep's
+    (empty if none): kept as finished, but their final numbers are not this recipe's."""
+    odd = [it for it in plan if it.finished and it.eval_differs]
+    if not odd:
+        return ""
+    shown = "; ".join(f"{it.run_dir} ({', '.join(it.eval_differs)})" for it in odd[:5])
+    more = f"; and {len(odd) - 5} more" if len(odd) > 5 else ""
+    return (f"{len(odd)} finished run(s) were evaluated with other eval options than this "
+            f"sweep's (saved -> this sweep): {shown}{more}. They count as finished (the same "
+            "training), but their final numbers are not this recipe's: re-evaluate one from its "
+            "checkpoint with `lstmablate eval RUN --set eval.KEY=VALUE`, or remove its folder "
+            "and run the sweep again to train and evaluate it anew.")
+
+
 def run_status(item: SweepItem) -> str:
     """finished | interrupted | not started — read from the run directory, not an exit code."""
     files = RunFiles(item.run_dir)
@@ -174,13 +193,14 @@ def claim(item: SweepItem, console: Console, busy: list[str]) -> SweepItem | Non
     rather than fail on its lock); else the item, marked to resume if it was started since."""
     files = RunFiles(item.run_dir)
     if files.is_finished():
-        console.print(f"finished meanwhile (elsewhere): {escape(item.run_dir)}", highlight=False)
+        console.print(f"finished meanwhile (elsewhere): {escape(item.run_dir)}", highlight=False,
+                      soft_wrap=True)
         return None
     holder = lock_holder(item.run_dir)
     if holder:
         busy.append(f"{item.run_dir} ({holder})")
         console.print(f"[yellow]left alone[/] {escape(item.run_dir)}: being trained by {holder}",
-                      highlight=False)
+                      highlight=False, soft_wrap=True)
         return None
     return replace(item, started=files.config.exists())
 
@@ -189,7 +209,7 @@ def _report_busy(busy: list[str], console: Console) -> None:
     if busy:
         console.print(f"[yellow]{len(busy)} run(s) were being trained by other processes and were "
                       "left to them[/]: " + escape("; ".join(busy)) + ". Run the same sweep command again "
-                      "after they end to check that every run finished.", highlight=False)
+                      "after they end to check that every run finished.", highlight=False, soft_wrap=True)
 
 
 def check_jobs(jobs: int, option: str = "--jobs") -> int:
@@ -199,15 +219,62 @@ def check_jobs(jobs: int, option: str = "--jobs") -> int:
                      "(four per CPU core of this machine; 1 runs the runs one after another.)")
 
 
+def check_sweep_data(todo: list[SweepItem]) -> None:
+    """The data files every run of ``todo`` reads (its task's ``required_files`` for its
+    config) are in its data directory, found as ``train`` finds them; else the DataError of
+    the first missing one, before any run starts."""
+    from lstmablate.data import find_file
+    from lstmablate.errors import DataError
+    from lstmablate.task import get_task
+
+    from . import runner
+
+    seen: set[tuple] = set()
+    for it in todo:
+        key = (it.recipe, it.task, it.experiment, tuple(it.overrides), it.data_dir)
+        if key in seen:  # (the cells and seeds of one experiment read the same files)
+            continue
+        seen.add(key)
+        cfg = resolve_config(get_task(it.task), it.cell, recipe=it.recipe, overrides=it.overrides,
+                             seed=it.seed, experiment=it.experiment)
+        data_path = runner.resolve_data_dir(it.data_dir)
+        try:
+            for relpath in runner.make_task(cfg, data_path, None).required_files():
+                find_file(data_path, relpath)
+        except DataError as e:
+            raise DataError(f"the sweep's runs read data that is missing, so none was "
+                            f"started: {e}") from None
+
+
+def sweep_threads(todo: list[SweepItem], jobs: int = 1) -> tuple[list[SweepItem], str]:
+    """``todo`` with the threads of each run left out (no ``--threads``) chosen once, for
+    every run alike, by the rule of :func:`lstmablate.threads.choose_threads` (the cores less
+    the machine's load) divided among the ``jobs``; and what was chosen, in words."""
+    from lstmablate.threads import choose_threads
+
+    chosen = choose_threads(None)
+    if chosen.threads is None or all(it.threads for it in todo):  # (OMP_NUM_THREADS: torch's)
+        return todo, ""
+    per_job = max(1, chosen.threads // jobs)
+    each = "each of the runs at once" if jobs > 1 else "each run"
+    return ([it if it.threads else replace(it, threads=per_job) for it in todo],
+            f"{per_job} thread(s) for {each} ({chosen.reason}; --threads N to choose)")
+
+
 def run_sweep(plan: list[SweepItem], console: Console | None = None, jobs: int = 1) -> None:
     """Run the unfinished runs of ``plan``; raises SweepInterrupted (Ctrl-C) or UserError
     (failed runs), naming every run that did not finish.  A run that another process is
-    training (its lock is held) is left to that process and named at the end."""
+    training (its lock is held) is left to that process and named at the end.  The data of
+    every run is checked first (:func:`check_sweep_data`), and the runs left without
+    ``--threads`` get the same threads (:func:`sweep_threads`)."""
     from .runner import train_run
 
     console = console or Console(stderr=True)
     todo = [it for it in plan if not it.finished]
-    console.print(f"sweep: {len(plan)} runs, {len(plan) - len(todo)} finished, {len(todo)} to run")
+    check_sweep_data(todo)
+    todo, threads_note = sweep_threads(todo, jobs)
+    console.print(f"sweep: {len(plan)} runs, {len(plan) - len(todo)} finished, {len(todo)} to run"
+                  + (f"; {threads_note}" if todo and threads_note else ""), soft_wrap=True)
     busy: list[str] = []
     if jobs > 1:
         try:
@@ -219,7 +286,8 @@ def run_sweep(plan: list[SweepItem], console: Console | None = None, jobs: int =
         it = claim(it, console, busy)
         if it is None:
             continue
-        console.print(f"[bold]({i}/{len(todo)})[/] {escape(it.command)}", highlight=False)
+        console.print(f"[bold]({i}/{len(todo)})[/] {escape(it.command)}", highlight=False,
+                      soft_wrap=True)  # (one line: the command stays copyable from a log)
         outcome = train_run(it.task, it.cell, recipe=it.recipe, overrides=it.overrides, seed=it.seed,
                             experiment=it.experiment,
                             out=it.out, device=it.device, threads=it.threads,
@@ -234,11 +302,14 @@ def run_sweep(plan: list[SweepItem], console: Console | None = None, jobs: int =
 
 def _run_parallel(todo: list[SweepItem], console: Console, jobs: int, busy: list[str]) -> None:
     """Up to ``jobs`` runs at once, each a ``lstmablate train`` subprocess logging to
-    ``<run dir>.log``; threads per run default to the cores divided among the jobs.  A run's
-    status is read from its directory when its process ends; Ctrl-C (or a run that was
-    interrupted) stops the sweep from starting new runs."""
-    per_job = max(1, (os.cpu_count() or 1) // jobs)
-    pending = [it if it.threads else replace(it, threads=per_job) for it in todo]
+    ``<run dir>.log`` (its threads: :func:`sweep_threads`; its OpenMP threads wait
+    passively, :func:`lstmablate.threads.passive_waiting`).  A run's status is read from its
+    directory when its process ends; Ctrl-C (or a run that was interrupted) stops the sweep
+    from starting new runs."""
+    from lstmablate.threads import passive_waiting
+
+    env = passive_waiting(dict(os.environ))
+    pending = list(todo)
     running: list[tuple[SweepItem, subprocess.Popen, object]] = []
     failed: list[SweepItem] = []
     interrupted: list[SweepItem] = []
@@ -251,8 +322,9 @@ def _run_parallel(todo: list[SweepItem], console: Console, jobs: int, busy: list
                 log_path = RunFiles(it.run_dir).log
                 log_path.parent.mkdir(parents=True, exist_ok=True)
                 log = open(log_path, "a", encoding="utf-8")
-                proc = subprocess.Popen(it.argv, stdout=log, stderr=subprocess.STDOUT)
-                console.print(f"started {escape(it.run_dir)} (log {escape(log_path)})", highlight=False)
+                proc = subprocess.Popen(it.argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+                console.print(f"started {escape(it.run_dir)} (log {escape(log_path)})", highlight=False,
+                              soft_wrap=True)
                 running.append((it, proc, log))
             for entry in list(running):
                 it, proc, log = entry
@@ -262,15 +334,16 @@ def _run_parallel(todo: list[SweepItem], console: Console, jobs: int, busy: list
                 running.remove(entry)
                 status = run_status(it)
                 if status == "finished":
-                    console.print(f"[green]finished[/] {escape(it.run_dir)}", highlight=False)
+                    console.print(f"[green]finished[/] {escape(it.run_dir)}", highlight=False, soft_wrap=True)
                 elif proc.returncode == 0:  # it saved its progress and stopped (a signal)
                     interrupted.append(it)
-                    console.print(f"[yellow]interrupted[/] {escape(it.run_dir)}", highlight=False)
+                    console.print(f"[yellow]interrupted[/] {escape(it.run_dir)}", highlight=False,
+                                  soft_wrap=True)
                 else:
                     failed.append(it)
                     console.print(f"[red]failed[/] {escape(it.run_dir)} "
                                   f"(exit {proc.returncode}; see its .log)",
-                                  highlight=False)
+                                  highlight=False, soft_wrap=True)
             if interrupted and not running:
                 break
             time.sleep(0.2)

@@ -84,6 +84,27 @@ def check_precision(precision: str, device: torch.device) -> None:
                           "train.precision=bf16 or fp32 here (or PyTorch >= 2.3).")
 
 
+def path_note(precision: str, device: torch.device) -> str | None:
+    """What a run in ``precision`` on ``device`` should be told at its start, or None: bf16 and
+    fp16 on a CPU run the cells' own step-by-step PyTorch loops (the native C kernels compute
+    in float32 only; the Triton kernels run on a CPU only under their interpreter, for
+    tests), not the fast paths fp32 takes there."""
+    if precision not in LOW or device.type == "cuda":
+        return None
+    from lstmablate.cells.kernels.common import triton_support
+    from lstmablate.cells.kernels.switches import triton_setting
+
+    low = str(LOW[precision]).replace("torch.", "")
+    if triton_setting() == "1" and triton_support.interpreting():
+        path = ("the Triton kernels under their interpreter (LSTMABLATE_TRITON=1 with "
+                "TRITON_INTERPRET=1: a test of their arithmetic, far slower than any other path)")
+    else:
+        path = "their step-by-step PyTorch loops (the fast CPU kernels compute in float32 only)"
+    return (f"train.precision={precision} on {device.type}: the recurrent cells run in {low} "
+            f"(autocast) on {path}. train.precision=fp32 takes the fast kernels here; bf16 and "
+            "fp16 are for GPUs (docs/performance.md, 'Mixed precision').")
+
+
 def in_effect(precision: str, device: torch.device) -> dict[str, Any]:
     """What a run records of its precision: ``train.precision``, the autocast dtype, and the
     float32 products' flags as the run sets them."""

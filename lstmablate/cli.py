@@ -732,7 +732,7 @@ def sweep(
     """
     from .run import cluster
     from .run.slurm_options import check_launcher, slurm_options
-    from .run.sweep import check_jobs, plan_sweep, run_sweep
+    from .run.sweep import check_jobs, eval_differs_note, plan_sweep, run_sweep
 
     check_jobs(jobs)
     slurm = {"partition": partition, "gpus_per_job": gpus, "cpus_per_job": cpus, "mem": mem,
@@ -746,6 +746,9 @@ def sweep(
     if status:
         cluster.print_status(cluster.sweep_status(plan), out, err)
         return
+    note = eval_differs_note(plan)
+    if note:
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     if list_only:
         missing = [item for item in plan if not item.finished]
         for item in missing:

@@ -802,11 +802,16 @@ def bench(
 
     Examples:
 
+    lstmablate bench --quick
     lstmablate bench --quick --cell lstm-srnn --shape ptb-650
     lstmablate bench --model-size small --model-size medium --device cuda --json
     lstmablate bench --threads 2 --out benchmarks/results/cpu-2t.json
     """
+    import torch
+
     from . import bench as b
+    from .bench.render import WIDTH, busy_note
+    from .threads import choose_threads, machine_load
 
     if model_sizes and models is False:
         raise UserError("--model-size chooses the sizes of the model benchmark, which "
@@ -830,17 +835,18 @@ def bench(
     b.record.check_options(cells or None, shapes or None, threads=threads, device=device,
                            repeats=repeats, quick=quick, model_sizes=sizes,
                            model_repeats=model_repeats)  # before a warning or a file
-    lstmablate bench --quick
     if out_file is not None:
         from .io import is_stream
         from .runfolder import check_output
 
-    import torch
-
         companions = [] if is_stream(out_file) else [out_file.with_suffix(".md")]
-    from .bench.render import WIDTH, busy_note
-    from .threads import choose_threads, machine_load
         check_output([out_file, *companions], force=force)  # before any timing
+    busy = busy_note(chosen.load if chosen.load is not None else machine_load(), chosen.cores)
+    if busy:
+        err.print(f"[yellow]warning:[/] {escape(busy)}", soft_wrap=True)
+    # progress on a terminal only (a log keeps the table alone)
+    note = (lambda msg: err.print(escape(msg), soft_wrap=True)) \
+        if err.is_terminal and not as_json else None
     rows, fields = b.record.measure(cells or None, shapes or None, threads=threads, device=device,
                                     repeats=repeats, model_repeats=model_repeats, quick=quick,
                                     model_sizes=sizes, machine_rate=out_file is not None,
@@ -851,13 +857,9 @@ def bench(
                   " (a device or a pipe: the Markdown beside it is not written)"), soft_wrap=True)
     if as_json:
         sys.stdout.write(b.to_json(rows) + "\n")
-    busy = busy_note(chosen.load if chosen.load is not None else machine_load(), chosen.cores)
-    if busy:
-        err.print(f"[yellow]warning:[/] {escape(busy)}", soft_wrap=True)
-    # progress on a terminal only (a log keeps the table alone)
-    note = (lambda msg: err.print(escape(msg), soft_wrap=True)) \
-        if err.is_terminal and not as_json else None
     else:
+        import io
+
         from rich.console import Console
 
         if out.is_terminal:
@@ -874,8 +876,6 @@ def visualize(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A trained run directory."),
     text: str = typer.Option(..., "--text", metavar="TEXT",
                              help="Input to visualise (the task's tokens, separated by spaces)."),
-        import io
-
     layer: int = typer.Option(1, "--layer", metavar="N",
                               help="Encoder layer, 1 = the one reading the embeddings."),
     out_file: Path = typer.Option(Path("weights.png"), "--out", metavar="FILE.png",
@@ -949,6 +949,9 @@ def plot(
 
 
 def main(argv: list[str] | None = None) -> None:
+    from .threads import passive_waiting
+
+    passive_waiting()  # before PyTorch loads OpenMP: idle threads sleep (lstmablate/threads.py)
     try:
         app(args=argv, standalone_mode=True)
     except UserError as e:
@@ -959,9 +962,6 @@ def main(argv: list[str] | None = None) -> None:
         # saves last.pt and exits cleanly)
         err.print("interrupted; no training step was lost (a run saves its progress once it has "
                   "started training, and `--resume` continues it).", soft_wrap=True)
-    from .threads import passive_waiting
-
-    passive_waiting()  # before PyTorch loads OpenMP: idle threads sleep (lstmablate/threads.py)
         sys.exit(130)
     except OSError as e:  # the file system refused: read-only, full, a file where a directory goes
         where = f" ({e.filename})" if e.filename else ""

@@ -365,6 +365,13 @@ def report(
         check_output([out_file], force=force)
     # checked as they are made, with --significance or not (a bad value is never ignored)
     options = SignificanceOptions(against, level, resamples, seed, test, correction)
+    if not significance:  # (with it, the report checks the cell is one of its rows)
+        from .cells import get_cell
+
+        try:
+            get_cell(against)
+        except UnknownNameError as e:
+            raise UserError(f"--against: {e}") from None
     rows = None
     if cells is not None:
         rows = [c.strip() for c in cells.split(",")]

@@ -35,6 +35,7 @@ that reads it, so that a value of the wrong type is one message naming the file 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from collections.abc import Callable
@@ -149,11 +150,14 @@ def load_recipe(name_or_path: str) -> tuple[str, dict[str, Any]]:
     return path.stem, data
 
 
-def _resolved(path: Path) -> tuple[list[Layer], dict[str, Any]]:
-    """The chain of the recipe at ``path`` and the mapping it resolves to, checked."""
+def _resolved(path: Path, names: bool = True) -> tuple[list[Layer], dict[str, Any]]:
+    """The chain of the recipe at ``path`` and the mapping it resolves to, checked: its keys'
+    shapes, and (``names``) the names it holds (:func:`check_recipe_names`)."""
     layers = recipe_chain(path)
     data = _fold([layer.data for layer in layers])
     check_recipe(data, path)
+    if names:
+        check_recipe_names(data, path)
     return layers, data
 
 
@@ -353,6 +357,99 @@ def check_recipe(data: dict[str, Any], path: Path) -> None:
                                   f"{_shown(value)}.")
     if "task" not in data and "table" not in data:
         raise ConfigError(f"{path}: a recipe needs `task:` (or `table:` for a table spec).")
+
+
+def _twice(values: list[Any]) -> Any:
+    """The first value of ``values`` that came before, else None."""
+    seen: set[str] = set()
+    for v in values:
+        key = repr(v)
+        if key in seen:
+            return v
+        seen.add(key)
+    return None
+
+
+def _cell_names(names: Any, where: str) -> None:
+    """ConfigError naming ``where`` unless every name is a registered cell (or alias)."""
+    from .cells import get_cell  # (the registry: the built-in cells and the plugins')
+
+    for name in names:
+        try:
+            get_cell(str(name))
+        except UnknownNameError as e:
+            raise ConfigError(f"{where}: {e}") from None
+
+
+def _table_tasks(data: dict[str, Any], path: Path, seen: set[Path]) -> set[str]:
+    """The tasks of a table spec's experiments (a set of tables: of theirs, in turn)."""
+    tasks: set[str] = set()
+    table = data.get("table") or {}
+    for name in [*(table.get("experiments") or []), *(table.get("experiments_with_data") or [])]:
+        try:
+            file = find_recipe(str(name))
+        except UnknownNameError as e:
+            raise ConfigError(f"{path}: `table.experiments`: {e}") from None
+        if file.resolve() in seen:
+            raise ConfigError(f"{path}: `table.experiments` names {name!r}, which lists this "
+                              "table again (a circle).")
+        _, sub = _resolved(file, names=False)
+        tasks |= {str(sub["task"])} if "task" in sub else _table_tasks(sub, file,
+                                                                         seen | {file.resolve()})
+    return tasks
+
+
+def check_recipe_names(data: dict[str, Any], path: Path) -> None:
+    """The one check of the names a recipe holds, for every command that reads recipes
+    (``train``, ``sweep``, ``report``, the GPU window, through :func:`load_recipe`): a
+    ConfigError naming the file, the key and the entry for a cell that is not registered
+    (``cells``, ``cell_seeds``, ``cell_overrides``, ``reference``, ``table.cells``), a metric
+    its task(s) do not report (``reference``, ``table.metrics``), a ``grid`` key that is no
+    option of its section, a recipe of ``table.experiments`` that does not exist, or a name or
+    seed given twice (``cells``, ``seeds``, a cell's ``cell_seeds``, ``table.cells``,
+    ``table.metrics``, ``table.experiments``): never collapsed, never accepted to fail later."""
+    from .task import get_task
+
+    where = str(path)
+    for key, values in (("cells", data.get("cells")), ("seeds", data.get("seeds")),
+                        *((f"cell_seeds.{c}", v) for c, v in (data.get("cell_seeds") or {}).items()),
+                        *((f"table.{k}", (data.get("table") or {}).get(k))
+                          for k in ("cells", "metrics", "experiments", "experiments_with_data"))):
+        again = _twice(list(values or []))
+        if again is not None:
+            raise ConfigError(f"{where}: `{key}` names {again!r} twice; give each once (a seed "
+                              "or cell given twice would be one run counted twice).")
+    _cell_names(data.get("cells") or [], f"{where}: `cells`")
+    _cell_names(data.get("cell_seeds") or {}, f"{where}: `cell_seeds`")
+    _cell_names(data.get("cell_overrides") or {}, f"{where}: `cell_overrides`")
+    _cell_names(data.get("reference") or {}, f"{where}: `reference`")
+    _cell_names((data.get("table") or {}).get("cells") or [], f"{where}: `table.cells`")
+    if "task" in data:
+        task_cls = get_task(str(data["task"]))
+        tasks = [task_cls]
+        for key in data.get("grid") or {}:
+            section, field = key.split(".", 1)[0], key.split(".", 2)[1]
+            owner = TrainConfig if section == "train" else getattr(
+                task_cls, {"data": "DataConfig", "model": "ModelConfig", "eval": "EvalConfig"}[
+                    section])
+            renamed = {k.split(".", 1)[1] for k in getattr(task_cls, "renamed_keys", {})
+                       if k.split(".", 1)[0] == section}
+            known = {f.name for f in dataclasses.fields(owner)} | renamed
+            if field not in known:
+                raise UnknownNameError(f"option in `grid` of {where} ({key})", field, known)
+    else:
+        tasks = [get_task(t) for t in sorted(_table_tasks(data, path, {path.resolve()}))]
+    metrics = {m.name for t in tasks for m in (*t.metrics, *getattr(t, "extra_metrics", ()))}
+    if not tasks:
+        return
+    for cell, entry in (data.get("reference") or {}).items():
+        for metric in entry or {}:
+            if metric not in metrics:
+                raise UnknownNameError(f"metric in `reference.{cell}` of {where}", str(metric),
+                                       metrics)
+    for metric in (data.get("table") or {}).get("metrics") or []:
+        if metric not in metrics:
+            raise UnknownNameError(f"metric in `table.metrics` of {where}", str(metric), metrics)
 
 
 def _layers(path: Path, chain: list[Path], data: Any) -> list[Layer]:

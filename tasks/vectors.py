@@ -162,6 +162,20 @@ class VectorLine:
         return out
 
 
+def check_shared(path: Path, found: int, vocabulary: int, option: str = "model.pretrained"
+                 ) -> None:
+    """A DataError naming ``path`` when not one of the ``vocabulary`` words (specials left out)
+    has a vector in it (``found`` is 0): every embedding would start random, as without the
+    file, and the run would say it used pretrained vectors -- another language, a casing the
+    vocabulary does not use, or not the file meant."""
+    if found == 0 and vocabulary > 0:
+        raise DataError(f"{path}: none of the vocabulary's {vocabulary:,} words has a vector in "
+                        f"this file, so {option} would change nothing (every embedding would "
+                        "start random); it is not the vectors file meant (another language or "
+                        "casing?). Give the right file, or leave the option out to train "
+                        "without pretrained vectors.")
+
+
 def read_vector_lines(path: Path, dim: int | None = None, *, dim_option: str = "",
                       digest: Any = None) -> Iterator[VectorLine]:
     """Every line of a GloVe-format vectors file but blank ones, streamed.

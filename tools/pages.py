@@ -8,13 +8,19 @@ headline table lies between two markers::
     <!-- /generated -->
 
 ``python tools/pages.py`` (``make pages``) runs every marker's COMMAND and writes its output
-between the markers; ``python tools/pages.py --check`` changes nothing and exits 1 naming the
-first page and line that differ from what the records give (``tests/test_pages.py`` runs it).
-The prose around the blocks is never touched.  A COMMAND is one of:
+between the markers; ``python tools/pages.py --check`` writes nothing anywhere and exits 1
+naming the first page and line that differ from what the records give (``tests/test_pages.py``
+runs it).  The prose around the blocks is never touched.  A COMMAND only reads: it is one of
+the generators below, each run with its output captured, and anything else -- another
+command, an option that writes (``--out``, ``--force``), an unbalanced quote, a marker that
+does not close -- is an error naming the page and the line, before any command runs.  Exit
+status: 0 (written, or ``--check``: every page matches), 1 (``--check``: a page differs), 2
+(an error: one paragraph naming the page and line, or the file that cannot be read).
 
-* ``lstmablate report DIR [--table NAME] [--significance ...]``: the report as the CLI prints
-  it (run in this process, through ``lstmablate.cli.main``), its headings demoted below the
-  page's sections.
+* ``lstmablate report DIR [--table NAME] [--cells A,B] [--significance] [--against CELL]
+  [--test T] [--level L] [--resamples N] [--seed S] [--correction C]``
+  (:data:`REPORT_OPTIONS`): the report as the CLI prints it (run in this process, through
+  ``lstmablate.cli.main``), its headings demoted below the page's sections.
 * ``lstmablate compare RUNS_A RUNS_B``: the comparison as the CLI prints it, in a code block
   (run folders only, no options: the test the report's ``--significance`` uses).  No other
   ``lstmablate`` command is run from a page.
@@ -62,7 +68,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lstmablate import cli
-from lstmablate.io import load_yaml, read_json
+from lstmablate.errors import UserError, exit_status
+from lstmablate.io import atomic_write_text, load_yaml, read_json, read_text
 from lstmablate.recipes import load_recipe
 from lstmablate.run.record import read_metrics
 from lstmablate.run.runs import RunFiles
@@ -76,8 +83,16 @@ BLOCK = re.compile(r"^<!-- generated: (?P<command>[^\n]+?) -->\n(?P<body>.*?)^<!
                    re.M | re.S)
 
 
-class PageError(Exception):
-    """A marker whose command cannot be run, or records it cannot read: named with its page."""
+class PageError(UserError):
+    """A marker whose command cannot be run, or records it cannot read: named with its page
+    and line (one paragraph and exit 2, as every refusal of the command line)."""
+
+
+#: the options of ``lstmablate report`` a page's marker may give (each reads; ``--out`` and
+#: ``--force`` would write a file): whether each takes a value
+REPORT_OPTIONS = {"--table": True, "--cells": True, "--significance": False, "--against": True,
+                  "--test": True, "--level": True, "--resamples": True, "--seed": True,
+                  "--correction": True}
 
 
 # -- running the CLI -------------------------------------------------------------------------
@@ -199,7 +214,7 @@ def provenance_machine(path: Path) -> str:
     """The ``Machine:`` line of a PROVENANCE.md beside records without env.json ("" if none)."""
     if not path.exists():
         return ""
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_text(path, error=PageError).splitlines():
         if line.startswith("Machine: "):
             return line[len("Machine: "):].strip().rstrip(".")
     return ""
@@ -395,6 +410,9 @@ def headline(argv: list[str]) -> str:
     parser = Parser(prog="pages headline")
     parser.add_argument("runs_dir")
     args = parser.parse_args(argv)
+    if not (ROOT / args.runs_dir).is_dir():  # (else every column would be a dash)
+        raise PageError(f"pages headline: {args.runs_dir} is not a folder of run records "
+                        "(relative to the repository root)")
     rows = {cell: [f"{name} (`{cell}`)"] for name, cell in PAPER_CELLS}
     seeds: dict[str, list[str]] = {}
     where: list[str] = []
@@ -460,10 +478,39 @@ class Parser(argparse.ArgumentParser):
         raise PageError(f"{self.prog}: {message}")
 
 
+def check_report_options(argv: list[str]) -> None:
+    """A PageError unless ``argv`` (after ``lstmablate report``) is one folder and options of
+    :data:`REPORT_OPTIONS`: a page's marker only reads."""
+    positional, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if not arg.startswith("-"):
+            positional.append(arg)
+        elif name not in REPORT_OPTIONS:
+            why = (" (it writes a file: a page's marker only reads)"
+                   if name in ("--out", "--force", "--print") else "")
+            raise PageError(f"`lstmablate report` in a marker does not take {name}{why}; it takes "
+                            f"a folder of runs and {', '.join(REPORT_OPTIONS)}")
+        elif REPORT_OPTIONS[name] and "=" not in arg:
+            if i + 1 >= len(argv):
+                raise PageError(f"`lstmablate report` in a marker: {name} needs a value")
+            i += 1
+        i += 1
+    if len(positional) != 1:
+        raise PageError("`lstmablate report` in a marker names one folder of runs, got "
+                        f"{len(positional)}")
+
+
 def render(command: str) -> str:
-    """What a marker's command prints: the text between its markers."""
-    argv = shlex.split(command)
+    """What a marker's command prints: the text between its markers (only the generators of
+    the module's docstring, each reading; anything else is a PageError)."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as e:  # an unbalanced quote
+        raise PageError(f"the marker's command cannot be read ({e})") from None
     if argv[:2] == ["lstmablate", "report"]:
+        check_report_options(argv[2:])
         # its headings (one per table) demoted below the page's sections
         text = re.sub(r"^## ", "#### ", lstmablate(*argv[1:]), flags=re.M)
         spec = Parser(prog="lstmablate report", add_help=False)
@@ -508,16 +555,47 @@ def regenerate(text: str, where: str, keep: Callable[[str], bool] = lambda comma
         try:
             body = rendered[command] if command in rendered else render(command)
         except PageError as e:
-            raise PageError(f"{where}: {e}") from None
+            raise PageError(f"{where}, line {text.count(chr(10), 0, m.start()) + 1}: {e}"
+                            ) from None
         rendered[command] = body
         return f"<!-- generated: {command} -->\n\n{body.strip()}\n\n<!-- /generated -->"
 
+    check_markers(text, where)
     cwd = os.getcwd()
     os.chdir(ROOT)  # the markers' paths are relative to the repository root
     try:
         return BLOCK.sub(block, text)
     finally:
         os.chdir(cwd)
+
+
+#: a line that opens or closes a block
+START, END = re.compile(r"^<!-- generated: "), re.compile(r"^<!-- /generated -->$")
+
+
+def check_markers(text: str, where: str) -> None:
+    """A PageError naming ``where`` and the line of a start marker that does not close (or
+    whose command is empty), or of an end marker that closes nothing: a block the generator
+    would otherwise skip, and call the page matching."""
+    spans = [(m.start(), m.end()) for m in BLOCK.finditer(text)]
+    inside = lambda pos: any(a <= pos < b for a, b in spans)  # noqa: E731
+    offset = 0
+    for number, line in enumerate(text.split("\n"), 1):
+        if (START.match(line) or END.match(line)) and not inside(offset):
+            what = ("opens a block that does not close (no `<!-- /generated -->` line after it, "
+                    "or no command in it)" if START.match(line) else
+                    "closes a block that was not opened")
+            raise PageError(f"{where}, line {number}: the marker {line[:60]!r} {what}")
+        offset += len(line) + 1
+
+
+def read_page(path: Path) -> str:
+    """A page's text (a regular file of UTF-8 text: a missing, binary or directory page, or a
+    FIFO, is a PageError naming it, never waited on)."""
+    try:
+        return read_text(path, error=PageError)
+    except PageError as e:
+        raise PageError(f"{e} (a page is a Markdown file)") from None
 
 
 def pages(root: Path = ROOT) -> list[Path]:
@@ -548,7 +626,7 @@ def check(paths: list[Path], keep: Callable[[str], bool] = lambda command: True)
     problems: list[str] = []
     rendered: dict[str, str] = {}
     for path in paths:
-        old = path.read_text(encoding="utf-8")
+        old = read_page(path)
         where = shown(path)
         problem = first_difference(where, old, regenerate(old, where, keep, rendered))
         if problem:
@@ -557,9 +635,15 @@ def check(paths: list[Path], keep: Callable[[str], bool] = lambda command: True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """The command line (the module's docstring): its exit status; a refusal is one paragraph
+    and exit 2 (:func:`lstmablate.errors.exit_status`)."""
+    return exit_status("pages", lambda: run(argv))
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="pages", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
-                        help="change nothing; exit 1 naming each page that differs")
+                        help="write nothing; exit 1 naming each page that differs")
     parser.add_argument("page", nargs="*", type=Path, help="only these pages (default: all)")
     parser.add_argument("--only", action="append", default=[], metavar="TEXT",
                         help="only the blocks whose marker's command contains TEXT (repeatable; "
@@ -567,26 +651,25 @@ def main(argv: list[str] | None = None) -> int:
                         "added without rendering the page's other blocks)")
     args = parser.parse_args(argv)
     paths = [p.resolve() for p in args.page] or pages()
+
     def keep(command: str) -> bool:
         return not args.only or any(text in command for text in args.only)
 
-    try:
-        if args.check:
-            problems = check(paths, keep)
-            which = (" in the blocks whose command contains "
-                     + " or ".join(repr(t) for t in args.only)) if args.only else ""
-            print("\n".join(problems) or f"{len(paths)} pages match their run records{which}.")
-            return 1 if problems else 0
-        rendered: dict[str, str] = {}
-        for path in paths:
-            old = path.read_text(encoding="utf-8")
-            new = regenerate(old, shown(path), keep, rendered)
-            if new != old:
-                path.write_text(new, encoding="utf-8")
-                print(f"regenerated {shown(path)}")
-    except PageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if args.check:
+        problems = check(paths, keep)
+        which = (" in the blocks whose command contains "
+                 + " or ".join(repr(t) for t in args.only)) if args.only else ""
+        print("\n".join(problems) or f"{len(paths)} pages match their run records{which}.")
+        return 1 if problems else 0
+    rendered: dict[str, str] = {}
+    new_texts = []
+    for path in paths:  # every page rendered before the first is written
+        old = read_page(path)
+        new_texts.append((path, old, regenerate(old, shown(path), keep, rendered)))
+    for path, old, new in new_texts:
+        if new != old:
+            atomic_write_text(path, new)
+            print(f"regenerated {shown(path)}")
     return 0
 
 

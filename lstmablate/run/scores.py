@@ -17,8 +17,14 @@ writes one JSON object per line, UTF-8:
   documents its fields).  Summing any column over any set of items and applying the
   task's ``item_metrics`` gives that set's corpus metric; over all items, the reported one.
 
-:func:`read_scores` reads such a file back; anything else is a one-paragraph error
-naming the file and line.
+Every statistic in a record is a count, a summed loss (a negative log-likelihood) or a
+per-item score in [0, 1]: a finite number >= 0, or null where the evaluation gave none (a
+non-finite value is written as null).  A boolean (JSON's ``true`` is not a number), a
+negative number or an infinity is not one.
+
+:func:`read_scores` reads such a file back and checks it so; anything else is a
+one-paragraph error naming the file and line.  (That the header's cell, seed and split are
+the run folder's is checked where a run's file is read: :meth:`lstmablate.run.record.Run.scores`.)
 """
 
 from __future__ import annotations
@@ -141,11 +147,34 @@ _HEADER_TYPES: dict[str, tuple[Any, str]] = {
 }
 
 
+def _value_problem(value: Any) -> str | None:
+    """Why a record's value is not a statistic (:data:`module docstring <lstmablate.run.scores>`):
+    a boolean, a negative or non-finite number, anywhere in it; None if it is one (text, such
+    as a translation, and null are kept as they are)."""
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, bool):
+            return f"{str(v).lower()}, a boolean, where a statistic is a number"
+        if isinstance(v, (int, float)):
+            if not math.isfinite(v):
+                return f"{v}, not a finite number (lstmablate writes null for one)"
+            if v < 0:
+                return (f"{v:g}, a negative number, where a statistic (a count, a loss, a "
+                        "score) is never below 0")
+        elif isinstance(v, list):
+            todo.extend(v)
+        elif isinstance(v, dict):
+            todo.extend(v.values())
+    return None
+
+
 def read_scores(path: str | Path) -> Scores:
     """A scores file, checked: the header (each key of the type lstmablate writes), then
     exactly ``items`` records with unique ids.  The file is read as :func:`~lstmablate.io.
     read_lines` reads JSON lines (a regular file, bounded in size and line length), each line
-    nested at most MAX_DEPTH deep."""
+    nested at most MAX_DEPTH deep, every statistic of every record a finite number >= 0 (or
+    null)."""
     path = Path(path)
     lines = read_lines(path)
     if not lines:
@@ -177,4 +206,8 @@ def read_scores(path: str | Path) -> Scores:
         if "id" not in r or key in seen:
             raise _bad(path, lineno, "a record without an id, or with the id of an earlier one")
         seen.add(key)
+        for name, value in r.items():
+            problem = None if name == "id" else _value_problem(value)
+            if problem:
+                raise _bad(path, lineno, f"the item's {str(name)[:40]!r} is {problem}")
     return Scores(path, header, records)

@@ -236,6 +236,11 @@ class BillionWordTask(Task):
         shards = []
         for path in self._train_shards():
             sentences, tokens = corpus.shard_stats(path)
+            if tokens - sentences - 1 <= 0:  # (tokens: the words, an <S> per sentence and one)
+                raise DataError(f"{path}: the training shard holds no word ({sentences:,} lines, "
+                                "all blank); a Billion Word shard holds one sentence per line. "
+                                "The file is damaged or not the benchmark's: fetch it again, "
+                                "or move it out of the training folder.")
             shards.append({"file": _plain_name(path), "sentences": sentences, "tokens": tokens})
         return {"vocab": vocab.words, "shards": shards}
 
@@ -270,9 +275,10 @@ class BillionWordTask(Task):
                 path = self.paths[split] = corpus.heldout_path(self.data_dir, d.root, index)
                 # read through once (UTF-8 checked) before training, not after it: an empty or
                 # damaged held-out shard would otherwise end a finished run without a result
-                if sum(1 for _ in corpus.read_lines(path)) == 0:
+                if sum(bool(line.strip()) for line in corpus.read_lines(path)) == 0:
                     raise DataError(f"{path} (the {split} split, data.{split}_shard={index}) is "
-                                    "empty; a held-out shard holds one sentence per line.")
+                                    "empty or blank (no word on any line); a held-out shard "
+                                    "holds one sentence per line.")
 
     def train_plan(self, epoch: int, generator: torch.Generator) -> Sequence[Any]:
         """The epoch's windows: shards in a random order, each shard's sentences shuffled."""

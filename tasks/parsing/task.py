@@ -41,7 +41,7 @@ from lstmablate.data import check_file, verify_datasets
 from lstmablate.errors import DataError, UnknownNameError, UserError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
 
-from ..vectors import GLOVE_6B_100D, catalogue_entry
+from ..vectors import GLOVE_6B_100D, catalogue_entry, check_shared
 from . import data as pdata
 from .buckets import assign_buckets, epoch_groups, eval_groups, kmeans_splits
 from .conllu import Sentence, read_conllu, write_conllu
@@ -242,6 +242,8 @@ class ParsingTask(Task):
                             f"(sha256 differs from {expected}); the model's word vectors would "
                             "not match. Use the original file.")
         self.pretrained_index, self.pretrained_table = pdata.read_pretrained(path)
+        words = self.vocabs.words.itos[3:]  # (PAD, ROOT, UNK)
+        check_shared(path, sum(w.lower() in self.pretrained_index for w in words), len(words))
 
     def encode(self, sentences: list[Sentence]) -> Encoded:
         v = self.vocabs

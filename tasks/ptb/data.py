@@ -230,6 +230,11 @@ def _encode(lines: Sequence[str], stoi: dict[str, int], level: str, path: Path,
             vocab_source: str) -> torch.Tensor:
     ids: list[int] = []
     for lineno, line in enumerate(lines, 1):
+        if not line.strip():  # (the checksum would catch it in Mikolov's files: data.verify)
+            raise DataError(
+                f"{where(path, lineno)}: a blank line, where the PTB format has a sentence on "
+                "every line (an empty one would be scored as a lone <eos>); the file is damaged "
+                "or not in the format. Remove the blank lines (e.g. `sed -i '/^\\s*$/d' FILE`).")
         toks = line_tokens(line, level)
         try:
             ids.extend([stoi[t] for t in toks])

@@ -25,7 +25,7 @@ import torch
 
 from lstmablate.errors import DataError
 
-from ..vectors import read_vector_lines
+from ..vectors import check_shared, read_vector_lines
 
 PAD, UNK = "<PAD>", "<UNK>"
 
@@ -112,5 +112,6 @@ def read_vectors(path: Path, dim: int, vocab: Vocab, dim_option: str = "model.em
         emb[i] += torch.tensor(entry.values(), dtype=torch.float64)
         counts[i] += 1
     found = counts > 0
+    check_shared(path, int(found[2:].sum()), max(len(vocab) - 2, 0))  # (rows 0, 1: PAD, UNK)
     emb[found] /= counts[found].unsqueeze(1)
     return emb.float(), int(found.sum())

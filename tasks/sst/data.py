@@ -41,7 +41,7 @@ import torch
 from lstmablate.data import DataFile, Dataset, check_file, find_file
 from lstmablate.errors import DataError
 
-from ..vectors import read_vector_lines
+from ..vectors import check_shared, read_vector_lines
 from .trees import Tree, read_trees
 
 SPLITS = ("train", "dev", "test")
@@ -227,6 +227,7 @@ def read_pretrained(path: Path, vocab: Vocab, dim: int) -> Pretrained:
                 rows[i] = vec
                 if is_exact:
                     exact.add(i)
+    check_shared(path, len(rows), len(vocab.itos) - len(SPECIALS))
     return Pretrained(rows, dim, h.hexdigest(), path)
 
 

@@ -37,6 +37,7 @@ file and the line (and the column and value), raised before training starts.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ from typing import Any
 
 from lstmablate.data import DataFile, Dataset, check_file, iter_lines
 from lstmablate.errors import DataError, where
+from lstmablate.io import open_regular
 
 _HOME = "https://nlp.stanford.edu/projects/glove/"
 _LICENCE = "Public Domain Dedication and License v1.0 (GloVe pre-trained vectors)."
@@ -101,6 +103,8 @@ def pretrained_path(data_dir: Path, value: str, *, option: str = "model.pretrain
         p = Path(data_dir) / p
     found = next((c for c in (p, p.with_name(p.name + ".gz")) if c.is_file()), None)
     entry = catalogue_entry(value)
+    if found is None and os.path.exists(p):  # a FIFO, a device, a directory: named, not read
+        os.close(open_regular(p))
     if found is None:
         what = f" ({entry[0].name})" if entry else ""
         get = (f"Get it with `lstmablate data fetch {entry[0].name}` ({entry[0].fetch_hint})"

@@ -575,6 +575,14 @@ def test_a_vectors_file_sharing_no_word_with_the_vocabulary_is_refused(tmp_path)
     assert not list(tmp_path.rglob(RunFiles.RESULT))
 
 
+def test_a_vectors_file_that_is_a_fifo_is_refused_at_once(tmp_path):
+    shutil.copytree(FIXTURES / "sst", tmp_path / "data" / "sst")
+    os.mkfifo(tmp_path / "data" / "vec.txt")
+    r = in_thread(lambda: _train(tmp_path, "sst", *SST_SETS, "model.pretrained=vec.txt"),
+                  fifo=tmp_path / "data" / "vec.txt")
+    expect_error(r, "vec.txt: it is a named pipe (FIFO)")
+
+
 def test_the_vectors_check_of_squad_and_the_parser():
     from lstmablate.errors import DataError
     from lstmablate_tasks.squad.vocab import Vocab, read_vectors

@@ -31,6 +31,7 @@ Tai et al.'s code does), first as written, then lower-cased.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ import torch
 
 from lstmablate.data import DataFile, Dataset, check_file, find_file
 from lstmablate.errors import DataError
+from lstmablate.io import open_regular
 
 from ..vectors import check_shared, read_vector_lines
 from .trees import Tree, read_trees
@@ -185,6 +187,8 @@ def resolve_pretrained(data_dir: Path, path: str) -> Path:
     for candidate in (p, p.with_name(p.name + ".gz")):
         if candidate.is_file():
             return candidate
+    if os.path.exists(p):  # a FIFO, a device, a directory: named, never read
+        os.close(open_regular(p))
     raise DataError(f"model.pretrained: {p} does not exist. Give a GloVe-format text file (e.g. "
                     "glove.840B.300d.txt from https://nlp.stanford.edu/projects/glove/), absolute "
                     "or relative to the data directory, or leave model.pretrained empty to train "

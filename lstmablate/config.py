@@ -34,6 +34,15 @@ SCHEDULES = ("constant", "epoch_decay", "plateau", "exponential")
 #: products everywhere, CUDA only), bf16 / fp16 (autocast; fp16 with a gradient scaler);
 #: lstmablate/train/precision.py, docs/usage.md
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+#: train.step_capture (lstmablate/train/capture.py, docs/performance.md)
+STEP_CAPTURES = ("auto", "off", "graphs", "compile")
+#: what train.step_capture=auto is per device type: off until a GPU's measurement
+#: (gpu-check's step-capture stage) says which is faster there
+STEP_CAPTURE_AUTO = {"cpu": "off", "cuda": "off"}
+#: train options that change how a step runs, not what it computes: not part of a run's
+#: identity (a run may be resumed with another)
+NOT_IDENTITY = {"train": ("step_capture", "capture_slots")}
+MAX_CAPTURE_SLOTS = 64
 #: the largest learning rate (and Adagrad's initial accumulator): the largest published rates
 #: are tens (SGD on language models); far larger ones only overflow PyTorch's float32
 #: arithmetic (a traceback from inside the optimiser) or give NaN at the first step
@@ -92,12 +101,23 @@ class TrainConfig:
     test_checkpoint: str = "best"
     # the precision of training and evaluation: fp32 | tf32 | bf16 | fp16 (PRECISIONS)
     precision: str = "fp32"
+    # the training step as one compiled or captured replay per static shape: auto (the
+    # device's default, STEP_CAPTURE_AUTO) | off | graphs (CUDA graphs of the whole step) |
+    # compile (torch.compile of the forward, backward through it); lstmablate/train/capture.py
+    step_capture: str = "auto"
+    # at most this many static shapes (length buckets) are compiled or captured; the others
+    # run eagerly
+    capture_slots: int = 8
 
     def validate(self) -> None:
         if self.optimizer not in OPTIMIZERS:
             raise UnknownNameError("train.optimizer", self.optimizer, OPTIMIZERS)
         if self.precision not in PRECISIONS:
             raise UnknownNameError("train.precision", self.precision, PRECISIONS)
+        if self.step_capture not in STEP_CAPTURES:
+            raise UnknownNameError("train.step_capture", self.step_capture, STEP_CAPTURES)
+        check_range("train", self, "capture_slots", low=1, high=MAX_CAPTURE_SLOTS,
+                    why="the static shapes compiled or captured")
         if self.schedule not in SCHEDULES:
             raise UnknownNameError("train.schedule", self.schedule, SCHEDULES)
         if self.test_checkpoint not in ("best", "last"):
@@ -212,6 +232,8 @@ class RunConfig:
     def identity(self) -> dict[str, Any]:
         """What must match for a run folder to hold this run (``--resume`` compares it)."""
         d = self.to_dict()
+        for section, keys in NOT_IDENTITY.items():  # how a step runs, not what it computes
+            d[section] = {k: v for k, v in d[section].items() if k not in keys}
         return {k: d[k] for k in ("task", "cell", "seed", *IDENTITY_SECTIONS)}
 
 

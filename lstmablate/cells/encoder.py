@@ -177,6 +177,9 @@ class Encoder(nn.Module):
             self.mix = ScalarMix(num_layers + int(layer_mix_input))
         elif layer_mix_input:
             raise ConfigError("layer_mix_input needs layer_mix='scalar'")
+        from .kernels.common import custom_ops
+
+        custom_ops.register(self)  # one operator under torch.compile (forward)
 
     # -- introspection -------------------------------------------------------
     @property
@@ -345,8 +348,13 @@ class Encoder(nn.Module):
         zero at padded positions.  ``final_state``: a tuple (one tensor per
         state component) of shape (num_layers * directions, B, size).
         ``masks``: the dropout masks to use (from :meth:`sample_masks`); by
-        default they are drawn for this call.
+        default they are drawn for this call.  Under ``torch.compile`` the whole call is one
+        operator, run as here (``kernels/common/custom_ops.py``).
         """
+        if torch.compiler.is_compiling():  # torch.compile: the encoder is one operator
+            from .kernels.common.custom_ops import encoder_call
+
+            return encoder_call(self, x, lengths, state, masks)
         x, lengths, mask = self._prepare(x, lengths)
         B = x.shape[1]
         stacked = self._stacked(x, lengths, state, masks)

@@ -38,6 +38,7 @@ from lstmablate.errors import UserError
 from lstmablate.task import Metric
 
 from lstmablate.io import RUN_AGAIN, atomic_write, write_failed
+from .capture import StepCapture
 from .checkpoint import (check_carry, check_model_state, check_optimizer_state, check_record,
                          check_rng_state, load_checkpoint, migrate_optimizer_rows, part,
                          rng_state, save_checkpoint, set_rng_state)
@@ -158,6 +159,7 @@ class Trainer:
         # it (with nonfinite: stop only: skipping a batch needs its loss on the host at once)
         self.defer_host_reads = defer_host_reads
         self._acc: Running | None = None
+        self.capture: StepCapture | None = None  # train.step_capture (made in fit)
 
     # -- paths ----------------------------------------------------------------------
     @property
@@ -369,6 +371,10 @@ class Trainer:
             defer = self.device.type == "cuda" and not self.dist.enabled and self.tb_config is None
         self._acc = Running(self.device, self.pos.loss_sum,
                              deferred=defer and self.cfg.nonfinite == "stop")
+        self.capture = StepCapture(cfg.step_capture, self.task, self.device, self.optimizer,
+                                   slots=cfg.capture_slots, why_not=self._why_not_graphs())
+        if self.capture.on:  # length buckets from the first epoch's batches (as on resume)
+            self.capture.prepare(self.task.train_plan(0, data_generator(self.seed, 0)))
         self._t_start = time.perf_counter() - self.pos.train_time_s
         self._cpu_start = time.process_time() - (self.pos.train_cpu_s or 0.0)
         progress = Progress(
@@ -386,6 +392,12 @@ class Trainer:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
         self._clock()
+        if self.capture.on:  # what train.step_capture did, in one line
+            r = self.capture.record()
+            self.console.print(f"step capture ({r['mode']}): {r['captures']} shapes, "
+                               f"{r['replays']} replayed steps, {r['eager']} eager"
+                               + (f"; fell back: {r['fallback']}" if r["fallback"] else ""),
+                               soft_wrap=True, highlight=False)
         if self._stop_signal:
             self._save_last()
             if self.tb is not None:
@@ -551,27 +563,29 @@ class Trainer:
         (deferred mode: the loss stays on the device until :meth:`_sync`)."""
         cfg, pos, acc = self.cfg, self.pos, self._acc
         batch = self.task.batch_to(self.task.shard(batch, self.dist), self.device)
-        self.optimizer.zero_grad(set_to_none=True)
-        with self.precision.autocast():
-            out = self.task.loss(self.train_model, batch, self.carry)
-        loss = out.loss
-        logged = (out.logged if out.logged is not None else loss).detach()
+        cap = self.capture
+        if cap is not None and cap.on:
+            batch = cap.pad(batch)  # to its length bucket (where the task pads)
         amp = self.precision
         if acc.deferred:
             # nothing is read on the host: a non-finite loss or norm is remembered on the
             # device (its step, the last finite loss) and raised at the next _sync, before
             # anything is evaluated or saved (fp16: an overflowed gradient is the scaler's,
-            # which skips that step; only the loss is watched)
-            amp.backward(loss)
-            amp.unscale(self.optimizer)
-            norm = self._clip_and_norm()
+            # which skips that step; only the loss is watched); with step_capture=graphs the
+            # whole step is one replay of a CUDA graph
+            done = cap.step(self._step_body, batch, self.carry) if cap is not None else None
+            logged, norm, carry, count = done or self._step_body(batch, self.carry)
             acc.watch(logged, logged if amp.overflow_skips() else norm, pos.step + 1)
-            amp.step(self.optimizer)
-            self.carry = out.carry
+            self.carry = carry
             pos.step += 1
-            acc.add(logged, out.tokens if out.tokens is not None else out.weight)
+            acc.add(logged, count)
             pos.loss_n += 1
             return None
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.precision.autocast():
+            out = self._loss(batch, self.carry)
+        loss = out.loss
+        logged = (out.logged if out.logged is not None else loss).detach()
         loss_value = float(logged)
         if self.dist.enabled:
             # the loss is a mean over out.weight units (e.g. tokens): weigh each rank's slice by
@@ -614,6 +628,38 @@ class Trainer:
             acc.add(loss_value, out.tokens if out.tokens is not None else out.weight)
             pos.loss_n += 1
         return loss_value
+
+    def _loss(self, batch: Any, carry: Any) -> Any:
+        """The task's loss: compiled with step_capture=compile (a shape seen before)."""
+        if self.capture is not None:
+            return self.capture.loss(self.train_model, batch, carry)
+        return self.task.loss(self.train_model, batch, carry)
+
+    def _step_body(self, batch: Any, carry: Any) -> tuple[Tensor, Tensor, Any, Any]:
+        """One step that reads nothing back to the host (deferred mode), as a function of its
+        batch and carry alone: what step_capture=graphs records.  Returns the logged loss,
+        the gradient norm, the carry and the tokens (or weight) of the step."""
+        amp = self.precision
+        self.optimizer.zero_grad(set_to_none=True)
+        with amp.autocast():
+            out = self._loss(batch, carry)
+        logged = (out.logged if out.logged is not None else out.loss).detach()
+        amp.backward(out.loss)
+        amp.unscale(self.optimizer)
+        norm = self._clip_and_norm()
+        amp.step(self.optimizer)
+        return logged, norm, out.carry, out.tokens if out.tokens is not None else out.weight
+
+    def _why_not_graphs(self) -> str | None:
+        """Why step_capture=graphs cannot record this run's steps (None: it can)."""
+        if self.dist.enabled:
+            return "data-parallel training"
+        if self.precision.state_dict() is not None or self.cfg.precision == "fp16":
+            return "fp16's gradient scaler reads the host at every step"
+        if not (self._acc is not None and self._acc.deferred):
+            return ("a step that reads its loss back to the host (nonfinite: skip or zero, "
+                    "TensorBoard, or a CPU device)")
+        return None
 
     def _clip_and_norm(self) -> Tensor:
         """Clip (``clip_norm``, ``clip_scope``) and return the global gradient norm, as a

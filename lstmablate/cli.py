@@ -518,8 +518,8 @@ def data_list(
     """The datasets the installed tasks read: their files, which are present in the data
     directory, where they come from and their licence.
 
-    On a terminal, numbered shards are one line in shell brace notation. A data directory
-    that does not exist lists every file as missing; one that is a file exits with 2.
+    Numbered shards are one line in shell brace notation (--plain: one row per file). A data
+    directory that does not exist lists every file as missing; one that is a file exits with 2.
 
     Examples:
 
@@ -539,16 +539,42 @@ def data_list(
         print_listing(("dataset", "tasks", "file", "status", "source", "licence"),
                       [[r.dataset, ", ".join(r.tasks), r.relpath, r.status,
                         catalogue[r.dataset][0].url, catalogue[r.dataset][0].licence]
-                       for r in rows], plain=True)
+                       for r in (rows if plain else _folded(rows, _presence))], plain=True)
         return
     err.print(where + ("; it does not exist)" if not root.is_dir() else ")"), soft_wrap=True)
-    print_listing(("dataset", "tasks", "file", "status"), _grouped(rows, lambda group: (
-        (group[0].status if len(group) == 1 else
-         f"{sum(r.status == 'present' for r in group)} of {len(group)} present"), )),
-        keep=("dataset", "file", "status"), plain=False)
+    print_listing(("dataset", "tasks", "file", "status"),
+                  _grouped(rows, lambda group: (_presence(group),)),
+                  keep=("dataset", "file", "status"), plain=False)
     out.print("Sources and licences:")
     for name, (d, _) in catalogue.items():
         out.print(f"  {name}: {escape(d.url)} — {escape(d.licence)}", soft_wrap=True)
+
+
+def _presence(group: list[Any]) -> str:
+    """The status of a file, or of a folded group of shards (``99 of 99 present``)."""
+    return (group[0].status if len(group) == 1 else
+            f"{sum(r.status == 'present' for r in group)} of {len(group)} present")
+
+
+def _folded(rows: list[Any], status: Any) -> list[Any]:
+    """``rows`` (file statuses) with each run of numbered shards folded into one row: its
+    path in shell brace notation, ``status(group)`` its status (a piped listing keeps a row
+    per file only with --plain)."""
+    import dataclasses
+
+    from .run import data_status as ds
+
+    folded, by_ds = [], {}
+    for r in rows:
+        by_ds.setdefault(r.dataset, []).append(r)
+    for files in by_ds.values():
+        index = {f.relpath: f for f in files}
+        for shown, members in ds.summarise([f.relpath for f in files]):
+            group = [index[m] for m in members]
+            folded.append(group[0] if len(group) == 1 else
+                          dataclasses.replace(group[0], relpath=shown, status=status(group),
+                                              blocks=sorted({b for g in group for b in g.blocks})))
+    return folded
 
 
 def _grouped(rows: list[Any], columns: Any) -> list[list[str]]:
@@ -580,8 +606,10 @@ def data_check(
     folded on a terminal); for what is missing or damaged, the recipes it blocks and how to
     get it (once per dataset); which recipes are ready to run.
 
-    Exits with 2 when the data directory does not exist or is a file, when a present file
-    is damaged, or when TASK is given and a file its default configuration reads is missing.
+    Exits with 2 when the data directory is a file, when a present file is damaged, or when
+    TASK is given and a file its default configuration reads is missing; a data directory
+    that does not exist is answered as an empty one. Piped, numbered shards are folded as on
+    a terminal (--plain: one row per file).
 
     Examples:
 
@@ -589,7 +617,7 @@ def data_check(
     lstmablate data check squad-drqa
     """
     from .run import data_status as ds
-    from .data import describe_data_dir, require_data_dir, resolve_data_dir
+    from .data import describe_data_dir, resolve_data_dir
     from .task import get_task
 
     if task:
@@ -602,15 +630,18 @@ def data_check(
     def note(r: Any) -> str:
         return ", ".join(r.blocks) if r.status == "missing" else (r.message if not r.usable else "")
 
+    def states(group: list[Any]) -> str:
+        kinds = {r.status for r in group}
+        return (group[0].status if len(kinds) == 1 else
+                ", ".join(f"{sum(r.status == s for r in group)} {s}" for s in sorted(kinds)))
+
     if plain or not out.is_terminal:
         print_listing(("dataset", "tasks", "file", "status", "blocks / note"),
-                      [[r.dataset, ", ".join(r.tasks), r.relpath, r.status, note(r)] for r in rows],
-                      plain=True)
+                      [[r.dataset, ", ".join(r.tasks), r.relpath, r.status, note(r)]
+                       for r in (rows if plain else _folded(rows, states))], plain=True)
     else:
         def columns(group: list[Any]) -> tuple[str]:
-            states = {r.status for r in group}
-            return (group[0].status if len(states) == 1 else
-                    ", ".join(f"{sum(r.status == s for r in group)} {s}" for s in sorted(states)),)
+            return (states(group),)
         print_listing(("dataset", "tasks", "file", "status"), _grouped(rows, columns),
                       keep=("dataset", "file", "status"), plain=False)
     for name, (d, _) in ds.task_datasets(task).items():
@@ -636,12 +667,15 @@ def data_check(
         from .errors import DataError
 
         raise DataError(" ".join(r.message for r in damaged))
-    require_data_dir(root)  # none: every file was listed as missing, with how to get it
+    if not root.is_dir():  # the same answer as an empty folder: every file is missing
+        err.print("the data directory does not exist (yet), so every file is missing; the "
+                  "first download creates it.", soft_wrap=True)
     missing = [r.relpath for r in rows if not r.usable and r.relpath in needed]
     if missing:
         from .errors import DataError
 
-        raise DataError(f"task {task!r} (its default configuration) reads {', '.join(missing)}, "
+        shown = ", ".join(name for name, _ in ds.summarise(missing))  # (shards folded)
+        raise DataError(f"task {task!r} (its default configuration) reads {shown}, "
                         "which the data directory does not hold; see above for how to get "
                         "them and which recipes are ready to run without them.")
 

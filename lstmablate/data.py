@@ -231,8 +231,8 @@ def resolve_data_dir(cli_value: str | os.PathLike[str] | None = None) -> Path:
         raw, how, option = env, f"set by the environment variable {ENV_VAR}", ENV_VAR
     else:
         raw, option = DEFAULT_DATA_DIR, "the data directory"
-        how = (f"the default ./{DEFAULT_DATA_DIR} in the current directory "
-               f"(no --data-dir given and {ENV_VAR} not set)")
+        how = (f"the default ./{DEFAULT_DATA_DIR} in the current directory, as neither "
+               f"--data-dir nor {ENV_VAR} is given")
     check_dir_path(raw, option, DataError)
     path = Path(os.path.abspath(os.path.expanduser(raw)))
     if os.path.exists(path) and not os.path.isdir(path):
@@ -288,7 +288,8 @@ def find_file(data_dir: str | os.PathLike[str], relpath: str) -> Path:
     raise DataError(
         f"data file {relpath} not found: looked for {plain} and {gz}. The data directory "
         f"{base}{state} is {describe_data_dir(base)}. {_get_advice(ds)}, or point {ENV_VAR} "
-        f"or --data-dir at a directory that already holds them (see data/README.md)."
+        f"or --data-dir at a directory that already holds them"
+        + ("." if ds is not None and _fetchable(ds) else " (data/README.md says what goes where).")
     )
 
 

@@ -145,12 +145,15 @@ def test_shards_fold_into_shell_brace_notation():
 def test_data_list_says_what_is_present(tmp_path):
     (tmp_path / "ptb").mkdir()
     (tmp_path / "ptb" / "ptb.train.txt").write_text("a b\n")
-    rows = list(csv.reader(io.StringIO(invoke("data", "list", "--data-dir", str(tmp_path)).output),
-                           delimiter="\t"))
+    rows = list(csv.reader(io.StringIO(invoke("data", "list", "--plain", "--data-dir",
+                                              str(tmp_path)).output), delimiter="\t"))
     assert rows[0] == ["dataset", "tasks", "file", "status", "source", "licence"]
     status = {row[2]: row[3] for row in rows[1:]}
     assert status["ptb/ptb.train.txt"] == "present" and status["ptb/ptb.valid.txt"] == "missing"
-    assert sum(r.startswith("bwb/training-") for r in status) == 99  # one row per file here
+    assert sum(r.startswith("bwb/training-") for r in status) == 99  # --plain: a row per file
+    rows = list(csv.reader(io.StringIO(invoke("data", "list", "--data-dir", str(tmp_path)).output),
+                           delimiter="\t"))
+    assert sum(row[2].startswith("bwb/training-") for row in rows) == 1  # piped: shards folded
 
 
 def test_data_check_without_data_gives_the_advice_once_per_dataset(tmp_path):

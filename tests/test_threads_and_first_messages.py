@@ -254,3 +254,43 @@ def test_the_bench_table_fits_100_columns_and_says_what_a_target_is():
     assert "lstm-srnn-hidden-out" in flat and "1.80x LSTM NO" in flat and "0.90x RNN yes" in flat
     assert "target: the ratio this cell should reach against the baseline named" in flat
     assert "parser-400 (32x50 tokens, 3x400, bidirectional, 42% padding)" in flat
+
+
+# ----------------------------------------------------------------- the data commands
+
+def test_data_check_answers_an_absent_folder_as_an_empty_one(tmp_path):
+    (tmp_path / "empty").mkdir()
+    absent, empty = (run_cli("data", "check", "--data-dir", d, cwd=tmp_path)
+                     for d in ("nowhere", "empty"))
+    assert absent.returncode == empty.returncode == 0, (absent.stderr, empty.stderr)
+    assert absent.stdout == empty.stdout  # every catalogued file, missing
+    assert "does not exist (yet), so every file is missing; the first download" in \
+        " ".join(absent.stderr.split())
+    for d in ("nowhere", "empty"):
+        expect_error(run_cli("data", "check", "ptb", "--data-dir", d, cwd=tmp_path),
+                     "task 'ptb' (its default configuration) reads ptb/")
+
+
+def test_a_piped_data_listing_folds_numbered_shards_unless_plain(tmp_path):
+    folded = run_cli("data", "list", "--data-dir", "nowhere", cwd=tmp_path).stdout.splitlines()
+    every = run_cli("data", "list", "--plain", "--data-dir", "nowhere", cwd=tmp_path)
+    every = every.stdout.splitlines()
+    shards = [line for line in every if "/news.en-" in line]
+    assert len(shards) == 99 and len(every) - len(folded) == 98
+    row = next(line.split("\t") for line in folded if "/news.en-" in line)
+    assert row[2:4] == ["bwb/training-monolingual.tokenized.shuffled/news.en-{00001..00099}"
+                        "-of-00100", "0 of 99 present"]
+
+
+def test_a_missing_data_file_names_the_readme_once_and_nests_no_brackets(tmp_path, monkeypatch):
+    from lstmablate.data import find_file, resolve_data_dir
+
+    monkeypatch.delenv("LSTMABLATE_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    for relpath in ("ptb/ptb.train.txt", "bwb/1b_word_vocab.txt", "mine.txt"):
+        with pytest.raises(DataError) as e:
+            find_file(resolve_data_dir(None), relpath)
+        text = str(e.value)
+        assert text.count("data/README.md") == 1, text
+        assert "(the default ./data" not in text and "the default ./data in the current " \
+            "directory, as neither --data-dir nor LSTMABLATE_DATA is given" in text

@@ -24,25 +24,31 @@ class Interrupted(Exception):
     started handles Ctrl-C itself: it saves last.pt and says how to continue)."""
 
 
+def _help_params(params: list[Any]) -> list[Any]:
+    """The parameters as help shows them: no type placeholder after a flag (``--resume``, not
+    ``--resume <bool>``), arguments by their metavar, a value placeholder from the option's
+    name where none is given (commands and groups alike: ``lstmablate --version``)."""
+    for p in params:
+        if getattr(p, "param_type_name", "") == "argument":
+            # the metavar names it already; Typer would add a type column (<path>)
+            p.display_type_rich = lambda ctx: None
+            continue
+        if getattr(p, "param_type_name", "") != "option" or getattr(p, "metavar", None) is not None:
+            continue
+        if getattr(p, "is_flag", False) or getattr(p, "count", False):
+            p.metavar = ""
+        else:
+            p.metavar = (p.name or "value").upper()
+    return params
+
+
 class HelpCommand(TyperCommand):
     """Help that reads as a user types: no type placeholder after a flag (``--resume``, not
     ``--resume <bool>``), arguments by their metavar (``RUN_DIR``, ``[RUNS_DIR]``), a value
     placeholder from the option's name where none is given."""
 
     def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)
-        for p in params:
-            if getattr(p, "param_type_name", "") == "argument":
-                # the metavar names it already; Typer would add a type column (<path>)
-                p.display_type_rich = lambda ctx: None
-                continue
-            if getattr(p, "param_type_name", "") != "option" or getattr(p, "metavar", None) is not None:
-                continue
-            if getattr(p, "is_flag", False) or getattr(p, "count", False):
-                p.metavar = ""
-            else:
-                p.metavar = (p.name or "value").upper()
-        return params
+        return _help_params(super().get_params(ctx))
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -68,6 +74,9 @@ class Group(TyperGroup):
     """A command group (``lstmablate``, ``lstmablate data``): Ctrl-C anywhere in a command,
     from the parsing of its options on, reaches :func:`main` as :class:`Interrupted` (Typer
     would turn a KeyboardInterrupt into an exit 130 without a word)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _help_params(super().get_params(ctx))  # (`--version`, not `--version <bool>`)
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         try:

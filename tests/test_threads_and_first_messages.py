@@ -294,3 +294,11 @@ def test_a_missing_data_file_names_the_readme_once_and_nests_no_brackets(tmp_pat
         assert text.count("data/README.md") == 1, text
         assert "(the default ./data" not in text and "the default ./data in the current " \
             "directory, as neither --data-dir nor LSTMABLATE_DATA is given" in text
+
+
+def test_the_root_help_shows_no_type_after_a_flag(tmp_path):
+    for argv in (["--help"], ["data", "--help"]):
+        r = run_cli(*argv, cwd=tmp_path)
+        assert r.returncode == 0 and "--help" in r.stdout, r.stderr
+        assert "<bool>" not in r.stdout, r.stdout
+    assert "--version" in run_cli("--help", cwd=tmp_path).stdout

@@ -847,6 +847,10 @@ def bench(
         "Markdown beside it."),
     force: bool = typer.Option(False, "--force", help="Replace FILE.json and its Markdown if "
                                "they exist."),
+    peers: bool = typer.Option(False, "--peers", help="Instead: the cells' own reference "
+                               "implementations (the authors' sru, flashrnn, "
+                               "flash-linear-attention's HGRN) beside ours and nn.LSTM, one layer "
+                               "at each shape; a package not installed is a row naming it."),
 ) -> None:
     """Forward+backward tokens/s and memory per cell against torch.nn.LSTM, same process.
 
@@ -856,6 +860,7 @@ def bench(
     lstmablate bench --quick --cell lstm-srnn --shape ptb-650
     lstmablate bench --model-size small --model-size medium --device cuda --json
     lstmablate bench --threads 2 --out benchmarks/results/cpu-2t.json
+    lstmablate bench --peers --shape ptb-650 --device cuda
     """
     import torch
 
@@ -897,6 +902,16 @@ def bench(
     # progress on a terminal only (a log keeps the table alone)
     note = (lambda msg: err.print(escape(msg), soft_wrap=True)) \
         if err.is_terminal and not as_json else None
+    if peers:  # the reference implementations (lstmablate/bench/peers.py)
+        if out_file is not None:
+            raise UserError("--out keeps a cell benchmark's record; --peers prints its table "
+                            "(--json for its rows).")
+        from .bench.peers import bench_peers, markdown_rows
+
+        rows = bench_peers(shapes or None, device=device, threads=threads, repeats=repeats,
+                           progress=note)
+        sys.stdout.write(b.to_json(rows) + "\n" if as_json else "\n".join(markdown_rows(rows)))
+        return
     rows, fields = b.record.measure(cells or None, shapes or None, threads=threads, device=device,
                                     repeats=repeats, model_repeats=model_repeats, quick=quick,
                                     model_sizes=sizes, machine_rate=out_file is not None,

@@ -119,6 +119,9 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("steps", 70),
     StageSpec("models", 45),
     StageSpec("profile", 40),
+    # (only when asked for: train.step_capture's modes per task, the peers' packages)
+    StageSpec("step-capture", 90, default=False),  # lstmablate/bench/gpu_steps.py
+    StageSpec("peers", 30, default=False),  # lstmablate/bench/peers.py
     StageSpec("trainer", 150, needs=("typer", *LIBRARY), default=False),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)
@@ -341,7 +344,9 @@ def targets(rows: list[dict]) -> list[dict]:
             add(f"{r['cell']} trainer tokens/s within 10% of the benchmarked step "
                 f"({r['tokens_per_s']:,.0f} vs {bench_tps:,.0f})", r["tokens_per_s"] / bench_tps,
                 TRAINER_WITHIN)
-    return out
+    from .gpu_steps import targets as capture_targets  # (the step-capture stage's)
+
+    return out + capture_targets(rows)
 
 
 def _num(v: Any, spec: str) -> str:
@@ -410,6 +415,9 @@ def markdown(doc: dict) -> str:
         lines += [f"| {r['cell']} | {r['steps']} | {r['seconds']:.2f} | {r['tokens_per_s']:,.0f} |"
                   for r in trainer if r["shape"] == shape]
         lines.append("")
+    from . import gpu_steps, peers  # the step-capture and peers stages' tables
+
+    lines += gpu_steps.markdown_rows(rows) + peers.markdown_rows(rows)
     met = {True: "yes", False: "**no**", None: ""}
     if doc.get("targets"):
         lines += ["| target | measured | needed | met |", "|---|---|---|---|"]

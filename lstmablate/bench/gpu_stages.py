@@ -378,10 +378,22 @@ def _outcome(failed: list[str], left: list[str], summary: str) -> Outcome:
 
 
 #: the Python stages by name (gpu_check runs ``tests`` and ``trainer`` itself)
+def _step_capture(stage: Stage) -> Outcome:
+    from .gpu_steps import stage as run  # train.step_capture's modes per task
+
+    return run(stage)
+
+
+def _peers(stage: Stage) -> Outcome:
+    from .peers import stage as run  # the cells' reference implementations beside ours
+
+    return run(stage)
+
+
 STAGES: dict[str, Callable[[Stage], Outcome]] = {
     "environment": environment, "paths-fp32": paths("fp32"), "paths-bf16": paths("bf16"),
     "cells-fp32": cells("fp32"), "cells-tf32": cells("tf32"), "models": models,
-    "steps": steps, "profile": profile,
+    "steps": steps, "profile": profile, "step-capture": _step_capture, "peers": _peers,
 }
 
 

@@ -64,6 +64,7 @@ from lstmablate.errors import UserError, exit_status
 from .gpu_args import MAX_BUDGET, Parser, caller_path, check_device, check_seconds, child_env, \
     output_folder
 from .gpu_check import paper_cells, read_rows
+from .gpu_steps import fastest
 from .window_files import (FINAL_S, PLAN_SHAPE, START_S, Run, WindowError,  # noqa: F401
                            check_plan, check_plan_names, read_state, save_state)
 from .window_files import load_plan as _load_plan
@@ -95,8 +96,8 @@ MAX_RECORD_BYTES = 64 * 2**20
 #: training steps it plans with -- then the rest as time allows.  The paths, cells and models
 #: stages time the paper's cells only (``--check-cell``; gpu-check alone times every cell)
 CHECK_STAGES = (("environment", 10), ("paths-fp32", 45), ("cells-fp32", 42), ("cells-tf32", 33),
-                ("steps", 90), ("paths-bf16", 20), ("profile", 35), ("tests", 60),
-                ("models", 30))
+                ("steps", 90), ("step-capture", 60), ("paths-bf16", 20), ("profile", 35),
+                ("tests", 60), ("models", 30))
 #: the runs of a window, in order of priority: each slot takes the first of its alternatives
 #: that fits beside what the slots before it took (Table 4's five cells at once; then
 #: -GATES's learning rate on PTB-medium, full runs only, else Table 1 medium's five cells
@@ -306,6 +307,8 @@ def group_runs(group: dict, step_rows: dict[tuple[str, str], dict]) -> list[Run]
             row = step_rows[(name, cell)] = dict(slowest, cell=cell, timed_as=slowest["cell"])
         for lr in group.get("lrs") or [None]:
             sets = list(group.get("sets", []))
+            if row.get("step_capture"):  # the faster mode measured (gpu_steps.fastest)
+                sets.append(f"train.step_capture={row['step_capture']}")
             exp = experiment
             if lr is not None:
                 sets.append(f"train.lr={lr}")
@@ -680,7 +683,7 @@ def _check(args: argparse.Namespace, base: Path, env: dict[str, str], plan: list
     doc = doc if isinstance(doc, dict) else {}
     return dict(exit=code, files=record[-1].stem if record else None,
                 stages=doc.get("stages", {}), gpu=(doc.get("environment") or {}).get("gpu"),
-                steps=[r for r in rows if r.get("kind") == "step"])
+                steps=fastest([r for r in rows if r.get("kind") == "step"], rows))
 
 
 def finish(state: dict, runs: list[Run], base: Path, out: Path, deadline: float) -> int:

@@ -366,15 +366,7 @@ class Trainer:
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
             raise
-        defer = self.defer_host_reads
-        if defer is None:
-            defer = self.device.type == "cuda" and not self.dist.enabled and self.tb_config is None
-        self._acc = Running(self.device, self.pos.loss_sum,
-                             deferred=defer and self.cfg.nonfinite == "stop")
-        self.capture = StepCapture(cfg.step_capture, self.task, self.device, self.optimizer,
-                                   slots=cfg.capture_slots, why_not=self._why_not_graphs())
-        if self.capture.on:  # length buckets from the first epoch's batches (as on resume)
-            self.capture.prepare(self.task.train_plan(0, data_generator(self.seed, 0)))
+        self.prepare_steps()
         self._t_start = time.perf_counter() - self.pos.train_time_s
         self._cpu_start = time.process_time() - (self.pos.train_cpu_s or 0.0)
         progress = Progress(
@@ -628,6 +620,25 @@ class Trainer:
             acc.add(loss_value, out.tokens if out.tokens is not None else out.weight)
             pos.loss_n += 1
         return loss_value
+
+    def prepare_steps(self) -> None:
+        """What the steps need before the first one (``fit`` does it; a benchmark of
+        :meth:`train_step` too): the running loss, read back per step or deferred, and the
+        step capture (``train.step_capture``), its shapes chosen from the first epoch's
+        batches (as on resume)."""
+        defer = self.defer_host_reads
+        if defer is None:
+            defer = self.device.type == "cuda" and not self.dist.enabled and self.tb_config is None
+        self._acc = Running(self.device, self.pos.loss_sum,
+                             deferred=defer and self.cfg.nonfinite == "stop")
+        self.capture = StepCapture(self.cfg.step_capture, self.task, self.device, self.optimizer,
+                                   slots=self.cfg.capture_slots, why_not=self._why_not_graphs())
+        if self.capture.on:
+            self.capture.prepare(self.task.train_plan(0, data_generator(self.seed, 0)))
+
+    def train_step(self, batch: Any) -> float | None:
+        """One optimiser step on ``batch``, as ``fit`` takes it (after :meth:`prepare_steps`)."""
+        return self._train_step(batch)
 
     def _loss(self, batch: Any, carry: Any) -> Any:
         """The task's loss: compiled with step_capture=compile (a shape seen before)."""

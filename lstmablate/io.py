@@ -29,7 +29,9 @@ the machine goes through here.
 Only the standard library is imported here at start-up (PyYAML where YAML is read or
 written): ``python -m lstmablate.bench.gpu_check`` and the GPU-window tool write through this
 module on a machine where nothing else is installed yet.  No other module renames, replaces
-or fsyncs a file (``tests/test_output_rule.py`` checks it).
+or fsyncs a file, but for the exceptions ``tests/test_output_rule.py`` names with their reason
+(the native build's compiled library, which the compiler writes and the build renames into
+its cache).
 """
 
 from __future__ import annotations

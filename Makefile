@@ -1,7 +1,9 @@
 # lstmablate — the two set-up commands are `make demo` and `make test`.
 #
 # Both install into the active virtual environment, or create ./.venv if none
-# is active. PyTorch is installed first, so the project's `torch>=2.1`
+# is active: `make demo` the package alone (what a CPU run needs), `make test` with
+# the dev extras (pytest, Triton for the kernel tests, deepsig, submitit, ruff).
+# PyTorch is installed first, so the project's `torch>=2.1`
 # dependency is already met and pip never pulls a second torch:
 #   * a torch already installed is kept (e.g. your CUDA build);
 #   * else a local wheel of torch==$(TORCH_VERSION) if pip can find one offline;
@@ -20,12 +22,15 @@ else
   PY := $(VENV)/bin/python
 endif
 RUNS ?= runs
-THREADS ?= 2
+# torch threads per run; empty: the cores free now (lstmablate/threads.py), chosen once per sweep
+THREADS ?=
+THREADS_ARG = $(if $(THREADS),--threads $(THREADS))
 PYTEST_ARGS ?= -q
 SWEEP_ARGS ?=   # e.g. SWEEP_ARGS="--device cuda"
 
 # (reproduce-% is a pattern rule, which .PHONY would switch off; no file has such a name.)
-.PHONY: install install-torch demo test lint readme-check recipe-snapshot bench gpu-check report \
+.PHONY: install install-demo install-torch demo test test-slow lint readme-check recipe-snapshot \
+	bench gpu-check report \
 	clean-demo pages gpu-window-prepare gpu-window gpu-window-watch
 
 $(PY):
@@ -48,12 +53,23 @@ install-torch: $(PY)
 install: install-torch
 	$(PY) -m pip install -e ".[dev]"
 
-demo: install
-	$(PY) -m lstmablate sweep dyck-demo --out $(RUNS) --threads $(THREADS)
-	$(PY) -m lstmablate report $(RUNS) --table dyck-demo
+# the package alone: a CPU run needs none of the dev extras (Triton is the largest of them)
+install-demo: install-torch
+	$(PY) -m pip install -e .
 
+demo: install-demo
+	$(PY) -m lstmablate sweep dyck-demo --out $(RUNS) $(THREADS_ARG)
+	$(PY) -m lstmablate report $(RUNS) --table dyck-demo
+	@echo "A model this small moves by several points between CPUs, thread counts and seeds;"
+	@echo "compare the cells' pattern, not single numbers (docs/results/dyck.md, 'What to expect')."
+
+# the tests but those marked slow (over ~20 s each; README, "Tests"); `make test-slow` runs
+# those, and CI runs both, so that every test runs once
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: install
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 # The resolved configs of every shipped recipe, which tests/test_recipes.py compares every
 # recipe with: rewrite it only with a change meant to alter what a recipe runs (docs/recipes.md).
@@ -66,7 +82,7 @@ lint: install
 	$(PY) -m ruff check .
 
 # The README's "Using it" commands, in order, in a fresh folder after the demo (CI runs it).
-readme-check: install
+readme-check: install-demo
 	$(PY) tests/readme_check.py
 
 report:
@@ -79,7 +95,7 @@ pages:
 	$(PY) tools/pages.py
 
 bench:
-	$(PY) -m lstmablate bench --threads $(THREADS)
+	$(PY) -m lstmablate bench $(THREADS_ARG)
 
 # On a GPU machine (docs/performance.md, "One command on a GPU machine"): tests/gpu/, every
 # fast path against the reference at the paper's shapes (float32, bfloat16), the cell
@@ -135,7 +151,7 @@ define newline
 
 endef
 reproduce-%:
-	$(PY) -m lstmablate sweep $(REPRODUCE) --out $(RUNS) --threads $(THREADS) $(SWEEP_ARGS)
+	$(PY) -m lstmablate sweep $(REPRODUCE) --out $(RUNS) $(THREADS_ARG) $(SWEEP_ARGS)
 	$(foreach t,$(call report_tables,$(REPRODUCE)),$(PY) -m lstmablate report $(RUNS) --table $(t)$(newline))
 
 clean-demo:

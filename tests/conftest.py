@@ -15,16 +15,36 @@ torch.set_num_threads(1)
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+#: why a test that reads the real benchmark data is skipped without it
+NO_REAL_DATA = ("needs the real benchmark data: set LSTMABLATE_DATA to its directory "
+                "(data/README.md says what goes in it)")
+
+
+def real_data_root() -> Path | None:
+    """The real benchmark data's directory, $LSTMABLATE_DATA (CI sets it); None if unset."""
+    value = os.environ.get("LSTMABLATE_DATA", "").strip()
+    return Path(value) if value else None
+
+
+def skip_without_real_data(*relpaths: str) -> Path:
+    """$LSTMABLATE_DATA, or the test skipped saying why: unset, or without ``relpaths`` (each
+    plain or .gz)."""
+    root = real_data_root()
+    if root is None:
+        pytest.skip(NO_REAL_DATA)
+    for rel in relpaths:
+        if not (root / rel).exists() and not (root / f"{rel}.gz").exists():
+            pytest.skip(f"{rel} is not in $LSTMABLATE_DATA ({root}); data/README.md says how to "
+                        "get it")
+    if not root.exists():
+        pytest.skip(f"$LSTMABLATE_DATA ({root}) does not exist")
+    return root
 
 
 @pytest.fixture
 def real_data_dir() -> Path:
-    """The real benchmark data: $LSTMABLATE_DATA, else ../shared/data; skip if absent."""
-    d = Path(os.environ.get("LSTMABLATE_DATA") or SHARED_DATA)
-    if not d.exists():
-        pytest.skip(f"real data not found at {d} (set LSTMABLATE_DATA)")
-    return d
+    """The real benchmark data ($LSTMABLATE_DATA); the test is skipped, saying why, without."""
+    return skip_without_real_data()
 
 
 TINY_DYCK = """\

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import os
 from pathlib import Path
 
 import pytest
@@ -14,14 +13,14 @@ from lstmablate import data as D
 from lstmablate.errors import DataError, UnknownNameError
 from lstmablate.task import available_datasets
 
+from conftest import skip_without_real_data
+
 FIXTURES = Path(__file__).parent / "fixtures"
-# Real data on developer machines and CI: ../shared/data from the project root.
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PTB_TRAIN = FIXTURES / "ptb" / "ptb.train.txt"
 
 
 def real_data_dir() -> Path:
-    return Path(os.environ.get(D.ENV_VAR) or SHARED_DATA)
+    return skip_without_real_data()
 
 
 def _write_gz(path: Path, payload: bytes) -> Path:
@@ -383,7 +382,7 @@ def test_real_data_checksums_verify(name):
     ds = available_datasets()[name]
     if not (base / ds.files[0].relpath).exists() and not (
             base / (ds.files[0].relpath + ".gz")).exists():
-        pytest.skip(f"real {name} data not found under {base} (set {D.ENV_VAR})")
+        pytest.skip(f"real {name} data is not in ${D.ENV_VAR} ({base})")
     results = D.verify(base, ds)
     assert [r.status for r in results] == ["ok"] * len(ds.files), [r.message for r in results]
 

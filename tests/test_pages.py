@@ -6,7 +6,8 @@ compared with the page; a page that differs is named with its first differing li
 command that fixes it.  The records are in the one layout the pages and ``lstmablate report``
 read (``<experiment>/<cell>/seed-<n>/``), and the generator's tables are checked against
 values read here straight from the records' files.  The significance blocks (a permutation
-test over every pair of runs) take a minute: they are the slow test.
+test over every pair of runs) take minutes: they are the slow test, marked ``slow`` --
+``make test`` leaves it out, ``make test-slow`` (and CI, once) runs it.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ pages = _load_pages()
 
 
 def slow_block(command: str) -> bool:
-    """The blocks that run the paired tests (about half a minute each)."""
+    """The blocks that run the paired tests (seconds to minutes each: every pair of runs)."""
     return "--significance" in command or command.startswith("lstmablate compare")
 
 

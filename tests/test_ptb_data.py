@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import math
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from lstmablate.data import ENV_VAR, find_file
 from lstmablate.errors import ConfigError, DataError, UnknownNameError
 from lstmablate_tasks.ptb import data as P
 
 FIXTURES = Path(__file__).parent / "fixtures"
-# Real data on developer machines and CI: ../shared/data from the project root.
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FIXTURE_LINES = {
     split: (FIXTURES / "ptb" / f"ptb.{split}.txt").read_text().splitlines()
     for split in P.SPLITS
@@ -226,13 +222,9 @@ def test_metrics():
 
 
 def _real_dir() -> Path:
-    base = Path(os.environ.get(ENV_VAR) or SHARED_DATA)
-    try:
-        for split in P.SPLITS:
-            find_file(base, P.FILES[split])
-    except DataError:
-        pytest.skip(f"real PTB not found under {base} (set {ENV_VAR} to a directory with ptb/)")
-    return base
+    from conftest import skip_without_real_data
+
+    return skip_without_real_data(*(P.FILES[split] for split in P.SPLITS))
 
 
 @pytest.fixture(scope="module")

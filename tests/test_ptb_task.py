@@ -7,7 +7,6 @@ import functools
 import gzip
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -33,16 +32,13 @@ from lstmablate_tasks.ptb.task import PTBData, PTBEval, PTBModel, PTBTask
 from item_scores_check import assert_round_trip
 
 FIXTURES = Path(__file__).parent / "fixtures"
-# Real data on developer machines and CI: ../shared/data from the project root.
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PAPER_CELLS = ["lstm", "lstm-srnn", "lstm-srnn-out", "lstm-srnn-hidden", "lstm-gates"]
 
 
 def _real_dir() -> Path:
-    d = Path(os.environ.get("LSTMABLATE_DATA") or SHARED_DATA)
-    if not (d / "ptb").exists():
-        pytest.skip(f"real PTB not found under {d} (set LSTMABLATE_DATA)")
-    return d
+    from conftest import skip_without_real_data
+
+    return skip_without_real_data("ptb")
 
 
 def fixture_task(level: str = "word", batch_size: int = 2, num_steps: int = 3,

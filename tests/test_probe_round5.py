@@ -155,6 +155,12 @@ def test_the_window_and_the_page_generator_never_wait_on_a_fifo(tmp_path, capsys
     one_refusal(code, capsys.readouterr().err, "gpu-window", "plan.json: it is a named pipe")
     code = in_thread(lambda: pages.main(["--check", str(fifo)]), fifo=fifo)
     one_refusal(code, capsys.readouterr().err, "pages", "plan.json: it is a named pipe")
+    # a device is never read forever
+    code = window.main(["prepare", "--wheels", "", "--plan", "/dev/zero", "--folder",
+                        str(tmp_path / "w")])
+    one_refusal(code, capsys.readouterr().err, "gpu-window", "/dev/zero: it is a device")
+    one_refusal(pages.main(["--check", "/dev/zero"]), capsys.readouterr().err, "pages",
+                "/dev/zero: it is a device")
 
 
 # -- the GPU window -----------------------------------------------------------------------------

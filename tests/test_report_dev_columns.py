@@ -80,3 +80,22 @@ def test_neither_is_tested_for_significance(runs, tmp_path):
     assert tested == {"BLEU (tokenised, multi-bleu.perl) ↑"}
     head = [line for line in markdown_table(table).splitlines() if line.startswith("|")][0]
     assert head.count("vs `lstm`") == 1
+
+
+def test_runs_evaluated_differently_are_named(runs, tmp_path):
+    """One table, runs decoded with different beam-search rules: a note says so."""
+    import yaml
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(runs, mixed)
+    assert not any("evaluated with different eval options" in n
+                   for n in build_report(mixed).tables[0].notes)
+    cfg_path = mixed / "nmt-multi30k-cpu" / "lstm" / "seed-2" / "config.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg["eval"]["length_normalise"] = not cfg["eval"]["length_normalise"]
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    (table,) = build_report(mixed).tables
+    (note,) = [n for n in table.notes if "evaluated with different eval options" in n]
+    assert "eval.length_normalise: false (1 runs), true (2 runs)" in note or \
+        "eval.length_normalise: false (2 runs), true (1 runs)" in note
+    assert "eval.beam_size" not in note  # only the keys that differ

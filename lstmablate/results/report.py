@@ -26,6 +26,7 @@ without the original's pretrained vectors).
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lstmablate.config import LEGACY_RUN_KEYS
+from lstmablate.config import LEGACY_RUN_KEYS, to_plain
 from lstmablate.errors import UnknownNameError, UserError
 from lstmablate.io import path_exists
 from lstmablate.recipes import check_shapes, grid_points, load_recipe, recipe_seeds
@@ -364,6 +365,29 @@ def _count_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     return notes
 
 
+def _eval_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
+    """A note when the finished runs of ``cells`` were evaluated with different eval options
+    (a decoder changed between them): their final numbers were not made the same way."""
+    values: dict[str, dict[str, int]] = {}  # eval key -> its value (as shown) -> runs
+    runs = [r for c in cells for r in exp.runs_of(c, "finished")]
+    for r in runs:
+        try:
+            ev = to_plain(r.config.eval)
+        except Exception:  # noqa: BLE001 - a run whose config cannot be typed here
+            continue
+        for key, value in (ev or {}).items():
+            shown = json.dumps(value, sort_keys=True)
+            values.setdefault(key, {}).setdefault(shown, 0)
+            values[key][shown] += 1
+    differ = {k: v for k, v in values.items() if len(v) > 1}
+    if not differ:
+        return []
+    parts = "; ".join(f"eval.{k}: " + ", ".join(f"{v} ({n} runs)" for v, n in sorted(vals.items()))
+                      for k, vals in sorted(differ.items()))
+    return [f"{where}the runs were evaluated with different eval options ({parts}): their final "
+            "numbers were not made the same way"]
+
+
 def format_duration(seconds: float) -> str:
     """12 s, 4.5 min, 2.3 h."""
     if seconds < 120:
@@ -465,6 +489,7 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
         where = f"{label}: " if several else ""
         table.notes += [f"{where}{n}" for n in exp.notes]
         table.notes += _count_notes(where, exp, cells)
+        table.notes += _eval_notes(where, exp, cells)
         times = _train_times(exp, cells)
         if times:
             table.train_times.append((label if several else "", times))

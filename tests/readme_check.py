@@ -6,6 +6,8 @@ In a fresh temporary folder: first the demo (`make demo` with its runs folder th
 every command of the first ```bash block under "## Using it", each in a shell, in order.
 Any command that fails (non-zero exit) fails the check, with its output.  Comments (`# ...`)
 and blank lines are skipped; nothing else is rewritten, so the README says exactly what runs.
+The commands may write only under `runs/` (git-ignored): a file they leave beside it would be
+an untracked file in the root of a user's checkout, and fails the check too.
 """
 
 from __future__ import annotations
@@ -80,7 +82,20 @@ def main() -> None:
         run(f"{make} -s -C {shlex.quote(str(ROOT))} demo RUNS={shlex.quote(str(cwd / 'runs'))} "
             f"PY={shlex.quote(sys.executable)}", cwd, env)
         total = sum(run(cmd, cwd, env) for cmd in commands)
+        left = stray_files(cwd)
+        if left:
+            raise SystemExit(f"the README's commands left {', '.join(left)} beside runs/: in a "
+                             "checkout these are untracked files; write them under runs/.")
     print(f"{len(commands)} README commands ran in order ({total:.0f} s after the demo).")
+
+
+#: what the README's commands may leave in the folder they run in (git-ignored in a checkout)
+KEPT = ("runs",)
+
+
+def stray_files(folder: Path) -> list[str]:
+    """The entries of ``folder`` other than :data:`KEPT`, sorted."""
+    return sorted(p.name for p in folder.iterdir() if p.name not in KEPT)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from readme_check import _strip_comment, readme_commands
+from readme_check import ROOT, _strip_comment, readme_commands, stray_files
 
 
 def test_the_using_it_block_is_literal_commands_that_exist():
@@ -31,3 +31,26 @@ def test_comments_are_stripped_but_not_inside_quotes():
     assert _strip_comment('lstmablate x --text "a # b"  # note') == 'lstmablate x --text "a # b"  '
     assert _strip_comment("lstmablate list cells") == "lstmablate list cells"
     assert _strip_comment("# only a comment") == ""
+
+
+def test_the_readme_is_read_in_ten_minutes_and_defines_the_headline_terms():
+    """At most 200 lines; every name the headline table uses is explained under it."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    after_table = text[text.index("<!-- /generated -->"):]
+    for term in ("WCPA", "−S-RNN", "−S-RNN−OUT", "−S-RNN−HIDDEN", "−GATES", "Stand-in",
+                 "Paper scale", "Parser-v1", "ASO", "perplexity", "LAS", "BLEU", "F1"):
+        assert term in after_table, term
+    assert "## What is guaranteed" not in text  # (docs/guarantees.md)
+
+
+def test_the_readme_commands_write_under_runs_only(tmp_path):
+    (tmp_path / "runs").mkdir()
+    assert stray_files(tmp_path) == []
+    (tmp_path / "curves.png").write_text("")
+    (tmp_path / "dyck-files").mkdir()
+    assert stray_files(tmp_path) == ["curves.png", "dyck-files"]
+    for cmd in readme_commands():
+        for word in shlex.split(cmd):
+            if word.endswith((".png", ".tex", ".jsonl", "-files/")):
+                assert word.startswith("runs/"), cmd

@@ -302,3 +302,21 @@ def test_the_root_help_shows_no_type_after_a_flag(tmp_path):
         assert r.returncode == 0 and "--help" in r.stdout, r.stderr
         assert "<bool>" not in r.stdout, r.stdout
     assert "--version" in run_cli("--help", cwd=tmp_path).stdout
+
+
+def test_report_significance_shows_its_work_on_a_terminal_only(monkeypatch):
+    import contextlib
+
+    from rich.progress import Progress
+
+    from lstmablate import cli
+
+    assert isinstance(cli._working("testing"), contextlib.nullcontext)  # (stderr is no terminal)
+    screen = io.StringIO()
+    monkeypatch.setattr(cli, "err", Console(file=screen, force_terminal=True, width=80))
+    assert isinstance(cli._working(None), contextlib.nullcontext)
+    working = cli._working("testing each cell against lstm")
+    assert isinstance(working, Progress)
+    with working:
+        pass
+    assert "testing each cell against lstm" in screen.getvalue()

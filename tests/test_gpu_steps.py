@@ -79,6 +79,7 @@ def _check(tmp_path, *args) -> tuple[int, list[dict], str]:
     return r.returncode, read_rows(jsonl), jsonl.with_suffix(".md").read_text()
 
 
+@pytest.mark.slow
 def test_the_peers_stage_as_a_dry_run(tmp_path):
     code, rows, md = _check(tmp_path, "--only", "peers", "--shape", "4x5x8x2", "--repeats", "1",
                             "--budget", "300")

@@ -112,6 +112,7 @@ def test_our_lstm_equals_flashrnns_lstm():
     torch.testing.assert_close(last[1, :, 0, 0], cn.detach(), **TOL)
 
 
+@pytest.mark.slow  # (importing flash-linear-attention takes about 20 s)
 def test_mingrus_recurrence_equals_fla_hgrn():
     """flash-linear-attention's HGRN recurrence, fed minGRU's write, keep and content (our
     cell's weighted-sum view), gives our memory and output (Feng et al. 2024: h_t = (1 - z_t)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lstmablate.run.runs import RunFiles
 from lstmablate.results.formats import markdown_table
 from lstmablate.results.report import build_report
 from lstmablate.results.compare import SignificanceOptions
@@ -28,10 +29,10 @@ def runs(tmp_path_factory) -> Path:
         src = RECORDS / cell / f"seed-{seed}"
         dst = root / "nmt-multi30k-cpu" / cell / f"seed-{seed}"
         shutil.copytree(src, dst)
-        result = json.loads((dst / "result.json").read_text())
+        result = json.loads((dst / RunFiles.RESULT).read_text())
         result["dev_final"]["bleu"] = val
         result["test"]["lennorm_bleu"] = LENNORM[cell, seed]
-        (dst / "result.json").write_text(json.dumps(result))
+        (dst / RunFiles.RESULT).write_text(json.dumps(result))
     return root
 
 
@@ -54,7 +55,8 @@ def test_the_validation_bleu_is_a_column_beside_test(runs):
     assert "Columns headed `val`: the final evaluation of that (validation) split" in text
     # the test column still reads the test section
     test = _column(text, "BLEU (tokenised, multi-bleu.perl) ↑")
-    assert test["lstm-gates"] == f"{json.loads((RECORDS / 'lstm-gates/seed-1/result.json').read_text())['test']['bleu']:.2f} (n=1)"
+    gates = json.loads((RECORDS / "lstm-gates" / "seed-1" / RunFiles.RESULT).read_text())
+    assert test["lstm-gates"] == f"{gates['test']['bleu']:.2f} (n=1)"
 
 
 def test_an_extra_metric_shows_where_a_table_spec_names_it(runs, tmp_path):
@@ -90,7 +92,7 @@ def test_runs_evaluated_differently_are_named(runs, tmp_path):
     shutil.copytree(runs, mixed)
     assert not any("evaluated with different eval options" in n
                    for n in build_report(mixed).tables[0].notes)
-    cfg_path = mixed / "nmt-multi30k-cpu" / "lstm" / "seed-2" / "config.yaml"
+    cfg_path = mixed / "nmt-multi30k-cpu" / "lstm" / "seed-2" / RunFiles.CONFIG
     cfg = yaml.safe_load(cfg_path.read_text())
     cfg["eval"]["length_normalise"] = not cfg["eval"]["length_normalise"]
     cfg_path.write_text(yaml.safe_dump(cfg))

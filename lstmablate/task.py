@@ -27,6 +27,10 @@ must provide (everything else has a default):
   registry's ``build_encoder`` with the run's ``--cell`` bound) for every
   recurrent layer, so a task never names a cell; ``loss`` (optionally
   threading a ``carry``, e.g. the LM's hidden state, between batches).
+* **Length buckets** (optional; ``train.step_capture``): ``batch_length`` and
+  ``pad_batch``, so that a variable-length task's batches pad to a few shapes
+  chosen from the data (``lstmablate/train/capture.py``) with the same loss and
+  gradients.
 * **Evaluation.** ``evaluate(model, split, final=...)``: ``final=False`` is the
   cheap evaluation used for model selection during training, ``final=True``
   the final numbers (the end-of-training test evaluation and ``lstmablate
@@ -275,6 +279,24 @@ class Task:
 
     def loss(self, model: nn.Module, batch: Any, carry: Any) -> StepOutput:
         raise NotImplementedError
+
+    # -- step capture: length buckets (train.step_capture, lstmablate/train/capture.py) ------
+    def batch_length(self, batch: Any) -> int | tuple[int, ...] | None:
+        """The lengths a training batch's shape varies with, for ``train.step_capture``'s
+        length buckets: an int (one padded dimension, e.g. the tokens of the longest
+        sentence) or a tuple of ints (several, e.g. NMT's source and target tokens; always
+        the same number for a task).  Default None: the task's batches are not padded to
+        buckets (their shape is fixed, or the task has no :meth:`pad_batch`)."""
+        return None
+
+    def pad_batch(self, batch: Any, length: int | tuple[int, ...]) -> Any:
+        """``batch`` padded to ``length`` (as :meth:`batch_length` gives it; no entry shorter
+        than the batch's own), such that :meth:`loss` on it gives the loss, the weight, the
+        tokens and the gradients of ``batch`` itself: padded positions are masked in
+        everything that reads them (the encoders' lengths, attention, pooling, the losses'
+        ignored targets).  Only dropout draws differ: more numbers, for positions nothing
+        reads."""
+        raise NotImplementedError(f"task {self.name!r} does not pad its batches")
 
     # -- evaluation -------------------------------------------------------------------
     @torch.no_grad()

@@ -30,10 +30,17 @@ often (its graph's memory is freed).  A change of the optimiser's settings (the 
 rate of a schedule) drops every graph, which is recorded again (:data:`MAX_INVALIDATIONS`
 times at most: a rate that changes every step is not captured).
 
-Variable-length tasks may pad their batches to a few lengths chosen from the data
-(:func:`choose_buckets`), through the task's optional hooks ``batch_length(batch)`` and
-``pad_batch(batch, length)`` (padded positions are masked, so the numbers do not change), so
-that a bounded number of shapes covers an epoch.
+Variable-length tasks pad their batches to a few lengths chosen from the data, through the
+task's hooks ``batch_length(batch)`` and ``pad_batch(batch, length)`` (``lstmablate.task.Task``;
+padded positions are masked everywhere, so the loss and the gradients do not change), so that
+a bounded number of shapes covers an epoch.  A batch may vary in one length (the tokens of
+SST's sentences: :func:`choose_buckets`, the least padding, exactly) or in several (NMT's
+source and target, SQuAD's passage and question: :func:`choose_grid`, the buckets of each
+dimension grown one at a time while the sampled batches fall into at most
+``train.capture_slots`` padded shapes).  With dropout a padded batch draws more random numbers
+than the unpadded one (dropout at padded positions, which nothing reads), so a run with
+buckets follows another random stream than a run without: the same distribution, and exact on
+resume, since the buckets are chosen from the data.
 
 **Never a crash**: a compilation or a recording that fails (any exception but running out of
 memory) is one warning line naming the mode and the error; that step and every later one run
@@ -50,6 +57,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.utils import _pytree as pytree
@@ -85,52 +93,122 @@ def choose_buckets(lengths: Sequence[int], max_buckets: int,
     """At most ``max_buckets`` lengths to pad batches to, chosen from the data: the longest
     length is always one (every batch fits), the others minimise the padding
     sum_i w_i (bucket(l_i) - l_i) over the batches' lengths ``l_i`` (weights ``w_i``, default
-    1) -- exactly, by dynamic programming over the distinct lengths."""
+    1) -- exactly, by dynamic programming over the distinct lengths (the fewest buckets that
+    reach the least padding)."""
     if max_buckets < 1:
         raise ValueError(f"max_buckets must be >= 1, got {max_buckets}")
     if not lengths:
         return ()
-    w = [1.0] * len(lengths) if weights is None else [float(x) for x in weights]
-    total: dict[int, float] = Counter()
-    for length, weight in zip(lengths, w):
-        total[int(length)] += weight
-    values = sorted(total)
-    m = len(values)
-    if m <= max_buckets:
-        return tuple(values)
-    # prefix sums of the weights and of weight x length
-    W, S = [0.0], [0.0]
-    for v in values:
-        W.append(W[-1] + total[v])
-        S.append(S[-1] + total[v] * v)
+    table = _BucketTable(lengths, max_buckets, weights)
+    k = min(range(1, table.K + 1), key=lambda k: (table.padding(k), k))
+    return table.buckets(k)
 
-    def cost(a: int, b: int) -> float:  # lengths values[a..b] padded to values[b]
-        return values[b] * (W[b + 1] - W[a]) - (S[b + 1] - S[a])
 
-    inf = float("inf")
-    # best[k][j]: the least padding of values[0..j] with k buckets, the last at values[j]
-    best = [[inf] * m for _ in range(max_buckets + 1)]
-    back = [[-1] * m for _ in range(max_buckets + 1)]
-    for j in range(m):
-        best[1][j] = cost(0, j)
-    for k in range(2, max_buckets + 1):
-        for j in range(k - 1, m):
-            for i in range(k - 2, j):  # the previous bucket at values[i]
-                c = best[k - 1][i] + cost(i + 1, j)
-                if c < best[k][j]:
-                    best[k][j], back[k][j] = c, i
-    k = min(range(1, max_buckets + 1), key=lambda k: (best[k][m - 1], k))
-    out, j = [], m - 1
-    while k >= 1 and j >= 0:
-        out.append(values[j])
-        j, k = back[k][j], k - 1
-    return tuple(sorted(out))
+class _BucketTable:
+    """The dynamic programme of :func:`choose_buckets` for every number of buckets up to
+    ``K`` at once: ``best[k][j]``, the least padding of the distinct lengths ``values[0..j]``
+    with k buckets, the last at ``values[j]``, is min_i best[k-1][i] + cost(i+1, j), where
+    cost(a, b) pads ``values[a..b]`` to ``values[b]`` (one vector operation per (k, j))."""
+
+    def __init__(self, lengths: Sequence[int], K: int,
+                 weights: Sequence[float] | None = None):
+        w = [1.0] * len(lengths) if weights is None else [float(x) for x in weights]
+        total: dict[int, float] = Counter()
+        for length, weight in zip(lengths, w):
+            total[int(length)] += weight
+        self.values = values = sorted(total)
+        m = len(values)
+        self.K = K = max(1, min(K, m))
+        v = np.array(values, dtype=np.float64)
+        tw = np.array([total[x] for x in values], dtype=np.float64)
+        # prefix sums of the weights and of weight x length
+        W = np.concatenate([[0.0], np.cumsum(tw)])
+        S = np.concatenate([[0.0], np.cumsum(tw * v)])
+        best = np.full((K + 1, m), np.inf)
+        back = np.full((K + 1, m), -1, dtype=np.int64)
+        best[1] = v * W[1:] - S[1:]  # cost(0, j)
+        for k in range(2, K + 1):
+            for j in range(k - 1, m):
+                i = np.arange(k - 2, j)  # the previous bucket at values[i]
+                c = best[k - 1, i] + v[j] * (W[j + 1] - W[i + 1]) - (S[j + 1] - S[i + 1])
+                a = int(np.argmin(c))  # (the first of equal costs)
+                best[k, j], back[k, j] = c[a], i[a]
+        self.best, self.back = best, back
+
+    def padding(self, k: int) -> float:
+        """The least padding with at most ``k`` buckets."""
+        return float(self.best[1:min(k, self.K) + 1, -1].min())
+
+    def buckets(self, k: int) -> tuple[int, ...]:
+        """The buckets of the least padding with at most ``k`` of them (the fewest that reach
+        it)."""
+        k = min(range(1, min(k, self.K) + 1), key=lambda n: (self.best[n, -1], n))
+        out, j = [], len(self.values) - 1
+        while k >= 1 and j >= 0:
+            out.append(self.values[j])
+            j, k = int(self.back[k, j]), k - 1
+        return tuple(sorted(out))
+
+
+def choose_grid(lengths: Sequence[Sequence[int]], max_shapes: int
+                ) -> tuple[tuple[int, ...], ...]:
+    """Buckets for batches that vary in several lengths (one tuple per batch: e.g. NMT's
+    (source, target) tokens): one tuple of buckets per dimension (each from
+    :func:`choose_buckets`, its longest length always one), grown one bucket at a time --
+    each time in the dimension whose next bucket saves the most padding relative to that
+    dimension's mean length -- while these batches, padded, take at most ``max_shapes``
+    distinct shapes."""
+    if max_shapes < 1:
+        raise ValueError(f"max_shapes must be >= 1, got {max_shapes}")
+    if not lengths:
+        return ()
+    rows = [tuple(int(x) for x in row) for row in lengths]
+    dims = len(rows[0])
+    cols = [[r[d] for r in rows] for d in range(dims)]
+    tables = [_BucketTable(c, max_shapes) for c in cols]
+    scale = [max(sum(c) / len(c), 1.0) for c in cols]
+    k = [1] * dims
+    grid = [t.buckets(1) for t in tables]
+
+    def shapes(g: list[tuple[int, ...]]) -> int:
+        return len({tuple(bucket_for(r[d], g[d]) for d in range(dims)) for r in rows})
+
+    while True:
+        best = None
+        for d in range(dims):
+            if k[d] >= tables[d].K:
+                continue
+            g = tables[d].buckets(k[d] + 1)
+            trial = grid[:d] + [g] + grid[d + 1:]
+            if shapes(trial) > max_shapes:
+                continue
+            gain = (tables[d].padding(k[d]) - tables[d].padding(k[d] + 1)) / scale[d]
+            if best is None or gain > best[0]:
+                best = (gain, d, g)
+        if best is None:
+            return tuple(grid)
+        _, d, g = best
+        grid[d] = g
+        k[d] += 1
 
 
 def bucket_for(length: int, buckets: Sequence[int]) -> int | None:
     """The smallest bucket that holds ``length`` (None: longer than every bucket)."""
     i = bisect.bisect_left(buckets, length)
     return buckets[i] if i < len(buckets) else None
+
+
+def pad_to(t: Tensor, dim: int, length: int, value: float | int) -> Tensor:
+    """``t`` with its dimension ``dim`` padded at the end to ``length`` with ``value`` (what a
+    task's ``pad_batch`` does to each of its tensors)."""
+    extra = length - t.shape[dim]
+    if extra < 0:
+        raise ValueError(f"cannot pad dimension {dim} of size {t.shape[dim]} to {length}")
+    if extra == 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = extra
+    return torch.cat([t, t.new_full(shape, value)], dim=dim)
 
 
 # ---------------------------------------------------------------------------------------
@@ -315,21 +393,27 @@ class StepCapture:
         n = len(plan)
         picks = sorted({i * n // min(n, BUCKET_SAMPLE) for i in range(min(n, BUCKET_SAMPLE))})
         batches = [plan[i] for i in picks]
-        if callable(getattr(self.task, "batch_length", None)) and \
-                callable(getattr(self.task, "pad_batch", None)):
-            lengths = [int(self.task.batch_length(b)) for b in batches]
-            self.buckets = choose_buckets(lengths, max_buckets or self.cache.max_slots)
+        lengths = [_length(self.task, b) for b in batches]
+        if lengths and all(n is not None for n in lengths):
+            limit = max_buckets or self.cache.max_slots
+            self.buckets = (choose_buckets(lengths, limit) if isinstance(lengths[0], int)
+                            else choose_grid(lengths, limit))
             batches = [self.pad(b) for b in batches]
         counts = Counter(shape_key(b, device=False) for b in batches)
         self.cache.allow([k for k, _ in counts.most_common(self.cache.max_slots)])
         return self.buckets
 
     def pad(self, batch: Any) -> Any:
-        """The batch padded to its bucket (unchanged without buckets, or longer than all)."""
+        """The batch padded to its bucket (unchanged without buckets, or longer than all in
+        some dimension: it runs eagerly)."""
         if not self.buckets:
             return batch
-        length = int(self.task.batch_length(batch))
-        target = bucket_for(length, self.buckets)
+        length = _length(self.task, batch)
+        if isinstance(length, int):
+            target = bucket_for(length, self.buckets)
+        else:
+            each = tuple(bucket_for(n, b) for n, b in zip(length, self.buckets))
+            target = None if None in each else each
         return batch if target is None or target == length else self.task.pad_batch(batch,
                                                                                      target)
 
@@ -424,6 +508,17 @@ class StepCapture:
     def record(self) -> dict[str, Any]:
         return dict(self.cache.record(), requested=self.requested, buckets=list(self.buckets),
                     note=self.note)
+
+
+def _length(task: Any, batch: Any) -> int | tuple[int, ...] | None:
+    """The task's ``batch_length(batch)`` (an int, a tuple of ints, or None: no padding)."""
+    hook = getattr(task, "batch_length", None)
+    n = hook(batch) if callable(hook) else None
+    if n is None:
+        return None
+    return int(n) if isinstance(n, (int, np.integer)) or (isinstance(n, Tensor) and
+                                                          n.dim() == 0) \
+        else tuple(int(x) for x in n)
 
 
 def _forward(task, model, batch, carry):

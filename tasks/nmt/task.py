@@ -50,6 +50,7 @@ from lstmablate.config import MAX_BATCH, MAX_INIT_SCALE, MAX_LAYERS, MAX_WIDTH, 
 from lstmablate.data import read_lines
 from lstmablate.errors import ConfigError, DataError, UserError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task
+from lstmablate.train.capture import pad_to
 
 from . import data as m30k
 from .batches import POOL_BATCHES, collate, length_sorted_groups, pooled_batches
@@ -340,6 +341,20 @@ class NMTTask(Task):
         B = batch["src"].shape[0]
         tokens = (batch["tgt_out"] != self.tgt_vocab.pad).sum()  # stays on the device
         return StepOutput(nll / B, None, float(B), logged=nll / tokens.clamp(min=1), tokens=tokens)
+
+    # -- length buckets (train.step_capture) ----------------------------------------------
+    def batch_length(self, batch: dict[str, Tensor]) -> tuple[int, int]:
+        """(source tokens, target positions) of the batch's padded tensors."""
+        return batch["src"].shape[1], batch["tgt_in"].shape[1]
+
+    def pad_batch(self, batch: dict[str, Tensor], length: tuple[int, int]) -> dict[str, Tensor]:
+        """The source padded with the source ``<blank>`` (the encoder's lengths and the
+        attention's mask leave it out), both target sides with the target ``<blank>`` (the
+        decoder runs the extra positions, whose targets the loss ignores: ``ignore_index``)."""
+        S, T = length
+        return {**batch, "src": pad_to(batch["src"], 1, S, self.src_vocab.pad),
+                "tgt_in": pad_to(batch["tgt_in"], 1, T, self.tgt_vocab.pad),
+                "tgt_out": pad_to(batch["tgt_out"], 1, T, self.tgt_vocab.pad)}
 
     # -- evaluation ----------------------------------------------------------------------
     @torch.no_grad()

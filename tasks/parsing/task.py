@@ -40,6 +40,7 @@ from lstmablate.config import MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH, RunConfig
 from lstmablate.data import check_file, verify_datasets
 from lstmablate.errors import DataError, UnknownNameError, UserError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
+from lstmablate.train.capture import pad_to
 
 from ..vectors import GLOVE_6B_100D, catalogue_entry, check_shared
 from . import data as pdata
@@ -48,7 +49,7 @@ from .conllu import Sentence, read_conllu, write_conllu
 from .decode import DECODERS, decode_heads, parser_v1_rels
 from .metrics import CONVENTIONS, AttachmentCounter, score_files
 from .model import ENCODER_LENGTHS, BiaffineParser, pad_ids, parser_loss
-from .vocab import ROOT, UNK, Vocabs, build_vocabs
+from .vocab import PAD, ROOT, UNK, Vocabs, build_vocabs
 
 
 @dataclass
@@ -309,6 +310,20 @@ class ParsingTask(Task):
                                batch["heads"])  # relations scored at the gold heads
         loss, n = parser_loss(arc, rel, batch["heads"], batch["rels"], batch["lengths"])
         return StepOutput(loss, None, n)
+
+    # -- length buckets (train.step_capture) ----------------------------------------------
+    #: what each of a batch's (B, N) tensors is padded with (as :meth:`collate` pads them)
+    PAD_VALUES = {"words": PAD, "tags": PAD, "pret": PAD, "heads": 0, "rels": -100}
+
+    def batch_length(self, batch: dict[str, Tensor]) -> int:
+        return batch["words"].shape[1]
+
+    def pad_batch(self, batch: dict[str, Tensor], length: int) -> dict[str, Tensor]:
+        """Every (B, N) tensor padded as :meth:`collate` pads it; the lengths unchanged, so
+        the encoder, the head softmax (padded heads at the lowest float) and the loss (words
+        only) read the real words only."""
+        return {k: pad_to(v, 1, length, self.PAD_VALUES[k]) if k in self.PAD_VALUES else v
+                for k, v in batch.items()}
 
     # -- evaluation --------------------------------------------------------------------
     @torch.no_grad()

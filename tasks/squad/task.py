@@ -35,6 +35,7 @@ from lstmablate.config import RunConfig
 from lstmablate.data import verify
 from lstmablate.errors import ConfigError, DataError, UserError
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
+from lstmablate.train.capture import pad_to
 
 from . import data as squad_data
 from ..vectors import GLOVE_6B_100D, GLOVE_840B_300D, catalogue_entry, pretrained_path
@@ -398,6 +399,20 @@ class DrQATask(SquadTask):
         return model(batch["doc_ids"], batch["doc_len"], batch["doc_feats"], batch["q_ids"],
                      batch["q_len"])
 
+    # -- length buckets (train.step_capture) ------------------------------------------------
+    def batch_length(self, batch: dict[str, Tensor]) -> tuple[int, int]:
+        """(paragraph tokens, question tokens) of the batch's padded tensors."""
+        return batch["doc_ids"].shape[1], batch["q_ids"].shape[1]
+
+    def pad_batch(self, batch: dict[str, Tensor], length: tuple[int, int]) -> dict[str, Tensor]:
+        """Paragraph ids and features, question ids padded with zeros (``<PAD>``, as
+        :meth:`collate`); the lengths unchanged: the encoders, the aligned question
+        embedding, the question merge and the span scores (-inf) mask what is padded."""
+        T, Q = length
+        return {**batch, "doc_ids": pad_to(batch["doc_ids"], 1, T, 0),
+                "doc_feats": pad_to(batch["doc_feats"], 1, T, 0),
+                "q_ids": pad_to(batch["q_ids"], 1, Q, 0)}
+
     def visualization_inputs(self, model: nn.Module, text: str):
         """The question encoder's first layer and the embedded words of ``text`` (tokenised
         as questions are; unknown words read as <UNK>)."""
@@ -542,6 +557,30 @@ class BiDAFTask(SquadTask):
         return model(batch["chars"], batch["char_len"], batch["p_words"], batch["p_index"],
                      batch["p_len"], batch["q_words"], batch["q_index"], batch["q_len"],
                      batch["char_windows"])
+
+    # -- length buckets (train.step_capture) ------------------------------------------------
+    def batch_length(self, batch: dict[str, Tensor]) -> tuple[int, int, int, int]:
+        """(passage tokens, question tokens, distinct words, characters per word) of the
+        batch's padded tensors: its shape varies in all four."""
+        return (batch["p_words"].shape[1], batch["q_words"].shape[1], batch["chars"].shape[0],
+                batch["chars"].shape[1])
+
+    def pad_batch(self, batch: dict[str, Tensor], length: tuple[int, int, int, int]
+                  ) -> dict[str, Tensor]:
+        """Passage and question words and their rows in the character table padded with 0
+        (as :meth:`collate`; the lengths unchanged, so the encoders, the attention flow and
+        the span scores mask them); the character table gets rows no position reads (no
+        character, one window) and columns of padding characters, which no window that
+        enters the CNN's max reaches (``char_windows`` unchanged)."""
+        T, J, N, W = length
+        return {**batch,
+                "p_words": pad_to(batch["p_words"], 1, T, 0),
+                "p_index": pad_to(batch["p_index"], 1, T, 0),
+                "q_words": pad_to(batch["q_words"], 1, J, 0),
+                "q_index": pad_to(batch["q_index"], 1, J, 0),
+                "chars": pad_to(pad_to(batch["chars"], 0, N, 0), 1, W, 0),
+                "char_len": pad_to(batch["char_len"], 0, N, 0),
+                "char_windows": pad_to(batch["char_windows"], 0, N, 1)}
 
     def visualization_inputs(self, model: nn.Module, text: str):
         """The phrase layer and the highway outputs of ``text``'s tokens."""

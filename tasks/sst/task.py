@@ -44,6 +44,7 @@ from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import read_lines
 from lstmablate.errors import ConfigError, DataError, UserError, check_choice, where
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
+from lstmablate.train.capture import pad_to
 
 from . import data as sst
 from .data import PAD, Example, Vocab
@@ -231,6 +232,15 @@ class SSTTask(Task):
         logits = model(batch["words"], batch["lengths"])
         loss = nn.functional.cross_entropy(logits, batch["labels"])
         return StepOutput(loss, None, weight=batch["labels"].numel(), tokens=batch["lengths"].sum())
+
+    # -- length buckets (train.step_capture) ----------------------------------------------
+    def batch_length(self, batch: dict[str, Tensor]) -> int:
+        return batch["words"].shape[1]
+
+    def pad_batch(self, batch: dict[str, Tensor], length: int) -> dict[str, Tensor]:
+        """The words padded with ``<pad>``; the lengths unchanged, so the encoder and the
+        pooling read the real words only."""
+        return {**batch, "words": pad_to(batch["words"], 1, length, PAD)}
 
     # -- evaluation --------------------------------------------------------------------
     @torch.no_grad()

@@ -284,9 +284,6 @@ ALLOWED = {
     # bytes), then renamed into the cache by the build so that concurrent builders never load
     # a half-written .so
     ("lstmablate/cells/kernels/common/native_build.py", "os.replace"),
-    # metrics.jsonl's append predates io.append_text (which takes nofollow= and again= for
-    # it); lstmablate/train is outside this change: to move to io.append_json_line
-    ("lstmablate/train/trainer.py", "os.fsync"),
 }
 
 

@@ -17,9 +17,7 @@ the current step, save ``last.pt`` and return.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -37,7 +35,7 @@ from lstmablate.config import TrainConfig
 from lstmablate.errors import UserError
 from lstmablate.task import Metric
 
-from lstmablate.io import RUN_AGAIN, atomic_write, write_failed
+from lstmablate.io import RUN_AGAIN, append_json_line, atomic_write
 from .capture import StepCapture
 from .checkpoint import (check_carry, check_model_state, check_optimizer_state, check_record,
                          check_rng_state, load_checkpoint, migrate_optimizer_rows, part,
@@ -254,16 +252,8 @@ class Trainer:
         """One line more in metrics.jsonl, never through a symbolic link (the run folder's
         entries are the run's own: :mod:`lstmablate.runfolder`)."""
         self.pos.metrics_lines += 1
-        if not self.dist.is_main:
-            return
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-        try:
-            with os.fdopen(os.open(self.metrics_path, flags, 0o666), "a", encoding="utf-8") as f:
-                f.write(json.dumps(record, sort_keys=True) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as e:  # a full disk: a line cut short is dropped on --resume
-            raise write_failed(self.metrics_path, e, self._again()) from None
+        if self.dist.is_main:  # (a full disk: a line cut short is dropped on --resume)
+            append_json_line(self.metrics_path, record, nofollow=True, again=self._again())
 
     # -- signals ------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:

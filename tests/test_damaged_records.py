@@ -200,10 +200,10 @@ def test_a_metric_that_is_no_number_on_some_resamples_gets_no_verdict(here, monk
     """Finite statistics may still give NaN on a resample (a ratio over items without
     tokens): such resamples are dropped and counted, and when more than 1 % of them are there
     is no verdict (a p-value counted over them would call any difference significant)."""
-    from lstmablate.results import compare
+    from lstmablate.results import pairing
     from lstmablate.results.significance import PairedResult
 
-    monkeypatch.setattr(compare, "paired_test", lambda *a, **k: PairedResult(
+    monkeypatch.setattr(pairing, "paired_test", lambda *a, **k: PairedResult(
         80.0, 60.0, -30.0, -10.0, 0.001, 200, 1000, 12345, dropped=400))
     expect_error(run_cli("compare", RUN, OTHER, cwd=here), "no verdict can rest on them")
 

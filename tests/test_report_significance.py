@@ -373,7 +373,8 @@ def test_bleu_comparison_equals_sacrebleus_paired_bootstrap(tmp_path):
     (None, "", False, "", ""),
 ])
 def test_the_mark_needs_both_tests_when_there_are_both(aso, item_way, has_pairs, mark, by):
-    from lstmablate.results.compare import ASO_THRESHOLD, combined_verdict
+    from lstmablate.results.significance import ASO_THRESHOLD
+    from lstmablate.results.verdict import combined_verdict
     from lstmablate.results.significance import SeedResult
 
     eps = {"better": ((0.0,), (1.0,)), "worse": ((1.0,), (0.0,)),
@@ -459,7 +460,7 @@ def test_holm_and_benjamini_hochberg_adjust_as_their_definitions():
     m - rank, running maximum): 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 -> 0.06.
     BH (descending, m p / rank, running minimum): 0.04*4/4 = 0.04, 0.03*4/3 = 0.04,
     0.01*4/2 = 0.02, 0.005*4/1 = 0.02."""
-    from lstmablate.results.compare import adjust
+    from lstmablate.results.verdict import adjust
 
     p = [0.01, 0.04, 0.03, 0.005]
     assert adjust(p, "holm") == pytest.approx([0.03, 0.06, 0.06, 0.02])

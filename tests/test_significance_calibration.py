@@ -222,7 +222,7 @@ def test_holm_keeps_a_tables_family_wise_error_at_the_level():
     a correction some comparison is marked in about one table in eight (each alone in about
     5 %; 1 - 0.95^4 = 19 % would be the rate of four independent tests at exactly 5 %); with
     Holm's, in at most about 5 %."""
-    from lstmablate.results.compare import adjust, item_evidence
+    from lstmablate.results.verdict import adjust, item_evidence
 
     rng = np.random.default_rng(5)
     sims, marked = 300, {"none": 0, "holm": 0}

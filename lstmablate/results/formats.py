@@ -27,9 +27,9 @@ from lstmablate.errors import UnknownNameError
 from lstmablate.run.record import Run
 from lstmablate.run.runs import RunResult
 from lstmablate.task import get_task
-from .compare import (ASO_THRESHOLD, CORRECTION_NAMES, MIN_SEEDS, RESTS_ON,
-                      test_name)
 from .report import Report, Row, Stat, Table, build_report, run_caveats, run_deviations
+from .significance import ASO_THRESHOLD, MIN_SEEDS
+from .verdict import CORRECTION_NAMES, RESTS_ON, test_name
 
 FORMATS = ("markdown", "latex", "csv", "json")
 CHECKPOINTS = {"best": "best-dev", "last": "last (end of training)"}

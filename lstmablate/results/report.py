@@ -40,7 +40,8 @@ from lstmablate.io import path_exists
 from lstmablate.recipes import check_shapes, grid_points, load_recipe, recipe_seeds
 from lstmablate.run.record import Run, find_runs
 from lstmablate.task import Metric, get_task
-from .compare import CellTest, SignificanceOptions, cell_test, mark_tests
+from .compare import SignificanceOptions
+from .marks import CellTest, cell_test, mark_tests
 
 
 # -- runs ------------------------------------------------------------------------------------
@@ -411,7 +412,7 @@ def _train_times(exp: Experiment, cells: list[str]) -> str:
 def add_significance(table: Table, columns: list[tuple[Experiment, Column]],
                      options: SignificanceOptions) -> None:
     """Every row's test against ``options.reference`` in each of our columns (Row.tests),
-    marked together (:func:`~lstmablate.results.compare.mark_tests`)."""
+    marked together (:func:`~lstmablate.results.marks.mark_tests`)."""
     table.significance = options
 
     def of(exp: Experiment, cell: str) -> list[Run]:

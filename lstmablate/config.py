@@ -15,7 +15,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -108,6 +108,9 @@ class TrainConfig:
     # at most this many static shapes (length buckets) are compiled or captured; the others
     # run eagerly
     capture_slots: int = 8
+
+    #: the largest values that size memory (checked with the other values)
+    upper_bounds: ClassVar[dict[str, int]] = {"capture_slots": MAX_CAPTURE_SLOTS}
 
     def validate(self) -> None:
         if self.optimizer not in OPTIMIZERS:

@@ -177,7 +177,8 @@ def test_every_value_of_every_config_field_is_checked_before_data(walk, capsys):
             for f in dataclasses.fields(cfg_cls):
                 cases.append((name, section, f.name, kind(hints[f.name]), bounds.get(f.name)))
     # the train section is the same for every task: walked once
-    cases += [("dyck", "train", f.name, kind(train_hints[f.name]), None)
+    train_bounds = getattr(TrainConfig, "upper_bounds", {}) or {}
+    cases += [("dyck", "train", f.name, kind(train_hints[f.name]), train_bounds.get(f.name))
               for f in dataclasses.fields(TrainConfig)]
 
     recipes = {}

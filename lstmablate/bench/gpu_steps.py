@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 #: each task's paper-size training recipe (one whose data are absent is skipped, named)
-CAPTURE_RECIPES = ("ptb-medium", "nmt-multi30k", "parsing-ewt", "sst", "squad-drqa",
+CAPTURE_RECIPES = ("ptb-medium", "nmt-multi30k", "parsing-ewt", "sst5-bilstm-max", "squad-drqa",
                    "secondorder-word-2layer", "bwb-lstm-2048-512")
 MODES = ("off", "graphs", "compile")
 #: the first batches of the epoch a unit steps through (a warm-up pass, then timed steps)

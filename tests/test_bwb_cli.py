@@ -75,7 +75,7 @@ def test_table1_plans_the_billion_word_runs_only_where_the_data_is(tmp_path):
     """`sweep table1 --list` adds the draft's Billion Word row when the data directory holds
     every file of the benchmark (stand-ins here: 99 training shards, 2 held-out shards, the
     vocabulary), and not otherwise; the report always shows the row."""
-    from lstmablate.results.report import experiments_from_recipe
+    from lstmablate.results.experiments import experiments_from_recipe
     from lstmablate.run.sweep import plan_sweep
     from lstmablate_tasks.bwb.task import BWB_DATASET
 

@@ -140,7 +140,7 @@ def group_curves(runs: list[Run], metric: str, x: str) -> list[CurveGroup]:
 
 def _cell_order(runs: list[Run]) -> dict[str, int]:
     """Cells in the order their recipes list them (the paper's order), where readable."""
-    from .report import RecipeLookup
+    from .experiments import RecipeLookup
 
     lookup, cells = RecipeLookup(), []
     for run in runs:

@@ -6,13 +6,8 @@ finished, unfinished or damaged) and one :class:`Table` per experiment (or per t
 ``--table``), whose cells hold mean ± sample std over seeds.
 :mod:`lstmablate.results.formats` turns it into markdown, LaTeX, CSV or JSON.
 
-What a recipe says about a *sweep* — the cells and seeds it expects and the
-paper's ``reference`` numbers — is read from the recipe itself, at report time:
-the file a run was trained from (``recipe_file`` in its config.yaml), else the
-recipe of that name.  Editing a recipe's reference numbers therefore changes the
-report.  Run folders saved by older versions kept that metadata in config.yaml;
-it is used only when their recipe can no longer be found.  A recipe that cannot
-be found is a note in the report, never a failure.
+What a recipe expects of its experiment — its cells, seeds and the paper's numbers — is read
+from the recipe at report time (:mod:`lstmablate.results.experiments`).
 
 A damaged run folder (a config.yaml or result.json that cannot be read, or holds
 something other than what lstmablate writes there, as
@@ -34,13 +29,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lstmablate.config import LEGACY_RUN_KEYS, to_plain
+from lstmablate.config import to_plain
 from lstmablate.errors import UnknownNameError, UserError
 from lstmablate.io import path_exists
-from lstmablate.recipes import check_shapes, grid_points, load_recipe, recipe_seeds
 from lstmablate.run.record import Run, find_runs
 from lstmablate.task import Metric, get_task
 from .compare import SignificanceOptions
+from .experiments import Experiment, RecipeLookup, experiments_from_recipe, group_runs
 from .marks import CellTest, cell_test, mark_tests
 
 
@@ -68,148 +63,6 @@ def run_caveats(run: Run) -> dict[str, str]:
     if not run.installed or run.status != "finished":
         return {}
     return run.task_class.caveats(run.result.test or {})
-
-
-# -- what a recipe expects ---------------------------------------------------------------------
-@dataclass
-class Expectations:
-    """What a recipe says about its sweep: cells, seeds per cell, the paper's numbers."""
-
-    cells: list[str] = field(default_factory=list)
-    seeds: dict[str, list[int]] = field(default_factory=dict)  # cell -> seeds
-    reference: dict[str, dict[str, Any]] = field(default_factory=dict)  # cell -> metric -> number
-    reference_source: str = ""
-    test_checkpoint: str = ""  # the recipe's train.test_checkpoint ("" = the trainer's default)
-
-    @classmethod
-    def of(cls, recipe: dict[str, Any], where: object = None) -> Expectations:
-        """From a recipe mapping (or an old config.yaml, which held the same keys; ``where``
-        names it).  A ConfigError naming the file for ``cells`` that is not a list of names or
-        a ``reference`` that is not a mapping of cell -> metric -> the paper's number (or its
-        text, such as "< 50"): a recipe on disk may predate the checks ``train`` makes."""
-        where = where or recipe.get("_path") or "the recipe"
-        check_shapes({k: recipe[k] for k in ("cells", "reference") if recipe.get(k)}, where)
-        cells = recipe.get("cells") or []
-        reference = recipe.get("reference") or {}
-        train = recipe.get("train") if isinstance(recipe.get("train"), dict) else {}
-        return cls(cells, {c: recipe_seeds(recipe, c) for c in cells},
-                   {str(c): dict(v) for c, v in reference.items()},
-                   str(recipe.get("reference_source") or ""),
-                   str(train.get("test_checkpoint") or ""))
-
-
-def _clause(error: Exception) -> str:
-    """An error's message as a clause of a note (which goes on after it): no final period."""
-    return str(error).rstrip(".")
-
-
-class RecipeLookup:
-    """Recipes read once per report; a recipe that cannot be read is a note."""
-
-    def __init__(self) -> None:
-        self._cache: dict[tuple[str | None, str | None], tuple[dict[str, Any] | None, str]] = {}
-
-    def recipe(self, name: str | None, file: str | None) -> tuple[dict[str, Any] | None, str]:
-        """(recipe mapping, "") or (None, why not): ``file`` if it still exists, else ``name``."""
-        key = (name, file)
-        if key not in self._cache:
-            source = file if file and Path(file).exists() else name
-            where = f"recipe {name!r}" + (f" (trained from {file})" if file else "")
-            if not source:
-                self._cache[key] = None, f"{where} can no longer be found"
-            else:
-                try:
-                    self._cache[key] = load_recipe(str(source))[1], ""
-                except UserError as e:
-                    self._cache[key] = None, f"{where} can no longer be read: {_clause(e)}"
-        return self._cache[key]
-
-    def expectations(self, run: Run) -> tuple[Expectations, str]:
-        """What the run's recipe expects, and a note when it could not be read."""
-        if not run.recipe and not run.recipe_file:  # trained without a recipe
-            return Expectations(), ""
-        recipe, why = self.recipe(run.recipe, run.recipe_file)
-        if recipe is not None and recipe.get("task") != run.task_name:
-            recipe, why = None, (f"recipe {run.recipe!r} found now is for task "
-                                 f"{recipe.get('task')!r}, not {run.task_name!r}: not the recipe "
-                                 "the run was trained with")
-        if recipe is not None:
-            try:
-                return Expectations.of(recipe), ""
-            except UserError as e:  # e.g. cell_seeds that is not a mapping
-                why = f"recipe {run.recipe!r} can no longer be read: {_clause(e)}"
-        if any(k in run.saved for k in LEGACY_RUN_KEYS):
-            try:
-                return Expectations.of(run.saved, run.files.config), (
-                    f"{why}; the expected cells, seeds and paper's numbers are those saved with "
-                    f"the run in {run.files.config}")
-            except UserError:
-                pass
-        return Expectations(), f"{why}; the expected cells and the paper's numbers are not shown"
-
-
-# -- experiments ----------------------------------------------------------------------------
-@dataclass
-class Experiment:
-    name: str
-    task: str
-    expect: Expectations = field(default_factory=Expectations)
-    runs: list[Run] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def runs_of(self, cell: str, status: str | None = None) -> list[Run]:
-        return [r for r in self.runs if r.cell == cell and (status is None or r.status == status)]
-
-    def cells(self) -> list[str]:
-        """The recipe's cells first (its order), then any other cell that has runs."""
-        out = list(self.expect.cells)
-        out += [r.cell for r in self.runs if r.cell not in out]
-        return list(dict.fromkeys(out))
-
-
-def group_runs(runs: list[Run], recipes: RecipeLookup | None = None) -> dict[str, Experiment]:
-    """Runs grouped by experiment; each experiment's expectations from its runs' recipe."""
-    recipes = recipes or RecipeLookup()
-    experiments: dict[str, Experiment] = {}
-    for run in runs:
-        exp = experiments.get(run.experiment)
-        if exp is None:
-            exp = experiments[run.experiment] = Experiment(run.experiment, run.task_name)
-            exp.expect, note = recipes.expectations(run)
-            if note:
-                exp.notes.append(note)
-        exp.runs.append(run)
-    for exp in experiments.values():
-        names = sorted({r.recipe or "(none)" for r in exp.runs})
-        if len(names) > 1:
-            # the recipe that defines the experiment (its name), where one of them is: a recipe
-            # that trains more cells into it (`base:` it, the same `experiment:`) adds runs only
-            own = next((r for r in exp.runs if r.recipe == exp.name), exp.runs[0])
-            if own is not exp.runs[0]:
-                exp.expect, _ = recipes.expectations(own)
-            exp.notes.append(f"its runs were trained with different recipes ({', '.join(names)}); "
-                             f"expected cells and the paper's numbers are those of "
-                             f"{own.recipe or '(none)'!r}")
-    return experiments
-
-
-def experiments_from_recipe(name: str) -> tuple[str, list[tuple[str, Experiment]], dict[str, Any]]:
-    """The experiments a recipe or table spec expects: (title, [(label, Experiment)], table spec)."""
-    rname, r = load_recipe(name)
-    if "task" not in r:  # a table spec: the experiments of each listed recipe
-        spec = r["table"]
-        groups = []
-        labels = spec.get("labels") or {}
-        for exp in [*(spec.get("experiments") or []), *(spec.get("experiments_with_data") or [])]:
-            _, sub, _ = experiments_from_recipe(exp)
-            groups += [(labels.get(label, label), e) for label, e in sub]
-        return spec.get("title") or rname, groups, spec
-    groups = []
-    for experiment, _, point in grid_points(rname, r):
-        label = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in point.items()) or experiment
-        groups.append((label, Experiment(experiment, r["task"], Expectations.of(r))))
-    spec = r.get("table") or {}
-    return spec.get("title") or rname, groups, spec
 
 
 # -- aggregation --------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import torch
 
 from lstmablate import bench
 from lstmablate.bench import cells as bench_cells
-from lstmablate.bench import accuracy, gpu_check, measure, models
+from lstmablate.bench import accuracy, gpu_check, gpu_record, measure, models
 from lstmablate.cells import build_encoder
 from lstmablate.recipes import resolve_config
 from lstmablate.run.runs import RunFiles, RunResult, write_config, write_result
@@ -47,7 +47,7 @@ def test_the_targets_of_a_run():
                   ratio_lstm=1.05, tokens_per_s=5000.0),
              dict(kind="trainer", shape="ptb-medium-trainer", cell="lstm-srnn", tokens_per_s=4000.0,
                   steps=200, seconds=1.0)]
-    got = {t["target"].split(" (")[0]: t for t in gpu_check.targets(rows)}
+    got = {t["target"].split(" (")[0]: t for t in gpu_record.targets(rows)}
     assert got["lstm-srnn >= 1.00x nn.LSTM at ptb-650"]["met"] is True
     assert got["lstm >= 0.97x nn.LSTM at ptb-650"]["met"] is False
     assert got["gru >= 0.50x nn.LSTM at ptb-200"]["met"] is True
@@ -60,8 +60,8 @@ def test_the_targets_of_a_run():
     assert trainer["measured"] == 0.8 and trainer["met"] is False
     doc = dict(started="now", seconds=1.0, environment=dict(gpu="Some GPU"), stages={
         "tests": dict(status="done", summary="3 passed", seconds=1.0)},
-        rows=rows, targets=gpu_check.targets(rows))
-    md = gpu_check.markdown(json.loads(json.dumps(doc)))
+        rows=rows, targets=gpu_record.targets(rows))
+    md = gpu_record.markdown(json.loads(json.dumps(doc)))
     assert md.startswith("# gpu-check: Some GPU") and "| lstm-srnn | 200 | 1.00 | 4,000 |" in md
     assert "| lstm >= 0.97x nn.LSTM at ptb-650 | 0.9 | 0.97 | **no** |" in md
 
@@ -121,10 +121,10 @@ def test_the_trainer_runs_the_task_and_recipe_it_is_given(tmp_path, monkeypatch)
     assert rows[0]["tokens_per_s"] == pytest.approx(200 * 20 * 20 / 20.0)
     model = dict(kind="model", shape="ptb-small-model", cell=rows[0]["cell"], ratio_lstm=1.0,
                  tokens_per_s=rows[0]["tokens_per_s"])
-    got = [t["target"] for t in gpu_check.targets(rows + [model])]
+    got = [t["target"] for t in gpu_record.targets(rows + [model])]
     assert got == [f"{rows[0]['cell']} trainer tokens/s within 10% of the benchmarked step "
                    "(4,000 vs 4,000)"]
-    assert "| ptb-small through the trainer |" in gpu_check.markdown(dict(
+    assert "| ptb-small through the trainer |" in gpu_record.markdown(dict(
         started="now", seconds=1.0, environment={}, stages={}, rows=rows, targets=[]))
 
 
@@ -160,7 +160,7 @@ def test_the_trainer_trains_only_the_cells_asked_for_on_the_data_given(tmp_path,
 def test_a_record_without_the_environment_stage_still_names_its_device(tmp_path):
     """``--only`` without ``environment``: the record names the device gpu-check was started
     on and PyTorch's version, and says that the rest of the environment is unknown."""
-    check = gpu_check.Check(tmp_path, "cuda", 30.0, "NVIDIA H200", "python3 -m ...")
+    check = gpu_record.Check(tmp_path, "cuda", 30.0, "NVIDIA H200", "python3 -m ...")
     check.record("cells-fp32", dict(status="done", seconds=1.0))
     env = check.document()["environment"]
     assert env["gpu"] == "NVIDIA H200" and env["torch"] == metadata.version("torch")
@@ -203,7 +203,7 @@ def test_targets_are_compared_within_their_precision():
             rows.append(dict(_cell_row(shape, "nn.LSTM", 1.0), precision=precision))
             rows.append(dict(_cell_row(shape, "lstm-srnn", ratio if shape == "ptb-650" else 0.6,
                                        memory=memory), precision=precision))
-    got = {t["target"].split(" (")[0]: t for t in gpu_check.targets(rows)}
+    got = {t["target"].split(" (")[0]: t for t in gpu_record.targets(rows)}
     assert got["lstm-srnn >= 1.00x nn.LSTM at ptb-650, fp32"]["met"] is True
     assert got["lstm-srnn >= 1.00x nn.LSTM at ptb-650, tf32"]["met"] is False
     # parser-400 against ptb-650 of the same precision: 0.6 / 1.2 and 0.6 / 0.9
@@ -298,7 +298,7 @@ def _check_run(tmp_path, *args):
     """gpu-check in this process, its record read back: (exit status, stages, rows, files)."""
     code = gpu_check.main(["--out", str(tmp_path / "out"), "--device", "cpu", *args])
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
-    rows = gpu_check.read_rows(next((tmp_path / "out").glob("*.jsonl")))
+    rows = gpu_record.read_rows(next((tmp_path / "out").glob("*.jsonl")))
     stages = {r["stage"]: r for r in rows if r.get("kind") == "stage"}
     return code, stages, rows, files
 
@@ -374,7 +374,7 @@ def test_a_path_that_raises_is_named_and_the_others_still_run(tmp_path, monkeypa
                              tmp_path / "rows.jsonl")
     monkeypatch.setattr(accuracy, "measure_accuracy", measure)
     outcome = gpu_stages.paths("fp32")(stage)
-    rows = gpu_check.read_rows(tmp_path / "rows.jsonl")
+    rows = gpu_record.read_rows(tmp_path / "rows.jsonl")
     assert [(r["cell"], r["passed"], r.get("problem")) for r in rows if r["kind"] == "path"] == [
         ("lstm", True, None), ("lstm-srnn", False, "RuntimeError: PTX assembly aborted")]
     # and, last, which path each cell took and every kernel that fell back
@@ -392,7 +392,7 @@ def test_without_pytest_the_tests_stage_did_not_run_and_the_exit_says_so(tmp_pat
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Pretend GPU")
     monkeypatch.setattr(gpu_check, "_missing", lambda *names: [n for n in names if n == "pytest"])
     code = gpu_check.main(["--out", str(tmp_path), "--only", "tests"])
-    rows = gpu_check.read_rows(next(tmp_path.glob("gpu-check-pretend-gpu-*.jsonl")))
+    rows = gpu_record.read_rows(next(tmp_path.glob("gpu-check-pretend-gpu-*.jsonl")))
     stage = next(r for r in rows if r.get("kind") == "stage")
     assert code == 1 and stage["status"] == "not-run" and stage["reason"].startswith("needs pytest")
     assert "tests not-run (needs pytest" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lstmablate.bench import gpu_steps, window
-from lstmablate.bench.gpu_check import read_rows
+from lstmablate.bench.gpu_record import read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -42,6 +42,7 @@ from cli_in_process import expect_error, run_cli
 from conftest import TINY_DYCK
 
 from lstmablate.bench import gpu_check, window
+from lstmablate.bench.gpu_record import read_rows
 from lstmablate.run.runs import RunFiles
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -355,7 +356,7 @@ def test_gpu_check_with_a_relative_out_writes_there(tmp_path, capsys, monkeypatc
     code = gpu_check.main(["--out", "rec", "--device", "cpu", "--only", "environment",
                            "--budget", "120"])
     assert code == 0, capsys.readouterr().err
-    rows = gpu_check.read_rows(next((tmp_path / "rec").glob("*.jsonl")))
+    rows = read_rows(next((tmp_path / "rec").glob("*.jsonl")))
     assert [r["status"] for r in rows if r.get("kind") == "stage"] == ["done"]
 
 

@@ -63,7 +63,8 @@ from lstmablate.errors import UserError, exit_status
 
 from .gpu_args import MAX_BUDGET, Parser, caller_path, check_device, check_seconds, child_env, \
     output_folder
-from .gpu_check import paper_cells, read_rows
+from .gpu_check import paper_cells
+from .gpu_record import read_rows
 from .gpu_steps import fastest
 from .window_files import (FINAL_S, PLAN_SHAPE, START_S, Run, WindowError,  # noqa: F401
                            check_plan, check_plan_names, read_state, save_state)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lstmablate.bench import gpu_steps, window
+from lstmablate.bench import gpu_steps, window_plan
 from lstmablate.bench.gpu_record import read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_a_planned_run_sets_the_faster_mode(tmp_path):
 
     recipe.write_text(TINY_DYCK)
     rows = [dict(_step("tiny", c, 5.0), step_capture="compile") for c in ("lstm", "lstm-srnn")]
-    runs, skipped = window.plan_runs([[dict(name="g", recipe=str(recipe))]], rows, 3600)
+    runs, skipped = window_plan.plan_runs([[dict(name="g", recipe=str(recipe))]], rows, 3600)
     assert not skipped and runs
     assert all("train.step_capture=compile" in r.sets for r in runs)
 

@@ -20,10 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from lstmablate.bench import window
+from lstmablate.bench import window, window_archive, window_carry, window_files, window_plan, \
+    window_runs
 from lstmablate.run.runs import RunFiles
 
 from conftest import TINY_DYCK
+
+ROOT = Path(__file__).resolve().parents[1]
 
 NMT_CELLS = ["lstm", "lstm-srnn", "lstm-srnn-out", "lstm-srnn-hidden", "lstm-gates"]
 
@@ -41,11 +44,11 @@ ROWS = ([_step("nmt-multi30k", "nmt", c, 40.0, 8.0, 450, 13) for c in NMT_CELLS]
                  0.6 if c == "lstm-gates" else 0.4, 1327, 39) for c in NMT_CELLS])
 #: the default plan with no start-up or final evaluation: an estimate is then SAFETY x steps x
 #: seconds per step x the slowdown (the sum of the GPU shares of every run, at least 1)
-PLAN = [[dict(g, start_s=0, final_s=0) for g in slot] for slot in window.DEFAULT_PLAN]
+PLAN = [[dict(g, start_s=0, final_s=0) for g in slot] for slot in window_plan.DEFAULT_PLAN]
 
 
 def _plan(seconds, rows=ROWS, plan=PLAN):
-    runs, skipped = window.plan_runs(plan, [dict(r) for r in rows], seconds)
+    runs, skipped = window_plan.plan_runs(plan, [dict(r) for r in rows], seconds)
     return {r.key: r for r in runs}, {s["group"]: s["reason"] for s in skipped}
 
 
@@ -76,7 +79,7 @@ def test_else_table1_medium_for_the_epochs_that_fit():
     gates = runs["ptb-medium/lstm-gates/seed-1"]
     assert (gates.epochs, gates.shortened) == (30, True)
     assert gates.sets == [f"train.max_steps={30 * 1327}"]
-    assert gates.estimate_s <= 420.0 < window.estimate(gates, ROWS[-1], 1.5, 31)
+    assert gates.estimate_s <= 420.0 < window_plan.estimate(gates, ROWS[-1], 1.5, 31)
 
 
 def test_nothing_is_added_that_would_make_table4_miss_the_end():
@@ -108,8 +111,7 @@ def test_a_cell_not_timed_is_planned_at_the_slowest_step_timed():
 def test_the_shipped_plan_puts_the_gates_learning_rates_first():
     # benchmarks/plans/gates-lr-first.json: three whole lstm-gates runs (shares 3 x 0.1: no
     # slowdown), 1.15 x 51753 x 0.006 = 357.1 s each; then Table 1 medium beside them
-    plan = window.load_plan(str(Path(__file__).resolve().parents[1] / "benchmarks" / "plans"
-                                / "gates-lr-first.json"))
+    plan = window_plan.load_plan(str(ROOT / "benchmarks" / "plans" / "gates-lr-first.json"))
     plan = [[dict(g, start_s=0, final_s=0) for g in slot] for slot in plan]
     runs, skipped = _plan(400.0, plan=plan)
     gates = [f"ptb-medium-lstm-gates-lr{lr}/lstm-gates/seed-1" for lr in ("0.1", "0.2", "0.3")]
@@ -130,19 +132,19 @@ def test_the_shipped_plan_puts_the_gates_learning_rates_first():
 def test_a_bad_plan_file_is_named_with_where_it_is_wrong(tmp_path, text, expected):
     path = tmp_path / "plan.json"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    with pytest.raises(window.WindowError, match=expected) as err:
-        window.load_plan(str(path))
+    with pytest.raises(window_files.WindowError, match=expected) as err:
+        window_plan.load_plan(str(path))
     assert str(path) in str(err.value)
-    with pytest.raises(window.WindowError, match="cannot be read"):
-        window.load_plan(str(tmp_path / "missing.json"))
+    with pytest.raises(window_files.WindowError, match="cannot be read"):
+        window_plan.load_plan(str(tmp_path / "missing.json"))
 
 
 def _run_files(base: Path, experiment="exp", cell="lstm") -> RunFiles:
-    return RunFiles.of(window.work_dir(base) / "runs", experiment, cell, 1)
+    return RunFiles.of(window_files.work_dir(base) / "runs", experiment, cell, 1)
 
 
-def _run(pid, experiment="exp", cell="lstm") -> window.Run:
-    return window.Run(group="g", recipe="r", recipe_name="r", task="dyck", cell=cell, seed=1,
+def _run(pid, experiment="exp", cell="lstm") -> window_files.Run:
+    return window_files.Run(group="g", recipe="r", recipe_name="r", task="dyck", cell=cell, seed=1,
                       experiment=experiment, sets=[], epochs=3, full_epochs=3, steps_per_epoch=4,
                       estimate_s=10.0, pid=pid, state="running")
 
@@ -177,7 +179,7 @@ def test_a_run_read_from_its_folder_log_and_process_then_collected(tmp_path):
         (gates.root / RunFiles.SCORES).mkdir()
         gates.scores("test").write_text("{}\n")
         for run in runs:
-            window.update(run, base)
+            window_runs.update(run, base)
         assert [r.state for r in runs] == ["running", "stopped", "finished"]
         assert runs[0].progress["step"] == 7 and runs[0].progress["tokens_per_s"] == 1234
         assert runs[0].progress["last_eval"]["accuracy"] == 50.0
@@ -186,10 +188,10 @@ def test_a_run_read_from_its_folder_log_and_process_then_collected(tmp_path):
         state = dict(gpu="cpu", calls=[dict(mode="run", started="now", minutes=3)],
                      runs=[asdict(r) for r in runs], not_started=[
                          dict(group="later", reason="no time")])
-        archive = window.collect(state, base, tmp_path / "out")
+        archive = window_archive.collect(state, base, tmp_path / "out")
         with tarfile.open(archive) as tar:
             names = set(tar.getnames())
-            saved = json.loads(tar.extractfile(window.STATE).read())
+            saved = json.loads(tar.extractfile(window_files.STATE).read())
         base_name = "runs/exp/{}/seed-1"
         for cell in ("lstm", "lstm-srnn", "lstm-gates"):
             assert {f"{base_name.format(cell)}/{RunFiles.CONFIG}",
@@ -199,14 +201,14 @@ def test_a_run_read_from_its_folder_log_and_process_then_collected(tmp_path):
         assert f"{base_name.format('lstm-gates')}/scores/test.jsonl" in names
         assert not [n for n in names if n.endswith(".pt")]
         assert [r["state"] for r in saved["runs"]] == ["running", "stopped", "finished"]
-        text = (tmp_path / "out" / window.SUMMARY).read_text()
+        text = (tmp_path / "out" / window_archive.SUMMARY).read_text()
         assert "| exp/lstm/seed-1 | 3 epochs | 0.2 min | running | step 7 (epoch 2, 1,234 " \
                "tokens/s) | epoch 1: accuracy 50 |  |" in text
         assert "accuracy 75" in text and "not started: later: no time" in text
     finally:
         sleeper.kill()
         sleeper.wait()
-    window.update(runs[0], base)
+    window_runs.update(runs[0], base)
     assert runs[0].state == "stopped"
 
 
@@ -232,15 +234,15 @@ def test_install_takes_the_missing_wheels_only(tmp_path, monkeypatch):
     probe = _wheel(base / "wheels", "gpuwindow_probe")
     _wheel(base / "wheels", "pytest", "0.0.1")  # installed here already: left alone
     env = {"PATH": "/usr/bin:/bin"}
-    report = window.install(base, env)
-    site = window.work_dir(base) / "site"
+    report = window_carry.install(base, env)
+    site = window_files.work_dir(base) / "site"
     assert report["installed"] == [probe.name] and report["missing"] == []
     assert env["PYTHONPATH"] == str(site) and str(site) in sys.path
     assert (site / "gpuwindow_probe.py").is_file() and not (site / "pytest").exists()
     r = subprocess.run([sys.executable, "-c", "import gpuwindow_probe; print(gpuwindow_probe.VALUE)"],
                        env=env, capture_output=True, text=True)
     assert r.stdout.strip() == "42", r.stderr
-    assert window.install(base, dict(env))["installed"] == []  # the second command: nothing
+    assert window_carry.install(base, dict(env))["installed"] == []  # the second command: nothing
 
 
 def test_prepare_copies_the_data_the_plan_reads(tmp_path, real_data_dir):
@@ -265,12 +267,12 @@ def test_a_watch_without_a_window_says_what_happened(tmp_path, capsys):
 
 def _window(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lstmablate.bench.window", *args],
-                          cwd=window.ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def _archive(out: Path) -> tuple[set[str], dict]:
-    with tarfile.open(out / window.ARCHIVE) as tar:
-        return set(tar.getnames()), json.loads(tar.extractfile(window.STATE).read())
+    with tarfile.open(out / window_archive.ARCHIVE) as tar:
+        return set(tar.getnames()), json.loads(tar.extractfile(window_files.STATE).read())
 
 
 @pytest.mark.slow
@@ -297,7 +299,7 @@ def test_a_window_end_to_end_on_the_cpu(tmp_path):
                 "--check-arg=--shape=3x4x6x2", "--check-arg=--repeats=1")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out1 = sorted(p.name for p in (tmp_path / "out1").iterdir())
-    assert out1[-2:] == [window.SUMMARY, window.ARCHIVE] and len(out1) == 4
+    assert out1[-2:] == [window_archive.SUMMARY, window_archive.ARCHIVE] and len(out1) == 4
     assert out1[0].startswith("gpu-check-cpu-") and out1[0].endswith(".json")
     names, state = _archive(tmp_path / "out1")
     assert state["install"]["installed"] == [probe.name]
@@ -334,5 +336,5 @@ def test_a_window_end_to_end_on_the_cpu(tmp_path):
                                           RunFiles.RESULT, "scores/test.jsonl")} <= names
         assert f"{folder}.log" in names
     assert not [n for n in names if n.endswith(".pt")]
-    summary = (tmp_path / "out2" / window.SUMMARY).read_text()
+    summary = (tmp_path / "out2" / window_archive.SUMMARY).read_text()
     assert "| tiny/lstm/seed-1 | 2 epochs |" in summary and "| finished |" in summary

@@ -259,19 +259,19 @@ def test_eval_predictions_and_dyck_data_into_devices(trained, tmp_path):
 def test_the_windows_collection_writes_into_devices_it_finds(tmp_path):
     from dataclasses import asdict
 
-    from lstmablate.bench import window
+    from lstmablate.bench import window_archive, window_files
 
     out = tmp_path / "out"
     out.mkdir()
-    for name in (window.ARCHIVE, window.SUMMARY):
+    for name in (window_archive.ARCHIVE, window_archive.SUMMARY):
         device(out / name)
-    run = window.Run(group="g", recipe="r", recipe_name="r", task="dyck", cell="lstm", seed=1,
+    run = window_files.Run(group="g", recipe="r", recipe_name="r", task="dyck", cell="lstm", seed=1,
                      experiment="exp", sets=[], epochs=1, full_epochs=1, steps_per_epoch=1,
                      estimate_s=1.0)
     state = dict(gpu="cpu", calls=[dict(mode="run", started="now", minutes=1)],
                  runs=[asdict(run)], not_started=[])
-    window.collect(state, tmp_path / "gpuwindow", out)
-    assert is_device(out / window.ARCHIVE) and is_device(out / window.SUMMARY)
+    window_archive.collect(state, tmp_path / "gpuwindow", out)
+    assert is_device(out / window_archive.ARCHIVE) and is_device(out / window_archive.SUMMARY)
 
 
 # -- one writer -----------------------------------------------------------------------------

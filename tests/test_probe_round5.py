@@ -41,7 +41,7 @@ import pytest
 from cli_in_process import expect_error, run_cli
 from conftest import TINY_DYCK
 
-from lstmablate.bench import gpu_check, window
+from lstmablate.bench import gpu_check, window, window_files
 from lstmablate.bench.gpu_record import read_rows
 from lstmablate.run.runs import RunFiles
 
@@ -293,12 +293,12 @@ def _state(**change) -> dict:
     (json.dumps(_state(calls=[])), "'calls' must be"),
 ])
 def test_a_damaged_state_file_is_refused(tmp_path, capsys, content, said):
-    state = tmp_path / "w" / "local" / window.STATE
+    state = tmp_path / "w" / "local" / window_files.STATE
     state.parent.mkdir(parents=True)
     state.write_text(content)
     err = _window(tmp_path, capsys, "watch", "--minutes", "2", "--out", str(tmp_path / "o"),
                   "--folder", str(tmp_path / "w"))
-    assert said in err and window.STATE in err
+    assert said in err and window_files.STATE in err
     assert not (tmp_path / "o").exists()
 
 

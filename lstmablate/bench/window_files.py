@@ -1,7 +1,10 @@
 """The GPU window's own files, read and written through :mod:`lstmablate.io`: its plan (a JSON
 file of slots of groups, ``--plan``) and its state (``window.json``, what the second command
 finds of the first), each read bounded in size and nesting and checked against a typed schema
-before anything of it is used; and :class:`Run`, one planned run as the state records it.
+before anything of it is used; :class:`Run`, one planned run as the state records it; and the
+window's folder (:func:`work_dir`, what stays on the GPU machine: the runs, gpu-check's
+record, the state, the installed wheels; :func:`carried_wheels` and :func:`carried_data`, what
+travels with the checkout), with the time and the line the window's modules record and print.
 
 A plan is refused with one message naming the file, the slot and group and what is wrong: a
 field of the wrong type, an unknown field, an empty plan, two groups of one name, seeds that
@@ -21,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import time
 from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
@@ -350,3 +354,69 @@ def runs_of(state: dict[str, Any]) -> list[Run]:
 
 def as_dicts(runs: list[Run]) -> list[dict[str, Any]]:
     return [asdict(r) for r in runs]
+
+
+# ---------------------------------------------------------------------------------
+# the window's folder, its clock and its line
+# ---------------------------------------------------------------------------------
+
+#: the window's folder in the checkout (git-ignored); its wheels/ and data/ travel with the
+#: checkout, its local/ stays on the GPU machine
+FOLDER = ".gpuwindow"
+#: the state file, in :func:`work_dir`
+STATE = "window.json"
+
+
+def work_dir(base: Path) -> Path:
+    """Where a window keeps its runs, gpu-check's record, its state and the installed wheels
+    (``base``: the window's folder, :data:`FOLDER`): not carried, so on the GPU machine the
+    second command finds what the first left."""
+    return base / "local"
+
+
+def state_path(base: Path) -> Path:
+    return work_dir(base) / STATE
+
+
+def runs_dir(base: Path) -> Path:
+    """The ``--out`` of the window's runs (``RunFiles.of(runs_dir(base), ...)``)."""
+    return work_dir(base) / "runs"
+
+
+def check_dir(base: Path) -> Path:
+    """gpu-check's ``--out`` in a window: its record, one per window."""
+    return work_dir(base) / "check"
+
+
+def site_dir(base: Path) -> Path:
+    """Where the carried wheels are installed (``pip install --target``)."""
+    return work_dir(base) / "site"
+
+
+def carried_wheels(base: Path) -> Path:
+    """The wheels ``prepare`` downloads and ``run`` installs (carried with the checkout)."""
+    return base / "wheels"
+
+
+def carried_data(base: Path) -> Path:
+    """The data ``prepare`` copies and the runs read (carried with the checkout)."""
+    return base / "data"
+
+
+def log_tail(path: Path, n: int) -> bytes:
+    """The end of a run's log (nothing if it is missing or not a regular file: never waited
+    on)."""
+    try:
+        return io.read_tail(path, n, WindowError)
+    except UserError:
+        return b""
+
+
+def now() -> str:
+    """The time as the state records it (a call's start and end, a run's start)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def say(text: str) -> None:
+    """One line of the window's output, with the time."""
+    print(f"[window {time.strftime('%H:%M:%S')}] {text}", flush=True)

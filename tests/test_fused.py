@@ -25,7 +25,7 @@ import torch
 from lstmablate.cells import available_cells, build_encoder, get_cell, reference_mode, set_reference_mode
 from lstmablate.cells.kernels.common import native, native_build
 from lstmablate.cells.kernels.gru import family as gru
-from lstmablate.cells.kernels.interface import mask_kind
+from lstmablate.cells.kernels.call import mask_kind
 from lstmablate.cells.kernels.lstm import family as lstm_family
 
 from fast_path_harness import (

@@ -272,7 +272,8 @@ def test_describe_says_which_paths_are_graphed(monkeypatch):
     """``lstmablate bench``'s names: the recurrent loops are captured on CUDA (unless the
     switch is off), the scan is one launch with nothing to capture."""
     from lstmablate.cells.kernels.common.dispatch import describe
-    from lstmablate.cells.kernels.interface import Call, KernelPath
+    from lstmablate.cells.kernels.call import Call
+    from lstmablate.cells.kernels.interface import KernelPath
 
     cuda, cpu = Call(device_type="cuda"), Call(device_type="cpu")
     assert describe(KernelPath.TRITON_RECURRENT, cuda, False) == "triton-recurrent (CUDA graphs)"

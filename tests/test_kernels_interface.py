@@ -19,6 +19,7 @@ import torch
 
 from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.cells.kernels import interface
+from lstmablate.cells.kernels.call import Call
 from lstmablate.cells.kernels.common import native_build
 
 KERNELS = Path(interface.__file__).resolve().parent
@@ -115,7 +116,7 @@ def test_a_family_must_declare_its_paths():
 
 def test_call_descriptions_are_checked():
     with pytest.raises(TypeError, match="unknown call description"):
-        interface.Call.of(devce_type="cuda")
+        Call.of(devce_type="cuda")
     with pytest.raises(TypeError, match="must set `name` and `reads`"):
         interface.register(interface.KernelFamily())
 

@@ -13,10 +13,12 @@ The contract, and the environment
     ``interface.py``    ``KernelFamily``: what a family declares (what it reads from a
                         cell, its paths, its C source, its test cases) and implements
                         (``choose``, ``run``); ``KernelPath``, the paths (an enum, checked
-                        at dispatch); ``Call`` and ``mask_kind``, what the dispatch knows
-                        of a call; the shared forward code, written once (autocast, the
-                        fallback of a GPU path that fails); the record of the paths taken
-                        (``kernel_record``); the registry
+                        at dispatch); the shared forward code, written once (autocast, the
+                        fallback of a GPU path that fails); the registry; the record of the
+                        paths taken (``kernel_record``)
+    ``call.py``         ``Call`` and ``mask_kind``, what the dispatch knows of a call; the
+                        rules every family shares around its choice (``refused``,
+                        ``runs_low_precision``)
     ``switches.py``     ``reference_mode()`` and every environment variable the kernels
                         read (``SWITCHES``, listed in docs/performance.md)
 
@@ -74,11 +76,11 @@ What several families share: ``common/``
                         cuDNN (what ``train.precision`` and a fair benchmark need); the dtype
                         a memory cell is carried in
 
-A family's folder imports ``common/``, ``interface.py`` and ``switches.py``, and no other
-family's folder, except that ``second_order/`` builds on the LSTM cell's arithmetic of
-``lstm/`` (mLSTM's, mmLSTM's blocks are the LSTM's) and ``additive/`` runs ``lstm/``'s
-kernels; ``common/`` imports no family;
-``interface.py`` imports only ``switches.py``, which imports nothing
+A family's folder imports ``common/``, ``interface.py``, ``call.py`` and ``switches.py``, and
+no other family's folder, except that ``second_order/`` builds on the LSTM cell's arithmetic
+of ``lstm/`` (mLSTM's, mmLSTM's blocks are the LSTM's) and ``additive/`` runs ``lstm/``'s
+kernels; ``common/`` imports no family; ``interface.py`` imports only ``call.py`` and
+``switches.py``, ``call.py`` only ``switches.py``, which imports nothing
 (``tests/test_kernels_layout.py``).
 Adding a family or a path: docs/performance.md, "Adding a kernel family or a path".
 

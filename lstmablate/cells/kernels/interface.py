@@ -19,8 +19,9 @@ sequences of the cells that declare it.  It says, as class attributes:
 and implements two methods:
 
 * ``choose(v, call) -> path``: the path of one call (after the refusals every family
-  shares, :func:`refused`), one of its ``paths`` or ``KernelPath.REFERENCE``; ``v`` is
-  the view, ``call`` a :class:`Call`.  Anything else is an error at dispatch
+  shares, ``call.refused``), one of its ``paths`` or ``KernelPath.REFERENCE``; ``v`` is
+  the view, ``call`` a ``Call`` (``call.py``: what the dispatch knows about one call, and
+  the rules every family shares around its choice).  Anything else is an error at dispatch
   (:class:`KernelPathError`), so a misspelt or undeclared path never runs;
 * ``run(path, v, x, state, lengths, h_mask) -> (outputs, final state)``: ``path`` is one
   of its ``paths`` (checked before the call), and a path it does not know raises
@@ -35,7 +36,7 @@ here (:meth:`KernelFamily.forward`), and so are ``plan``, ``kernel_name`` (the p
 
 **Under autocast** (``torch.autocast``, what ``train.precision: bf16 | fp16`` turns on) a
 call is described with the autocast dtype (:func:`autocast_dtype`) and runs a fast path only
-where that path has a low-precision kernel (:func:`runs_low_precision`): the Triton kernels
+where that path has a low-precision kernel (``call.runs_low_precision``): the Triton kernels
 (which carry the memory cell and its gradient in float32) and, on CUDA, PyTorch's cuDNN
 kernels; the input, h and the parameters are cast to the autocast dtype (differentiably:
 the gradients reach the float32 parameters) and the kernel runs with autocast off (a family
@@ -65,16 +66,15 @@ A cell declares its family with ``fast_kernels = FastKernels("package.module:NAM
 ``NAME`` is the family object, registered with :func:`register`.  A third-party cell
 declares a family of its own the same way (docs/plugins.md).
 
-This module imports nothing of the kernels, so ``native_build`` and the tests may read
-the registry without pulling in any kernel code.
+This module imports nothing of the kernels (``call.py`` and ``switches.py`` only), so
+``native_build`` and the tests may read the registry without pulling in any kernel code.
 """
 
 from __future__ import annotations
 
-import functools
 import sys
 import warnings
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from types import SimpleNamespace
@@ -83,11 +83,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from .call import Call, mask_kind, refused, runs_low_precision
+
 State = tuple[Tensor, ...]
 Result = tuple[Tensor, State]
-
-#: the dtypes the CPU kernels (native and PyTorch loops) are written for
-CPU_DTYPES = (torch.float32, torch.float64)
 
 
 class PathEnum(str, Enum):
@@ -164,107 +163,7 @@ class NativeSource:
     source: str
 
 
-@dataclass(frozen=True)
-class Call:
-    """What the dispatch knows about one call: a pure description, so that every path
-    choice (the CUDA ones included) is testable on a CPU machine.
-
-    ``mask``: ``"none"``, ``"prefix"`` (variable lengths), ``"prefix0"`` (some length is
-    0) or ``"other"`` (holes), as :func:`mask_kind` classifies a mask; ``reference``
-    forces (True) or forbids (False) the reference loop, None follows the switches;
-    ``native`` / ``triton``: whether the native (C) loops / the Triton kernels run here
-    (None: find out); ``batch`` and ``grad`` describe a CPU call for the calibrated
-    choice, ``faster`` forces its outcome
-    (tests); ``stacked``: the call is a whole encoder's (one cuDNN call).
-    """
-
-    device_type: str = "cpu"
-    dtype: torch.dtype = torch.float32
-    mask: str = "none"
-    h_mask: bool = False
-    autocast: bool = False
-    reference: bool | None = None
-    native: bool | None = None
-    triton: bool | None = None
-    batch: int | None = None
-    grad: bool = True
-    faster: str | None = None
-    stacked: bool = False
-
-    @classmethod
-    def of(cls, **call: Any) -> Call:
-        known = _field_names(cls)
-        unknown = call.keys() - known
-        if unknown:
-            raise TypeError(f"unknown call description(s) {sorted(unknown)}; "
-                            f"known: {sorted(known)}")
-        return cls(**call)
-
-
-@functools.cache
-def _field_names(cls: type) -> frozenset[str]:
-    """A dataclass's field names, computed once per class (Call.of runs at every call)."""
-    return frozenset(f.name for f in fields(cls))
-
-
-def refused(call: Call) -> bool:
-    """True when no fast path may run the call (the reference loop runs it): forced
-    (``switches``), a mask with holes, a non-float dtype, and on CPU outside autocast a dtype
-    other than float32 / float64 (what the CPU kernels are written for).  Under autocast
-    the family's choice is kept only where it has a low-precision kernel
-    (:func:`runs_low_precision`)."""
-    from .switches import reference_forced
-
-    reference = reference_forced() if call.reference is None else call.reference
-    if reference or call.mask == "other" or not call.dtype.is_floating_point:
-        return True
-    return call.device_type == "cpu" and call.dtype not in CPU_DTYPES and not call.autocast
-
-
-def runs_low_precision(path: Any, call: Call) -> bool:
-    """Does ``path`` run a call under autocast in its low precision: the Triton kernels
-    (float32 memory cell), and on CUDA PyTorch's cuDNN kernels (their half-precision
-    paths)?  No other path has a low-precision kernel: the reference loop runs the call."""
-    if getattr(path, "is_triton", False):
-        return True
-    return call.device_type == "cuda" and getattr(path, "torch_kind", None) is not None
-
-
-def guarded(path: Any, call: Call) -> bool:
-    """Is ``path`` one whose failure falls back instead of ending the process: the Triton
-    kernels (compiled at first use on the user's GPU) and cuDNN under autocast?"""
-    return getattr(path, "is_triton", False) or (call.autocast and runs_low_precision(path, call))
-
-
-def recoverable(err: BaseException) -> bool:
-    """May a failure of a guarded path fall back?  Any exception but a programming error of
-    the dispatch (:class:`KernelPathError`) and running out of memory (another path needs
-    memory as well; the trainer names the shape that did not fit)."""
-    oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
-    return isinstance(err, Exception) and not isinstance(err, (KernelPathError, oom))
-
-
-def mask_kind(mask: Tensor | None) -> tuple[str, Tensor | None]:
-    """Classify a (T, B) mask: ("none", None), ("prefix", lengths), ("prefix0", lengths)
-    when some length is 0, or ("other", None) for masks with holes / non-0/1 values."""
-    if mask is None:
-        return "none", None
-    T = mask.shape[0]
-    if mask.dim() != 2:
-        return "other", None
-    if not mask.is_floating_point():
-        mask = mask.float()
-    lengths = mask.sum(0).round().long()
-    steps = torch.arange(T, device=mask.device).unsqueeze(1)
-    if not torch.equal((steps < lengths.unsqueeze(0)).to(mask.dtype), mask):
-        return "other", None
-    if mask.shape[1] and bool((lengths == mask.shape[0]).all()):
-        return "none", None
-    if mask.shape[1] and bool((lengths == 0).any()):
-        return "prefix0", lengths
-    return "prefix", lengths
-
-
+# -- under autocast: the dtype a call runs in, the view cast to it ---------------------------
 def autocast_on(x: Tensor) -> bool:
     """Is autocast active for x's device (any PyTorch 2.x)?"""
     try:
@@ -543,8 +442,23 @@ def kernel_name_of(cell, **call: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# what ran: the paths taken, the paths that failed
+# a path that fails, and what ran: the paths taken, the paths that failed
 # ---------------------------------------------------------------------------------------
+
+def guarded(path: Any, call: Call) -> bool:
+    """Is ``path`` one whose failure falls back instead of ending the process: the Triton
+    kernels (compiled at first use on the user's GPU) and cuDNN under autocast?"""
+    return getattr(path, "is_triton", False) or (call.autocast and runs_low_precision(path, call))
+
+
+def recoverable(err: BaseException) -> bool:
+    """May a failure of a guarded path fall back?  Any exception but a programming error of
+    the dispatch (:class:`KernelPathError`) and running out of memory (another path needs
+    memory as well; the trainer names the shape that did not fit)."""
+    oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+    return isinstance(err, Exception) and not isinstance(err, (KernelPathError, oom))
+
+
 
 #: (cell, path) -> calls since the last :func:`reset_kernel_record`
 _TAKEN: dict[tuple[str, str], int] = {}

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ..interface import Call, KernelFamily, KernelPath, register
+from ..call import Call
+from ..interface import KernelFamily, KernelPath, register
 from ..lstm.family import KERNELS as LSTM_KERNELS
 
 

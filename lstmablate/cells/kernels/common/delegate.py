@@ -370,7 +370,7 @@ class CudnnStack:
 
     def stack_plan(self, encoder, masks=None, **call):
         """The ``torch-*`` path (a ``KernelPath``) of a whole-encoder call, or None."""
-        from ..interface import Call
+        from ..call import Call
 
         c = Call.of(**call)
         v = self.view(encoder.layers[0][0])

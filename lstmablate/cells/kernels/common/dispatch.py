@@ -1,4 +1,4 @@
-"""Which kernel a call takes: the choices the families share beyond ``interface.refused``
+"""Which kernel a call takes: the choices the families share beyond ``call.refused``
 (the paths are ``interface.KernelPath``'s members).
 
 * :func:`triton_runs`: whether the Triton kernels may run a call: on CUDA wherever Triton
@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..interface import Call, KernelPath
+from ..call import Call
+from ..interface import KernelPath
 from ..switches import graphs_setting, torch_on_cpu, triton_setting
 from . import calibrate, triton_support
 from .native import library_for

@@ -2,7 +2,7 @@
 packed layout, :class:`Steps`), the input products of all steps at once and their gradients.
 
 **Padding-free loops** (the encoder's masks are *prefix* masks: each sequence is real up to
-its length; ``interface.mask_kind`` classifies the mask before).  A call's rows are sorted
+its length; ``call.mask_kind`` classifies the mask before).  A call's rows are sorted
 by length, longest first, once per call, so the sequences still running at step t are the
 first ``rows(t)`` rows: the active batch shrinks step by step as sequences end, as in
 PyTorch's packed sequence.  Every buffer of the loops holds only real tokens, step after

@@ -60,7 +60,7 @@ def runs(x: torch.Tensor) -> bool:
 
 #: the dtypes the kernels run in on CUDA (float16/bfloat16 computed in float32 registers,
 #: the memory cell kept in float32; float64 takes the PyTorch loops there) and under the
-#: interpreter (float16/bfloat16 there only under autocast: ``interface.refused``)
+#: interpreter (float16/bfloat16 there only under autocast: ``call.refused``)
 CUDA_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 CPU_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 

@@ -14,7 +14,7 @@ families is ``../common/``.  Paths (``interface.KernelPath``):
 * ``recurrent``: ``recurrent.RecurrentGRU``, the recurrence with a hand-written BPTT, in C on
   CPU (``gru.c``) and in PyTorch loops elsewhere; eq 58 as printed (the reset gate
   before W_hh) has no PyTorch counterpart, so it always runs here (or in Triton).
-* ``reference``: the cell's own step loop (``interface.refused``).
+* ``reference``: the cell's own step loop (``call.refused``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from __future__ import annotations
 from ..common import calibrate, delegate
 from ..common.delegate import CudnnStack
 from ..common.dispatch import describe, native_loops, torch_or_ours
-from ..interface import Call, KernelFamily, KernelPath, NativeSource, register
+from ..call import Call
+from ..interface import KernelFamily, KernelPath, NativeSource, register
 from .recurrent import RecurrentGRU
 
 

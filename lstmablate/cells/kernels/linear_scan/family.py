@@ -59,7 +59,7 @@ Paths (``interface.KernelPath``):
   carried in float32;
 * ``reference``: a cell whose gates read its state (``linear_scan`` is False; the registered
   2018 ``sru`` runs its own family, ``sru/``), autocast without Triton, and the shared refusals
-  (``interface.refused``).
+  (``call.refused``).
 
 ``lstm-srnn-hidden(-out)`` are linear scans too, but keep the LSTM family's own scan
 (``lstm/``): its C loop fuses the gates' activations, the memory and tanh(c_t) into the same
@@ -76,7 +76,8 @@ from torch import Tensor
 from ..common.dispatch import describe, native_loops, triton_runs
 from ..common.gemm import faster_products
 from ..common.sequences import Steps
-from ..interface import Call, KernelFamily, KernelPath, NativeSource, register
+from ..call import Call
+from ..interface import KernelFamily, KernelPath, NativeSource, register
 from .loops import LIBRARY, LinearScan, LogLinearScan
 
 

@@ -25,7 +25,7 @@ Paths (``interface.KernelPath``):
   ``describe`` names;
 * ``scan``: nothing reads h_{t-1} (``scan.py``);
 * ``reference``: the cell's own step loop (forced, autocast, a mask with holes, another
-  dtype; ``interface.refused``).
+  dtype; ``call.refused``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from __future__ import annotations
 from ..common import calibrate, delegate
 from ..common.delegate import CudnnStack
 from ..common.dispatch import describe, native_loops, torch_or_ours
-from ..interface import Call, KernelFamily, KernelPath, NativeSource, register
+from ..call import Call
+from ..interface import KernelFamily, KernelPath, NativeSource, register
 from .recurrent import layout, recurrent
 from .scan import scan
 

@@ -17,7 +17,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..common.sequences import Steps
-from ..interface import Call, KernelPath, register
+from ..call import Call
+from ..interface import KernelPath, register
 from .shared import SecondOrderKernels
 
 

@@ -36,7 +36,8 @@ from ..common.sequences import Steps
 
 from ..common.dispatch import describe, native_loops, triton_runs
 from ..common.native import NativeLibrary, library_for
-from ..interface import Call, KernelFamily, KernelPath, NativeSource
+from ..call import Call
+from ..interface import KernelFamily, KernelPath, NativeSource
 
 FAMILY = "second_order"
 

@@ -36,7 +36,7 @@ Paths (``interface.KernelPath``):
   its gradient are carried in float32;
 * ``reference``: the class built without v (the 2017 form, which is not what this pass
   computes; the registered ``sru-2017`` runs the linear scan, ``linear_scan/``), autocast
-  without Triton, and the shared refusals (``interface.refused``).
+  without Triton, and the shared refusals (``call.refused``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ from torch import Tensor
 from ..common.dispatch import describe, native_loops, triton_runs
 from ..common.gemm import faster_products
 from ..common.sequences import Steps
-from ..interface import Call, KernelFamily, KernelPath, NativeSource, register
+from ..call import Call
+from ..interface import KernelFamily, KernelPath, NativeSource, register
 from .loops import LIBRARY, SRUMemory
 
 

@@ -14,22 +14,22 @@ from pathlib import Path
 import pytest
 
 from lstmablate.errors import DataError
+from lstmablate_tasks.dyck.files import read_split, validate_file, write_split
 from lstmablate_tasks.dyck.generator import (
-    END_ID,
     PRESETS,
     SECOND_ORDER,
-    DyckVocab,
-    StackState,
     default_lengths,
     generate,
     make_preset_splits,
     make_splits,
-    read_split,
     split_seed,
+)
+from lstmablate_tasks.dyck.language import (
+    END_ID,
+    DyckVocab,
+    StackState,
     stack_annotations,
-    validate_file,
     validate_sequences,
-    write_split,
 )
 
 
@@ -278,7 +278,9 @@ def test_corpus_is_pinned_across_versions(tmp_path):
 def test_corpus_does_not_depend_on_hash_seed(tmp_path):
     code = (
         "import hashlib, sys\n"
-        "from lstmablate_tasks.dyck.generator import generate, write_split, DyckVocab\n"
+        "from lstmablate_tasks.dyck.generator import generate\n"
+        "from lstmablate_tasks.dyck.files import write_split\n"
+        "from lstmablate_tasks.dyck.language import DyckVocab\n"
         "seqs = generate(3, 4, seed=9, min_length=1, max_length=100, num_tokens=3000)\n"
         "write_split(sys.argv[1], seqs, DyckVocab(3))\n"
     )

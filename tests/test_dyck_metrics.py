@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from lstmablate_tasks.dyck.generator import END_ID, DyckVocab, generate, stack_annotations
+from lstmablate_tasks.dyck.generator import generate
+from lstmablate_tasks.dyck.language import END_ID, DyckVocab, stack_annotations
 from lstmablate_tasks.dyck.metrics import BracketClosingMeter, bracket_closing_judgements
 
 V2 = DyckVocab(2)

@@ -123,6 +123,7 @@ def data_dyck(
     from lstmablate.runfolder import check_output
 
     from . import generator as g
+    from .files import validate_file
 
     check_options(k=k, m=m, seed=seed, train_tokens=train_tokens,
                   train_sequences=train_sequences, dev_tokens=dev_tokens,
@@ -150,7 +151,7 @@ def data_dyck(
     except ValueError as e:
         raise ConfigError(f"cannot generate the Dyck corpus: {e}") from None
     for _split, path in splits.write(out_dir).items():
-        stats = g.validate_file(path, splits.k, splits.m)
+        stats = validate_file(path, splits.k, splits.m)
         typer.echo(f"{path}: {stats.num_sequences} strings, {stats.num_tokens} tokens, "
                    f"lengths {stats.min_length}-{stats.max_length}, max depth {stats.max_depth}")
 
@@ -166,7 +167,7 @@ def data_validate_dyck(
 
     lstmablate data validate-dyck dyck-files/train.txt --k 2 --m 4
     """
-    from .generator import validate_file
+    from .files import validate_file
 
     check_options(k=k, m=m)
     s = validate_file(path, k, m)

@@ -60,7 +60,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lstmablate_tasks.dyck.generator import PAD_ID, DyckVocab, stack_annotations
+from lstmablate_tasks.dyck.language import PAD_ID, DyckVocab, stack_annotations
 
 Objective = Literal["lm", "close"]
 OBJECTIVES: tuple[str, ...] = ("lm", "close")

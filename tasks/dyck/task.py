@@ -37,8 +37,9 @@ from lstmablate.data import find_file
 from lstmablate.errors import ConfigError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
 
-from .generator import (PAD_ID, START_ID, DyckVocab, default_lengths, make_splits,
-                        read_split)
+from .files import read_split
+from .generator import default_lengths, make_splits
+from .language import PAD_ID, START_ID, DyckVocab
 from .metrics import (OBJECTIVES, P_THRESHOLD, BracketClosingMeter, bracket_closing_records,
                       read_predictions)
 

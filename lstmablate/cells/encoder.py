@@ -70,10 +70,18 @@ from torch import Tensor, nn
 from lstmablate.errors import ConfigError, check_choice
 
 from .base import Cell, NoMemoryCellError, State, weighted_sum
+from .kernels.switches import reference_forced, reference_mode
 from .pooling import LAYER_MIXES, POOLINGS, ScalarMix, pool
 
 if TYPE_CHECKING:
     from .registry import CellSpec
+
+
+def capturing(x: Tensor) -> bool:
+    """Is a CUDA graph recording on ``x``'s device (``train.step_capture=graphs``)?  Then
+    nothing may be read back to the host: with lengths, the encoder runs the masked reference
+    loops (the padding-free fast paths plan their steps from the lengths on the host)."""
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def lengths_to_mask(lengths: Tensor, T: int) -> Tensor:
@@ -215,6 +223,8 @@ class Encoder(nn.Module):
             lengths = torch.as_tensor(lengths, device=x.device).long()
             if lengths.shape != (B,):
                 raise ValueError(f"lengths must have shape ({B},), got {tuple(lengths.shape)}")
+            if capturing(x):  # no host read (the lengths were checked by the eager step)
+                return x, lengths, lengths_to_mask(lengths, T).to(x.dtype)
             if B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
                 raise ValueError(f"lengths must lie in [0, {T}], got {lengths.tolist()}")
             if B and int(lengths.min()) == T:
@@ -355,6 +365,9 @@ class Encoder(nn.Module):
             from .kernels.common.custom_ops import encoder_call
 
             return encoder_call(self, x, lengths, state, masks)
+        if lengths is not None and capturing(x) and not reference_forced():
+            with reference_mode():  # a CUDA graph records the call: the masked loops
+                return self.forward(x, lengths, state, masks)
         x, lengths, mask = self._prepare(x, lengths)
         B = x.shape[1]
         stacked = self._stacked(x, lengths, state, masks)
@@ -406,6 +419,8 @@ class Encoder(nn.Module):
 
         family = family_of(self.layers[0][0])
         if family is None or self.mix is not None:  # a layer mix needs every layer's output
+            return None
+        if lengths is not None and capturing(x):  # (it reads the lengths on the host)
             return None
         if isinstance(state, Tensor):
             state = (state,)

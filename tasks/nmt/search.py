@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from .model import Memory, NMTModel
+from .stepping import Step, eager_step
 
 __all__ = ["Hypothesis", "greedy_search", "beam_search", "replace_unk", "EOS_CHILD_SCORE"]
 
@@ -68,9 +69,11 @@ def _cut_at_eos(ids: list[int], attn: Tensor, eos: int) -> tuple[list[int], Tens
 
 
 @torch.no_grad()
-def greedy_search(model: NMTModel, mem: Memory, bos: int, eos: int, max_length: int
-                  ) -> list[Hypothesis]:
-    """Arg-max decoding of every sentence of ``mem`` (score: the summed log-probability)."""
+def greedy_search(model: NMTModel, mem: Memory, bos: int, eos: int, max_length: int,
+                  step: Step | None = None) -> list[Hypothesis]:
+    """Arg-max decoding of every sentence of ``mem`` (score: the summed log-probability).
+    ``step``: how a decoding step is computed (:mod:`.stepping`; default: eagerly)."""
+    step = step or eager_step(model)
     B = mem.memory.shape[0]
     state = model.init_decoder(mem)
     y = torch.full((B,), bos, dtype=torch.long, device=mem.memory.device)
@@ -78,8 +81,7 @@ def greedy_search(model: NMTModel, mem: Memory, bos: int, eos: int, max_length: 
     total = torch.zeros(B, dtype=torch.float64, device=y.device)
     words, aligns = [], []
     for _ in range(max_length):
-        out, align, state = model.decode_step(y, state, mem)
-        lp = model.log_probs(out)
+        lp, align, state = step(y, state, mem)
         best, y = lp.max(dim=-1)
         total += torch.where(done, torch.zeros_like(best), best).double()
         words.append(y)
@@ -118,12 +120,14 @@ def _can_stop(scores: Tensor, live: Tensor, best_finished: Tensor, bound_divisor
 @torch.no_grad()
 def beam_search(model: NMTModel, mem: Memory, beam_size: int, bos: int, eos: int,
                 max_length: int, alpha: float = 0.0, length_normalise: bool = False,
-                eos_stop: bool = True, stop_early: bool = True, n_best: int = 1
-                ) -> list[list[Hypothesis]]:
+                eos_stop: bool = True, stop_early: bool = True, n_best: int = 1,
+                step: Step | None = None) -> list[list[Hypothesis]]:
     """OpenNMT-py's beam search (module doc) for every sentence of ``mem``; per sentence its
-    ``n_best`` hypotheses, best first."""
+    ``n_best`` hypotheses, best first.  ``step``: how a decoding step is computed
+    (:mod:`.stepping`; default: eagerly); the search is the same whichever."""
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    step = step or eager_step(model)
     B, K = mem.memory.shape[0], beam_size
     device = mem.memory.device
     rows = torch.arange(B, device=device).repeat_interleave(K)  # row b*K + k -> sentence b
@@ -140,8 +144,8 @@ def beam_search(model: NMTModel, mem: Memory, beam_size: int, bos: int, eos: int
     eos_top = [False] * B  # Beam.eosTop, per sentence
     ninf = float("-inf")
     for t in range(max_length):
-        out, align, state = model.decode_step(y, state, mem_k)
-        lp = model.log_probs(out).view(B, K, -1)
+        lp, align, state = step(y, state, mem_k)
+        lp = lp.view(B, K, -1)
         V = lp.shape[-1]
         if t == 0:
             # beam_scores = word_probs[0]: only the <s> row is expanded (all rows are equal)

@@ -50,7 +50,7 @@ from lstmablate.config import MAX_BATCH, MAX_INIT_SCALE, MAX_LAYERS, MAX_WIDTH, 
 from lstmablate.data import read_lines
 from lstmablate.errors import ConfigError, DataError, UserError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task
-from lstmablate.train.capture import pad_to
+from lstmablate.train.capture import choose_buckets, pad_to
 
 from . import data as m30k
 from .batches import POOL_BATCHES, collate, length_sorted_groups, pooled_batches
@@ -58,6 +58,7 @@ from .bleu import (BleuResult, multi_bleu, sacrebleu_detok, score_of_statistics,
                    sentence_statistics)
 from .model import NMTModel, StackedLSTMCells
 from .search import beam_search, greedy_search, replace_unk
+from .stepping import DECODE_BUCKETS, STEP_CAPTURES, DecodeStep
 from .tokenise import SETTINGS as TOKENISER, detokenise, tokenise_lines
 from .vocab import SRC_SPECIALS, TGT_SPECIALS, UNK, Vocab
 
@@ -137,6 +138,10 @@ class NMTEval:
     # the final evaluation also decodes with 18d3d2e1's rule (length-normalised ranking, no
     # </s> stop) and reports those BLEUs as lennorm_bleu, lennorm_sacrebleu, ...
     also_length_normalised: bool = False
+    # how a decoding step is computed: off (eagerly) | compile (torch.compile, one graph per
+    # (rows, source-length bucket)) | graphs (CUDA graphs of the step, replayed); the search
+    # is the same (stepping.py, docs/performance.md)
+    step_capture: str = "off"
 
     #: the largest values that size memory (checked with the other values)
     upper_bounds: ClassVar[dict[str, int]] = {
@@ -146,6 +151,7 @@ class NMTEval:
         for name in ("beam_size", "max_length", "batch_size"):
             check_range("eval", self, name, low=1)
         check_range("eval", self, "alpha", low=0)
+        check_choice("eval.step_capture", self.step_capture, STEP_CAPTURES)
         if self.also_length_normalised and (self.length_normalise or self.beam_size == 1):
             raise ConfigError(
                 "eval.also_length_normalised decodes a second time with the length-normalised "
@@ -217,7 +223,8 @@ class NMTTask(Task):
                "sacreBLEU, length-normalised ranking (OpenNMT-py 18d3d2e1)", ".2f"),
     )
     # saved configs from before these keys: they ran 18d3d2e1's search to max_length
-    added_keys = {"eval.eos_stop": False, "eval.also_length_normalised": False}
+    added_keys = {"eval.eos_stop": False, "eval.also_length_normalised": False,
+                  "eval.step_capture": "off"}
     dev_split = "val"
     test_split = "test"
 
@@ -393,16 +400,22 @@ class NMTTask(Task):
         out: list[list[str]] = [[] for _ in sd.src_ids]
         with eval_mode(model):
             todo = [i for i, s in enumerate(sd.src_ids) if s]
-            for g in length_sorted_groups([len(sd.src_ids[i]) for i in todo], e.batch_size):
+            groups = length_sorted_groups([len(sd.src_ids[i]) for i in todo], e.batch_size)
+            step = {}  # eval.step_capture: the step compiled or replayed per shape
+            if e.step_capture != "off" and groups:
+                longest = [max(len(sd.src_ids[todo[j]]) for j in g) for g in groups]
+                step = {"step": DecodeStep(model, e.step_capture,
+                                           choose_buckets(longest, DECODE_BUCKETS))}
+            for g in groups:
                 index = [todo[j] for j in g]
                 batch = self.batch_to(self._collate(sd, index, with_target=False), device)
                 mem = model.encode(batch["src"], batch["src_lengths"])
                 if e.beam_size == 1:
-                    hyps = greedy_search(model, mem, v.bos, v.eos, e.max_length)
+                    hyps = greedy_search(model, mem, v.bos, v.eos, e.max_length, **step)
                 else:
                     hyps = [h[0] for h in beam_search(
                         model, mem, e.beam_size, v.bos, v.eos, e.max_length, alpha=e.alpha,
-                        stop_early=e.stop_early, **ranking)]
+                        stop_early=e.stop_early, **ranking, **step)]
                 for i, h in zip(index, hyps):
                     words = v.decode(h.tokens)
                     if e.replace_unk:

@@ -258,11 +258,16 @@ def parser_loss(arc: Tensor, rel: Tensor, heads: Tensor, rels: Tensor,
     """Arc cross-entropy + relation cross-entropy (``rel`` scored at the gold heads), each
     summed over the batch's words (ROOT and padding excluded) and divided by their number n
     (Parser-v1's ``output``).  ``rels`` is -100 where a gold relation has no class."""
-    mask = word_positions(lengths, arc.shape[1])
+    mask = word_positions(lengths, arc.shape[1]).reshape(-1)
     n = mask.sum()  # a tensor: no host read per step
-    arc_loss = nn.functional.cross_entropy(arc[mask], heads[mask], reduction="sum")
-    rel_loss = nn.functional.cross_entropy(rel[mask], rels[mask], reduction="sum",
-                                           ignore_index=-100)
+    # every position's cross-entropy, the words' summed (a mask, not a selection: nothing is
+    # read back to the host, and the shapes stay static for step capture)
+    arc_nll = nn.functional.cross_entropy(arc.reshape(mask.shape[0], -1), heads.reshape(-1),
+                                          reduction="none")
+    rel_nll = nn.functional.cross_entropy(rel.reshape(mask.shape[0], -1), rels.reshape(-1),
+                                          reduction="none", ignore_index=-100)
+    arc_loss = torch.where(mask, arc_nll, 0.0).sum()
+    rel_loss = torch.where(mask, rel_nll, 0.0).sum()
     return (arc_loss + rel_loss) / n.clamp(min=1), n
 
 

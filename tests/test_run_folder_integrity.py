@@ -187,7 +187,7 @@ def test_temporary_files_of_killed_writes_are_removed_when_the_run_starts_again(
 def test_the_metrics_rewrite_of_a_resume_is_atomic(tmp_path, tiny_recipe, monkeypatch):
     """Resuming truncates metrics.jsonl to the checkpoint's lines; a failure in the middle of
     that rewrite (here: the disk fills up) leaves the file as it was, never half of it."""
-    from lstmablate import io as atomic
+    from lstmablate.io import write as atomic
 
     args = dict(recipe=str(tiny_recipe), out=tmp_path / "runs", console=QUIET, progress=False,
                 threads=1, overrides=["train.max_steps=2", "train.eval_every=1"])

@@ -265,7 +265,7 @@ def test_read_only_output_is_a_message(tmp_path, tiny_recipe, monkeypatch):
 
 
 def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path, tiny_recipe, monkeypatch):
-    from lstmablate import io as atomic
+    from lstmablate.io import write as atomic
 
     saved = []
     real_fsync = atomic.os.fsync

@@ -184,7 +184,7 @@ def test_a_full_disk_at_the_first_checkpoint_suggests_what_starts_the_run(tmp_pa
     """The disk fills up at the first save of last.pt (metrics.jsonl and best.pt are written):
     there is nothing to continue from, so every message (the failure's, then those of the same
     command and of --resume) suggests the one command that starts the run, and it does."""
-    from lstmablate import io as atomic
+    from lstmablate.io import write as atomic
 
     if not Path("/proc/self/fd").exists():
         pytest.skip("needs /proc to name the file being written")

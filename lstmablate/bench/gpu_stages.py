@@ -379,15 +379,57 @@ def _outcome(failed: list[str], left: list[str], summary: str) -> Outcome:
 
 #: the Python stages by name (gpu_check runs ``tests`` and ``trainer`` itself)
 def _step_capture(stage: Stage) -> Outcome:
-    from .gpu_steps import stage as run  # train.step_capture's modes per task
+    """``step-capture``: train.step_capture's modes per task (:mod:`.gpu_steps`), every recipe
+    of its ``CAPTURE_RECIPES`` (or ``--step-recipe``) whose data are present."""
+    from lstmablate.errors import DataError
 
-    return run(stage)
+    from .gpu_steps import CAPTURE_RECIPES, bench_capture_steps
+
+    recipes = stage.options.get("step_recipes") or list(CAPTURE_RECIPES)
+    no_data: list[str] = []
+
+    def one(recipe: str) -> None:
+        try:
+            rows = bench_capture_steps(recipe, stage.options.get("cells"),
+                                       device=str(stage.device),
+                                       data_dir=stage.options.get("data_dir"),
+                                       steps=stage.options.get("step_repeats", 20),
+                                       deadline=stage.deadline, progress=stage.log)
+        except DataError:
+            no_data.append(recipe)
+            stage.log(f"{recipe}: its data are not here (skipped)")
+            return
+        for row in rows:
+            stage.emit(row)
+
+    failed, left = stage.each(recipes, one)
+    timed = sorted({r["recipe"] for r in stage.rows})
+    skipped = f"; no data: {', '.join(no_data)}" if no_data else ""
+    if not timed and not failed:
+        return Outcome("not-run", f"no recipe's data here{skipped}")
+    if failed and not timed:
+        return Outcome("not-run", "; ".join(failed) + skipped)
+    return _outcome(failed, left, f"{len(stage.rows)} steps of {', '.join(timed)}{skipped}")
 
 
 def _peers(stage: Stage) -> Outcome:
-    from .peers import stage as run  # the cells' reference implementations beside ours
+    """``peers``: the cells' reference implementations beside ours (:mod:`.peers`), one shape
+    at a time (``--shape``, default its ``PEER_SHAPES``)."""
+    from .peers import PEER_SHAPES, bench_peers
 
-    return run(stage)
+    shapes = stage.options.get("shapes") or list(PEER_SHAPES)
+
+    def one(shape: str) -> None:
+        for row in bench_peers([shape], device=str(stage.device), threads=1,
+                               repeats=stage.options.get("repeats", 9), warmup=3,
+                               progress=stage.log):
+            stage.emit(row)
+
+    failed, left = stage.each(shapes, one)
+    measured = sum(r.get("status") == "measured" for r in stage.rows)
+    skipped = sorted({r["status"] for r in stage.rows if r.get("status", "").startswith("skipped")})
+    return _outcome(failed, left, f"{measured} measured" + (f"; {'; '.join(skipped)}"
+                                                            if skipped else ""))
 
 
 STAGES: dict[str, Callable[[Stage], Outcome]] = {

@@ -198,37 +198,3 @@ def markdown_rows(rows: list[dict]) -> list[str]:
                  c.get("fallback") or ""]
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
-
-
-def stage(stage: Any) -> Any:
-    """gpu-check's ``step-capture`` stage (``gpu_stages``): every recipe of
-    :data:`CAPTURE_RECIPES` (or ``--step-recipe``) whose data are present."""
-    from .gpu_stages import Outcome, _outcome
-
-    from lstmablate.errors import DataError
-
-    recipes = stage.options.get("step_recipes") or list(CAPTURE_RECIPES)
-    no_data: list[str] = []
-
-    def one(recipe: str) -> None:
-        try:
-            rows = bench_capture_steps(recipe, stage.options.get("cells"),
-                                       device=str(stage.device),
-                                       data_dir=stage.options.get("data_dir"),
-                                       steps=stage.options.get("step_repeats", 20),
-                                       deadline=stage.deadline, progress=stage.log)
-        except DataError:
-            no_data.append(recipe)
-            stage.log(f"{recipe}: its data are not here (skipped)")
-            return
-        for row in rows:
-            stage.emit(row)
-
-    failed, left = stage.each(recipes, one)
-    timed = sorted({r["recipe"] for r in stage.rows})
-    skipped = f"; no data: {', '.join(no_data)}" if no_data else ""
-    if not timed and not failed:
-        return Outcome("not-run", f"no recipe's data here{skipped}")
-    if failed and not timed:
-        return Outcome("not-run", "; ".join(failed) + skipped)
-    return _outcome(failed, left, f"{len(stage.rows)} steps of {', '.join(timed)}{skipped}")

@@ -242,23 +242,3 @@ def markdown_rows(rows: list[dict]) -> list[str]:
         out.append(f"| {r['shape']} | {r['peer']} ({pkg}) | `{r['ours']}` | "
                    f"{' | '.join(tps)} | {ratio} | {r['status']} |")
     return out + [""]
-
-
-def stage(stage: Any) -> Any:
-    """gpu-check's ``peers`` stage (``gpu_stages``): :func:`bench_peers` one shape at a time
-    (``--shape``, default :data:`PEER_SHAPES`)."""
-    from .gpu_stages import _outcome
-
-    shapes = stage.options.get("shapes") or list(PEER_SHAPES)
-
-    def one(shape: str) -> None:
-        for row in bench_peers([shape], device=str(stage.device), threads=1,
-                               repeats=stage.options.get("repeats", 9), warmup=3,
-                               progress=stage.log):
-            stage.emit(row)
-
-    failed, left = stage.each(shapes, one)
-    measured = sum(r.get("status") == "measured" for r in stage.rows)
-    skipped = sorted({r["status"] for r in stage.rows if r.get("status", "").startswith("skipped")})
-    return _outcome(failed, left, f"{measured} measured" + (f"; {'; '.join(skipped)}"
-                                                            if skipped else ""))

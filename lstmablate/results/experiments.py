@@ -34,6 +34,12 @@ class Expectations:
     reference: dict[str, dict[str, Any]] = field(default_factory=dict)  # cell -> metric -> number
     reference_source: str = ""
     test_checkpoint: str = ""  # the recipe's train.test_checkpoint ("" = the trainer's default)
+    #: cell -> the learning rate the recipe gives it (train.lr, or its cell_overrides'), where
+    #: the recipe sets one
+    lr: dict[str, float] = field(default_factory=dict)
+    #: the experiment the recipe itself trains (a grid point or an ``--experiment`` of it is
+    #: another, with its own settings)
+    experiment: str = ""
 
     @classmethod
     def of(cls, recipe: dict[str, Any], where: object = None) -> Expectations:
@@ -46,10 +52,20 @@ class Expectations:
         cells = recipe.get("cells") or []
         reference = recipe.get("reference") or {}
         train = recipe.get("train") if isinstance(recipe.get("train"), dict) else {}
+        overrides = recipe.get("cell_overrides") if isinstance(
+            recipe.get("cell_overrides"), dict) else {}
+        lr = {}
+        for c in cells:
+            own = (overrides.get(c) or {}).get("train") if isinstance(overrides.get(c), dict) else None
+            value = (own or {}).get("lr", train.get("lr")) if isinstance(own or {}, dict) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                lr[str(c)] = float(value)
         return cls(cells, {c: recipe_seeds(recipe, c) for c in cells},
                    {str(c): dict(v) for c, v in reference.items()},
                    str(recipe.get("reference_source") or ""),
-                   str(train.get("test_checkpoint") or ""))
+                   str(train.get("test_checkpoint") or ""), lr,
+                   str(recipe.get("experiment") or (Path(str(recipe["_path"])).stem
+                                                    if recipe.get("_path") else "")))
 
 
 def _clause(error: Exception) -> str:

@@ -219,6 +219,32 @@ def _count_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     return notes
 
 
+def _lr_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
+    """A note for each cell whose finished runs were trained at a learning rate other than the
+    one its recipe gives it now (e.g. a rate chosen after those runs were made); only for the
+    experiment the recipe itself trains (a grid point or a probe sets its own rate)."""
+    notes = []
+    if exp.name != exp.expect.experiment:
+        return notes
+    for cell in cells:
+        want = exp.expect.lr.get(cell)
+        if want is None:
+            continue
+        rates = []
+        for r in exp.runs_of(cell, "finished"):
+            try:
+                rates.append(float(r.config.train.lr))
+            except Exception:  # noqa: BLE001 - a run whose config cannot be typed here
+                continue
+        other = sorted({x for x in rates if x != want})
+        if other:
+            n = sum(x != want for x in rates)
+            notes.append(f"{where}`{cell}`: {n} of its {len(rates)} run(s) trained at lr "
+                         f"{', '.join(f'{x:g}' for x in other)}; its recipe now gives it "
+                         f"{want:g}")
+    return notes
+
+
 def _eval_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     """A note when the finished runs of ``cells`` were evaluated with different eval options
     (a decoder changed between them): their final numbers were not made the same way."""
@@ -344,6 +370,7 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
         table.notes += [f"{where}{n}" for n in exp.notes]
         table.notes += _count_notes(where, exp, cells)
         table.notes += _eval_notes(where, exp, cells)
+        table.notes += _lr_notes(where, exp, cells)
         times = _train_times(exp, cells)
         if times:
             table.train_times.append((label if several else "", times))

@@ -414,6 +414,10 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
     cfg, files = with_eval_overrides(run.config, eval_overrides or []), run.files
     ckpt_path = checkpoint_file(files, checkpoint if checkpoint is not None
                                 else cfg.train.test_checkpoint)
+    if ckpt_path.exists() and not ckpt_path.is_file() and not ckpt_path.is_dir():
+        # (a FIFO would be waited on forever, a device read forever: refused as `train
+        # --resume` refuses it; a directory is load_checkpoint's own message)
+        raise CheckpointError(f"{entry_problem(ckpt_path)}. Nothing was read.")
     holder = lock_holder(files.root)
     if holder and not ckpt_path.exists():  # checkpoints are written atomically: never half
         raise CheckpointError(f"{ckpt_path} does not exist yet: the run is being trained by "
@@ -427,10 +431,6 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
     task.setup(splits)
     model = build_model(task, cfg)
     load_model_state(model, ckpt.get("model"), ckpt_path, hint=files.checkpoint_hint(ckpt_path))
-    if ckpt_path.exists() and not ckpt_path.is_file() and not ckpt_path.is_dir():
-        # (a FIFO would be waited on forever, a device read forever: refused as `train
-        # --resume` refuses it; a directory is load_checkpoint's own message)
-        raise CheckpointError(f"{entry_problem(ckpt_path)}. Nothing was read.")
     model.to(pick_device(device)).eval()
     return cfg, task, model
 
@@ -472,19 +472,6 @@ def evaluate_run_task(run_path: Path, split: str = "test", checkpoint: str | Non
     return task, {k: float(v) for k, v in metrics.items()}
 
 
-def evaluation_precision(cfg: RunConfig, model: torch.nn.Module) -> Precision:
-    """The precision an evaluation of a run computes in: the run's ``train.precision`` (so
-    its final numbers are recomputed as they were made), or fp32 on a device that cannot run
-    it (tf32 off CUDA, a dtype this device's autocast lacks)."""
-    first = next(model.parameters(), None)
-    device = first.device if first is not None else torch.device("cpu")
-    try:
-        return Precision(cfg.train.precision, device)
-    except ConfigError:
-        return Precision("fp32", device)
-
-
-@dataclass
 def _write_predictions(task: Task, model: torch.nn.Module, split: str, path: Path
                        ) -> dict[str, Any]:
     """The task's predictions written to ``path`` and the metrics computed from that file;
@@ -508,6 +495,19 @@ def _write_predictions(task: Task, model: torch.nn.Module, split: str, path: Pat
     return metrics
 
 
+def evaluation_precision(cfg: RunConfig, model: torch.nn.Module) -> Precision:
+    """The precision an evaluation of a run computes in: the run's ``train.precision`` (so
+    its final numbers are recomputed as they were made), or fp32 on a device that cannot run
+    it (tf32 off CUDA, a dtype this device's autocast lacks)."""
+    first = next(model.parameters(), None)
+    device = first.device if first is not None else torch.device("cpu")
+    try:
+        return Precision(cfg.train.precision, device)
+    except ConfigError:
+        return Precision("fp32", device)
+
+
+@dataclass
 class ScoredRun:
     """What ``lstmablate eval RUN --scores`` did: the file, the metrics of the evaluation,
     the same metrics recomputed from the file, and the run's result.json numbers."""

@@ -1,5 +1,5 @@
 """The length buckets of ``train.step_capture`` on the variable-length tasks (nmt, parsing,
-sst, squad-drqa, squad-bidaf): their ``batch_length`` / ``pad_batch`` hooks.
+sst, squad-drqa, squad-bidaf, dyck): their ``batch_length`` / ``pad_batch`` hooks.
 
 * a batch padded beyond its own lengths (in every dimension a task pads) gives the loss, the
   weight, the tokens and every parameter's gradient of the batch itself, in float64 (the
@@ -41,6 +41,13 @@ TASKS = {
                          dict(word_vec_size=8, hidden_size=8, dropout=0.0,
                               cell_layers="encoder+decoder", encoder_type="brnn"),
                          FIXTURES / "nmt"),
+    "dyck": ("dyck", dict(k=2, m=3, train_tokens=0, train_sequences=32, dev_sequences=8,
+                          test_sequences=8, train_max_length=12, batch_size=8),
+             dict(embedding_dim=8, hidden_size=8, num_layers=2, dropout=0.0), FIXTURES),
+    "dyck-close": ("dyck", dict(k=2, m=3, train_tokens=0, train_sequences=32, dev_sequences=8,
+                                test_sequences=8, train_max_length=12, batch_size=8,
+                                objective="close"),
+                   dict(embedding_dim=8, hidden_size=8, num_layers=2, dropout=0.0), FIXTURES),
     "sst": ("sst", dict(verify=False, batch_size=3),
             dict(embedding_size=8, hidden_size=6, mlp_hidden=8, dropout=0.0, encoder_dropout=0.0,
                  num_layers=2, pooling="max"), FIXTURES),

@@ -36,6 +36,7 @@ from lstmablate.config import MAX_BATCH, MAX_INIT_SCALE, MAX_LAYERS, MAX_WIDTH, 
 from lstmablate.data import find_file
 from lstmablate.errors import ConfigError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
+from lstmablate.train.capture import pad_to
 
 from .files import read_split
 from .generator import default_lengths, make_splits
@@ -259,6 +260,16 @@ class DyckTask(Task):
         logits, targets = self._logits_and_targets(model, batch)
         loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
         return StepOutput(loss, None, (targets != -100).sum())  # a tensor: no host read
+
+    # -- length buckets (train.step_capture) ----------------------------------------------
+    def batch_length(self, batch) -> int:
+        return batch[0].shape[1]
+
+    def pad_batch(self, batch, length: int):
+        """Inputs and targets padded with ``<pad>`` (as :meth:`_collate`: the encoder reads
+        the lengths, the loss ignores padded targets); the lengths unchanged."""
+        inputs, targets, lengths = batch
+        return (pad_to(inputs, 1, length, PAD_ID), pad_to(targets, 1, length, PAD_ID), lengths)
 
     @torch.no_grad()
     def _run_eval(self, model: nn.Module, split: str, on_batch=None) -> dict[str, float]:

@@ -228,8 +228,9 @@ def _master_beam(model: _TableModel, K: int, max_length: int, length_normalise: 
     advance() with "EOS has no children", finished = (score, len(nextYs) - 1, k), done() =
     eosTop and len(finished) >= n_best checked before each step, sortFinished(minimum), getHyp().
     (Master's Translator asks for minimum=n_best, which pads a short list with copies of the
-    top row; the search under test adds the top row only when nothing finished: minimum=1.) length_normalise divides a finished score by len(nextYs), as 18d3d2e1 does;
-    eos_stop=False never stops before max_length, as 18d3d2e1."""
+    top row; the search under test adds the top row only when nothing finished: minimum=1.)
+    length_normalise divides a finished score by len(nextYs), as 18d3d2e1 does; eos_stop=False
+    never stops before max_length, as 18d3d2e1."""
     V = model.V
     next_ys, prev_ks = [[BOS] * K], []
     scores = [0.0] * K

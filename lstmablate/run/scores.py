@@ -126,10 +126,13 @@ def write_scores(path: Path, header: Mapping[str, Any], records: Sequence[Mappin
 
 
 def _bad(path: Path, line: int, what: str) -> DataError:
+    """``path`` (a run's ``scores/<split>.jsonl``) is damaged at ``line``: what, and the command
+    that writes it again."""
+    path = Path(path)
     return DataError(f"{path}, line {line}: {what}. A scores file is a header line and one JSON "
-                     "object per item, as `lstmablate eval RUN --split test --scores` writes "
-                     "it; the file is damaged or was not written by lstmablate (write it again "
-                     "with that command).")
+                     f"object per item, as `{scores_command(path.parent.parent, path.stem)}` "
+                     "writes it; the file is damaged or was not written by lstmablate (write it "
+                     "again with that command).")
 
 
 #: what each header key must hold (a reader's check, with the words a message uses)

@@ -33,14 +33,16 @@ times at most: a rate that changes every step is not captured).
 Variable-length tasks pad their batches to a few lengths chosen from the data, through the
 task's hooks ``batch_length(batch)`` and ``pad_batch(batch, length)`` (``lstmablate.task.Task``;
 padded positions are masked everywhere, so the loss and the gradients do not change), so that
-a bounded number of shapes covers an epoch.  A batch may vary in one length (the tokens of
-SST's sentences: :func:`choose_buckets`, the least padding, exactly) or in several (NMT's
-source and target, SQuAD's passage and question: :func:`choose_grid`, the buckets of each
-dimension grown one at a time while the sampled batches fall into at most
-``train.capture_slots`` padded shapes).  With dropout a padded batch draws more random numbers
-than the unpadded one (dropout at padded positions, which nothing reads), so a run with
-buckets follows another random stream than a run without: the same distribution, and exact on
-resume, since the buckets are chosen from the data.
+a bounded number of shapes covers an epoch (the buckets: :mod:`lstmablate.train.buckets`).
+A batch may vary in one length (the tokens of SST's sentences: ``choose_buckets``, the least
+padding, exactly) or in several (NMT's source and target, SQuAD's passage and question:
+``choose_grid``, the buckets of each dimension grown one at a time while the sampled batches
+fall into at most ``train.capture_slots`` padded shapes).  While a CUDA graph records, the
+encoders read no length on the host (``cells.encoder.capturing``: the masked loops).  With
+dropout a padded batch draws more random numbers than the unpadded one (dropout at padded
+positions, which nothing reads), so a run with buckets follows another random stream than a
+run without: the same distribution, and exact on resume, since the buckets are chosen from
+the data.
 
 **Never a crash**: a compilation or a recording that fails (any exception but running out of
 memory) is one warning line naming the mode and the error; that step and every later one run
@@ -51,7 +53,6 @@ compiled backward is caught there, not in the middle of a training step.
 
 from __future__ import annotations
 
-import bisect
 import warnings
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
@@ -63,6 +64,11 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from lstmablate.config import STEP_CAPTURE_AUTO
+
+from .buckets import bucket_for, choose_buckets, choose_grid, pad_to
+
+__all__ = ["COMPILE_OPTIONS", "StepCache", "StepCapture", "GraphSlot", "resolve", "shape_key",
+           "choose_buckets", "choose_grid", "bucket_for", "pad_to"]
 
 #: how often the optimiser's settings may change (each drops every graph) before ``graphs``
 #: gives up for the run
@@ -82,133 +88,6 @@ def resolve(mode: str, device: torch.device | str) -> str:
     if mode != "auto":
         return mode
     return STEP_CAPTURE_AUTO.get(torch.device(device).type, "off")
-
-
-# ---------------------------------------------------------------------------------------
-# length buckets
-# ---------------------------------------------------------------------------------------
-
-def choose_buckets(lengths: Sequence[int], max_buckets: int,
-                   weights: Sequence[float] | None = None) -> tuple[int, ...]:
-    """At most ``max_buckets`` lengths to pad batches to, chosen from the data: the longest
-    length is always one (every batch fits), the others minimise the padding
-    sum_i w_i (bucket(l_i) - l_i) over the batches' lengths ``l_i`` (weights ``w_i``, default
-    1) -- exactly, by dynamic programming over the distinct lengths (the fewest buckets that
-    reach the least padding)."""
-    if max_buckets < 1:
-        raise ValueError(f"max_buckets must be >= 1, got {max_buckets}")
-    if not lengths:
-        return ()
-    table = _BucketTable(lengths, max_buckets, weights)
-    k = min(range(1, table.K + 1), key=lambda k: (table.padding(k), k))
-    return table.buckets(k)
-
-
-class _BucketTable:
-    """The dynamic programme of :func:`choose_buckets` for every number of buckets up to
-    ``K`` at once: ``best[k][j]``, the least padding of the distinct lengths ``values[0..j]``
-    with k buckets, the last at ``values[j]``, is min_i best[k-1][i] + cost(i+1, j), where
-    cost(a, b) pads ``values[a..b]`` to ``values[b]`` (one vector operation per (k, j))."""
-
-    def __init__(self, lengths: Sequence[int], K: int,
-                 weights: Sequence[float] | None = None):
-        w = [1.0] * len(lengths) if weights is None else [float(x) for x in weights]
-        total: dict[int, float] = Counter()
-        for length, weight in zip(lengths, w):
-            total[int(length)] += weight
-        self.values = values = sorted(total)
-        m = len(values)
-        self.K = K = max(1, min(K, m))
-        v = np.array(values, dtype=np.float64)
-        tw = np.array([total[x] for x in values], dtype=np.float64)
-        # prefix sums of the weights and of weight x length
-        W = np.concatenate([[0.0], np.cumsum(tw)])
-        S = np.concatenate([[0.0], np.cumsum(tw * v)])
-        best = np.full((K + 1, m), np.inf)
-        back = np.full((K + 1, m), -1, dtype=np.int64)
-        best[1] = v * W[1:] - S[1:]  # cost(0, j)
-        for k in range(2, K + 1):
-            for j in range(k - 1, m):
-                i = np.arange(k - 2, j)  # the previous bucket at values[i]
-                c = best[k - 1, i] + v[j] * (W[j + 1] - W[i + 1]) - (S[j + 1] - S[i + 1])
-                a = int(np.argmin(c))  # (the first of equal costs)
-                best[k, j], back[k, j] = c[a], i[a]
-        self.best, self.back = best, back
-
-    def padding(self, k: int) -> float:
-        """The least padding with at most ``k`` buckets."""
-        return float(self.best[1:min(k, self.K) + 1, -1].min())
-
-    def buckets(self, k: int) -> tuple[int, ...]:
-        """The buckets of the least padding with at most ``k`` of them (the fewest that reach
-        it)."""
-        k = min(range(1, min(k, self.K) + 1), key=lambda n: (self.best[n, -1], n))
-        out, j = [], len(self.values) - 1
-        while k >= 1 and j >= 0:
-            out.append(self.values[j])
-            j, k = int(self.back[k, j]), k - 1
-        return tuple(sorted(out))
-
-
-def choose_grid(lengths: Sequence[Sequence[int]], max_shapes: int
-                ) -> tuple[tuple[int, ...], ...]:
-    """Buckets for batches that vary in several lengths (one tuple per batch: e.g. NMT's
-    (source, target) tokens): one tuple of buckets per dimension (each from
-    :func:`choose_buckets`, its longest length always one), grown one bucket at a time --
-    each time in the dimension whose next bucket saves the most padding relative to that
-    dimension's mean length -- while these batches, padded, take at most ``max_shapes``
-    distinct shapes."""
-    if max_shapes < 1:
-        raise ValueError(f"max_shapes must be >= 1, got {max_shapes}")
-    if not lengths:
-        return ()
-    rows = [tuple(int(x) for x in row) for row in lengths]
-    dims = len(rows[0])
-    cols = [[r[d] for r in rows] for d in range(dims)]
-    tables = [_BucketTable(c, max_shapes) for c in cols]
-    scale = [max(sum(c) / len(c), 1.0) for c in cols]
-    k = [1] * dims
-    grid = [t.buckets(1) for t in tables]
-
-    def shapes(g: list[tuple[int, ...]]) -> int:
-        return len({tuple(bucket_for(r[d], g[d]) for d in range(dims)) for r in rows})
-
-    while True:
-        best = None
-        for d in range(dims):
-            if k[d] >= tables[d].K:
-                continue
-            g = tables[d].buckets(k[d] + 1)
-            trial = grid[:d] + [g] + grid[d + 1:]
-            if shapes(trial) > max_shapes:
-                continue
-            gain = (tables[d].padding(k[d]) - tables[d].padding(k[d] + 1)) / scale[d]
-            if best is None or gain > best[0]:
-                best = (gain, d, g)
-        if best is None:
-            return tuple(grid)
-        _, d, g = best
-        grid[d] = g
-        k[d] += 1
-
-
-def bucket_for(length: int, buckets: Sequence[int]) -> int | None:
-    """The smallest bucket that holds ``length`` (None: longer than every bucket)."""
-    i = bisect.bisect_left(buckets, length)
-    return buckets[i] if i < len(buckets) else None
-
-
-def pad_to(t: Tensor, dim: int, length: int, value: float | int) -> Tensor:
-    """``t`` with its dimension ``dim`` padded at the end to ``length`` with ``value`` (what a
-    task's ``pad_batch`` does to each of its tensors)."""
-    extra = length - t.shape[dim]
-    if extra < 0:
-        raise ValueError(f"cannot pad dimension {dim} of size {t.shape[dim]} to {length}")
-    if extra == 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = extra
-    return torch.cat([t, t.new_full(shape, value)], dim=dim)
 
 
 # ---------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from lstmablate.config import MAX_BATCH, MAX_INIT_SCALE, MAX_LAYERS, MAX_WIDTH, 
 from lstmablate.data import find_file
 from lstmablate.errors import ConfigError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
-from lstmablate.train.capture import pad_to
+from lstmablate.train.buckets import pad_to
 
 from .files import read_split
 from .generator import default_lengths, make_splits

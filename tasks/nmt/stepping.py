@@ -13,7 +13,7 @@ rules (:mod:`.search`) are the same whichever computes it.
 Shapes: a split's batches have as many source lengths as batches (they are sorted by length),
 so with ``compile`` and ``graphs`` the memory (h_s and its mask) is padded to one of at most
 :data:`DECODE_BUCKETS` source lengths chosen from the split's batches
-(``train.capture.choose_buckets``: the least padding); the padded positions are masked out of
+(``train.buckets.choose_buckets``: the least padding); the padded positions are masked out of
 the attention (a_t(s) = 0 there, exactly), and the attention handed back to the search is cut
 to the batch's own length.  At most :data:`DECODE_SLOTS` shapes are compiled or recorded; any
 other runs eagerly, and a compilation or recording that fails is one warning line and eager
@@ -31,8 +31,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lstmablate.train.capture import (COMPILE_OPTIONS, StepCache, bucket_for, pad_to,
-                                      recoverable, shape_key)
+from lstmablate.train.buckets import bucket_for, pad_to
+from lstmablate.train.capture import COMPILE_OPTIONS, StepCache, recoverable, shape_key
 
 from .model import DecoderState, Memory
 

@@ -50,7 +50,7 @@ from lstmablate.config import MAX_BATCH, MAX_INIT_SCALE, MAX_LAYERS, MAX_WIDTH, 
 from lstmablate.data import read_lines
 from lstmablate.errors import ConfigError, DataError, UserError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task
-from lstmablate.train.capture import choose_buckets, pad_to
+from lstmablate.train.buckets import choose_buckets, pad_to
 
 from . import data as m30k
 from .batches import POOL_BATCHES, collate, length_sorted_groups, pooled_batches

@@ -40,7 +40,7 @@ from lstmablate.config import MAX_BATCH_TOKENS, MAX_LAYERS, MAX_WIDTH, RunConfig
 from lstmablate.data import check_file, verify_datasets
 from lstmablate.errors import DataError, UnknownNameError, UserError, check_choice
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
-from lstmablate.train.capture import pad_to
+from lstmablate.train.buckets import pad_to
 
 from ..vectors import GLOVE_6B_100D, catalogue_entry, check_shared
 from . import data as pdata

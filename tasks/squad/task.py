@@ -35,7 +35,7 @@ from lstmablate.config import RunConfig
 from lstmablate.data import verify
 from lstmablate.errors import ConfigError, DataError, UserError
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
-from lstmablate.train.capture import pad_to
+from lstmablate.train.buckets import pad_to
 
 from . import data as squad_data
 from ..vectors import GLOVE_6B_100D, GLOVE_840B_300D, catalogue_entry, pretrained_path

@@ -44,7 +44,7 @@ from lstmablate.config import MAX_BATCH, MAX_LAYERS, MAX_WIDTH, check_range
 from lstmablate.data import read_lines
 from lstmablate.errors import ConfigError, DataError, UserError, check_choice, where
 from lstmablate.task import ItemMetric, Metric, StepOutput, Task, ratio, record_fields
-from lstmablate.train.capture import pad_to
+from lstmablate.train.buckets import pad_to
 
 from . import data as sst
 from .data import PAD, Example, Vocab

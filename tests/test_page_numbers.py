@@ -138,9 +138,10 @@ URL = re.compile(r"<?https?://\S+")
 
 
 def block_pattern() -> re.Pattern[str]:
-    """The generated-block markers as ``tools/pages.py`` spells them (its ``BLOCK``), read
-    from its source without running it (it imports the whole command line)."""
-    source = ROOT / "tools" / "pages.py"
+    """The generated-block markers as ``tools/pages.py`` spells them (``BLOCK``, in
+    ``tools/pagegen/markers.py``), read from its source without running it (the generator
+    imports the whole command line)."""
+    source = ROOT / "tools" / "pagegen" / "markers.py"
     for node in ast.parse(source.read_text(encoding="utf-8")).body:
         if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "BLOCK"
                                                  for t in node.targets)

@@ -39,6 +39,8 @@ def _load_pages():
 
 
 pages = _load_pages()
+# its parts (tools/pagegen: importable once the script has put its folder on the path)
+from pagegen import headline as pages_headline, markers as pages_markers, tables as pages_tables  # noqa: E402
 
 
 def slow_block(command: str) -> bool:
@@ -58,8 +60,8 @@ def test_every_page_has_generated_tables():
         text = page.read_text(encoding="utf-8")
         opened = len(re.findall(r"^<!-- generated: ", text, re.M))
         assert opened == len(re.findall(r"^<!-- /generated -->$", text, re.M)), page
-        assert opened == len(pages.BLOCK.findall(text)), f"{page}: a marker that does not close"
-    marked = {p.name for p in pages.pages() if pages.BLOCK.search(p.read_text(encoding="utf-8"))}
+        assert opened == len(pages_markers.BLOCK.findall(text)), f"{page}: a marker that does not close"
+    marked = {p.name for p in pages.pages() if pages_markers.BLOCK.search(p.read_text(encoding="utf-8"))}
     assert {"README.md", "table1-ptb.md", "table2-squad.md", "table3-parsing.md",
             "table4-nmt.md", "sst.md", "secondorder-table2.md", "secondorder-table3.md",
             "dyck.md"} <= marked
@@ -175,7 +177,7 @@ def test_a_runs_table_shows_what_the_records_hold():
                        "--col cell --col train_cpu")
     assert cpu.splitlines()[2] == "| `lstm-gates` | not recorded |"
     # the runs have no env.json: the table names the machine from the PROVENANCE.md beside them
-    machine = pages.provenance_machine(RECORDS / "ptb-medium" / "PROVENANCE.md")
+    machine = pages_tables.provenance_machine(RECORDS / "ptb-medium" / "PROVENANCE.md")
     assert machine and f"{machine} (`experiments/results/ptb-medium/PROVENANCE.md`)" in text
 
 
@@ -221,25 +223,25 @@ def test_the_headline_names_the_machines_of_the_runs_it_shows():
 def test_a_headline_column_never_counts_one_seed_twice(monkeypatch):
     """Two experiments pooled in one column, each with `lstm-gates` seed 1: refused, naming
     the column and the seed, rather than averaged as two seeds."""
-    pooled = pages.HeadlineColumn("PTB", "PTB small", ("ptb-small", "ptb-small-gates-lr0.2"),
+    pooled = pages_headline.HeadlineColumn("PTB", "PTB small", ("ptb-small", "ptb-small-gates-lr0.2"),
                                   "ppl", None)
-    monkeypatch.setattr(pages, "HEADLINE", (pooled,))
-    with pytest.raises(pages.PageError, match=r"'PTB small'.*`lstm-gates` has seed\(s\) 1 "):
+    monkeypatch.setattr(pages_headline, "HEADLINE", (pooled,))
+    with pytest.raises(pages_markers.PageError, match=r"'PTB small'.*`lstm-gates` has seed\(s\) 1 "):
         pages.render("pages headline experiments/results")
 
 
 def test_the_machine_is_named_from_env_json_never_the_host():
     cpu = {"device": "cpu", "processor": "AMD EPYC", "cpus": 2, "threads": 1,
            "torch": "2.13.0+cpu", "hostname": "build-host-7"}
-    assert pages.machine_of(cpu) == "AMD EPYC, 2 cores, PyTorch 2.13.0+cpu, 1 thread per run"
+    assert pages_tables.machine_of(cpu) == "AMD EPYC, 2 cores, PyTorch 2.13.0+cpu, 1 thread per run"
     old = {"device": "cpu", "threads": 2, "torch": "2.13.0+cpu", "hostname": "vm"}
-    assert pages.machine_of(old) == ("CPU (model not recorded), PyTorch 2.13.0+cpu, "
+    assert pages_tables.machine_of(old) == ("CPU (model not recorded), PyTorch 2.13.0+cpu, "
                                      "2 threads per run")
     gpu = {"device": "cuda:0", "gpu": "NVIDIA H100 80GB HBM3", "cpus": 16, "threads": 4,
            "torch": "2.13.0+cu128"}
-    assert pages.machine_of(gpu) == "NVIDIA H100 80GB HBM3, PyTorch 2.13.0+cu128, 4 threads per run"
+    assert pages_tables.machine_of(gpu) == "NVIDIA H100 80GB HBM3, PyTorch 2.13.0+cu128, 4 threads per run"
     for env in (cpu, old, gpu):
-        assert env.get("hostname", "-") not in pages.machine_of(env)
+        assert env.get("hostname", "-") not in pages_tables.machine_of(env)
 
 
 def test_a_report_of_some_cells_names_the_machines_of_their_runs_only():
@@ -273,7 +275,7 @@ def test_a_report_of_some_cells_names_the_machines_of_their_runs_only():
 def test_a_marker_that_cannot_be_rendered_is_named(tmp_path, command, named):
     page = tmp_path / "page.md"
     page.write_text(f"<!-- generated: {command} -->\n<!-- /generated -->\n", encoding="utf-8")
-    with pytest.raises(pages.PageError, match=re.escape(named)) as e:
+    with pytest.raises(pages_markers.PageError, match=re.escape(named)) as e:
         pages.check([page])
     assert str(page) in str(e.value)
 

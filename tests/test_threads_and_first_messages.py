@@ -309,13 +309,13 @@ def test_report_significance_shows_its_work_on_a_terminal_only(monkeypatch):
 
     from rich.progress import Progress
 
-    from lstmablate import cli
+    from lstmablate.cli import results  # (report's module)
 
-    assert isinstance(cli._working("testing"), contextlib.nullcontext)  # (stderr is no terminal)
+    assert isinstance(results._working("testing"), contextlib.nullcontext)  # (stderr: no terminal)
     screen = io.StringIO()
-    monkeypatch.setattr(cli, "err", Console(file=screen, force_terminal=True, width=80))
-    assert isinstance(cli._working(None), contextlib.nullcontext)
-    working = cli._working("testing each cell against lstm")
+    monkeypatch.setattr(results, "err", Console(file=screen, force_terminal=True, width=80))
+    assert isinstance(results._working(None), contextlib.nullcontext)
+    working = results._working("testing each cell against lstm")
     assert isinstance(working, Progress)
     with working:
         pass

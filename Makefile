@@ -97,7 +97,7 @@ pages:
 bench:
 	$(PY) -m lstmablate bench $(THREADS_ARG)
 
-# On a GPU machine (docs/performance.md, "One command on a GPU machine"): tests/gpu/, every
+# On a GPU machine (docs/design/gpu-checks.md, "One command on a GPU machine"): tests/gpu/, every
 # fast path against the reference at the paper's shapes (float32, bfloat16), the cell
 # benchmark against cuDNN at FP32 and TF32, the recipes' training steps, the PTB model
 # benchmark and a profiler kernel table, each stage within its share of BUDGET seconds; the
@@ -110,7 +110,7 @@ gpu-check:
 	$(GPU_CHECK_PY) -m lstmablate.bench.gpu_check --out $(or $(OUT),benchmarks/results) \
 	  --budget $(BUDGET)
 
-# A GPU window (docs/performance.md, "GPU window"): here, `make gpu-window-prepare` (the
+# A GPU window (docs/design/gpu-checks.md, "GPU window"): here, `make gpu-window-prepare` (the
 # wheels the GPU machine lacks, WHEELS, and the runs' data from LSTMABLATE_DATA or DATA, into
 # the git-ignored .gpuwindow/wheels and .gpuwindow/data that travel with the checkout); there,
 # `make gpu-window MINUTES=9 THEN=4 OUT=DIR` (PLAN=FILE: another plan, e.g.

@@ -34,7 +34,7 @@ SCHEDULES = ("constant", "epoch_decay", "plateau", "exponential")
 #: products everywhere, CUDA only), bf16 / fp16 (autocast; fp16 with a gradient scaler);
 #: lstmablate/train/precision.py, docs/usage.md
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
-#: train.step_capture (lstmablate/train/capture.py, docs/performance.md)
+#: train.step_capture (lstmablate/train/capture.py, docs/design/graphs.md)
 STEP_CAPTURES = ("auto", "off", "graphs", "compile")
 #: what train.step_capture=auto is per device type: off until a GPU's measurement
 #: (gpu-check's step-capture stage) says which is faster there

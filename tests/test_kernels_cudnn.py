@@ -144,7 +144,7 @@ def test_a_cpu_encoder_is_never_one_call(torch_kernels, monkeypatch):
 
 
 def test_the_host_overhead_benchmark_runs(torch_kernels):
-    """benchmarks/host_overhead.py (docs/performance.md quotes it) still runs: its four rows
+    """benchmarks/host_overhead.py (docs/results/speed.md quotes it) still runs: its four rows
     per cell, each a positive time."""
     import importlib.util
     from pathlib import Path

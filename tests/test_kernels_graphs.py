@@ -7,7 +7,7 @@ that none was re-bound (a replay reads the recorded addresses) before re-running
 With it the Triton kernels (under the interpreter) run captured and replayed on CPU: the
 same call shape several times, with new inputs and updated parameters in between, two
 calls of one shape alive at once (two layers), and every result compared with the
-reference loop.  Plus the cache's policy (docs/performance.md, "CUDA graphs: the capture
+reference loop.  Plus the cache's policy (docs/design/graphs.md, "CUDA graphs: the capture
 policy"): the keys, capture on the third sighting, busy slots, release on backward and on a
 dropped autograd graph, the bounds on slots and on their memory, no thrashing under many
 distinct shapes, no emptied allocator cache per capture, the switch, a failed capture, a

@@ -91,7 +91,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     # gates and a highway for the output gate (3 weight blocks against 4).  ran (g = tanh) IS
     # lstm-srnn-out, run by the same kernel on the same arithmetic: a tie is its bound, and
     # two medians of one computation differ by the rounds' spread, measured at 0.98-1.00 on a
-    # quiet machine (docs/performance.md), so its mark is a tie within 3 %
+    # quiet machine (docs/results/speed.md), so its mark is a tie within 3 %
     "ran": ("lstm-srnn-out", 0.97), "knn-rnn": ("lstm-srnn-out", 1.0),
     "sru": ("lstm-srnn-hidden", 1.0),
 }

@@ -12,7 +12,7 @@ it ends.  A process per stage also means a CUDA error or a hung compile in one s
 take the others with it.
 
 Stages: ``environment``, ``paths-fp32``, ``paths-bf16``, ``cells-fp32``, ``cells-tf32``,
-``models``, ``steps``, ``profile`` (what each does: :data:`STAGES` and docs/performance.md).
+``models``, ``steps``, ``profile`` (what each does: :data:`STAGES` and docs/design/gpu-checks.md).
 Only this module's own imports and PyTorch are loaded before a stage runs; each stage
 imports what it needs.
 """

@@ -1,7 +1,7 @@
 """One measured run, kept as a record: the cell and model rows, the machine's matrix-multiply
 rate before and after (a busy machine shows there), the environment with the load before and
 after and the dispatch choices made — as JSON, and the same tables as Markdown beside it
-(what docs/performance.md and the results pages quote)."""
+(what docs/results/speed.md and the other results pages quote)."""
 
 from __future__ import annotations
 

@@ -132,7 +132,7 @@ def _by_shape(rows: list[dict]) -> list[list[dict]]:
 
 
 def to_markdown(rows: list[dict]) -> str:
-    """The rows as GitHub-flavoured Markdown tables (for docs/performance.md)."""
+    """The rows as GitHub-flavoured Markdown tables (for docs/results/speed.md)."""
     out = []
     cell_rows = [r for r in rows if r.get("kind") == "cell"]
     model_rows = [r for r in rows if r.get("kind") == "model"]

@@ -1,5 +1,5 @@
 """A GPU window in one command: minutes of a GPU machine turned into a measured table and
-paper-scale runs (``make gpu-window``; docs/performance.md, "GPU window").
+paper-scale runs (``make gpu-window``; docs/design/gpu-checks.md, "GPU window").
 
     python -m lstmablate.bench.window prepare [--wheels "sacremoses conllu"] [--data-dir DIR]
     python -m lstmablate.bench.window run --minutes 9 --then 4 --out DIR [--device cuda]

@@ -3,7 +3,7 @@ shape, so that a GPU's step is not paced by the host's Python and launches.
 
 Modes (``config.STEP_CAPTURES``; ``auto`` is the device's entry of
 ``config.STEP_CAPTURE_AUTO``, ``off`` on every device until a GPU's measurement says
-otherwise: docs/performance.md, "The whole training step"):
+otherwise: docs/design/graphs.md, "The whole training step"):
 
 * ``off``: every step eagerly, as always;
 * ``compile``: the task's forward and loss through ``torch.compile`` (inductor; static shapes,

@@ -102,7 +102,7 @@ def path_note(precision: str, device: torch.device) -> str | None:
         path = "their step-by-step PyTorch loops (the fast CPU kernels compute in float32 only)"
     return (f"train.precision={precision} on {device.type}: the recurrent cells run in {low} "
             f"(autocast) on {path}. train.precision=fp32 takes the fast kernels here; bf16 and "
-            "fp16 are for GPUs (docs/performance.md, 'Mixed precision').")
+            "fp16 are for GPUs (docs/design/precision.md, 'Mixed precision').")
 
 
 def in_effect(precision: str, device: torch.device) -> dict[str, Any]:

@@ -140,7 +140,7 @@ class NMTEval:
     also_length_normalised: bool = False
     # how a decoding step is computed: off (eagerly) | compile (torch.compile, one graph per
     # (rows, source-length bucket)) | graphs (CUDA graphs of the step, replayed); the search
-    # is the same (stepping.py, docs/performance.md)
+    # is the same (stepping.py, docs/design/graphs.md)
     step_capture: str = "off"
 
     #: the largest values that size memory (checked with the other values)

@@ -82,7 +82,8 @@ of ``lstm/`` (mLSTM's, mmLSTM's blocks are the LSTM's) and ``additive/`` runs ``
 kernels; ``common/`` imports no family; ``interface.py`` imports only ``call.py`` and
 ``switches.py``, ``call.py`` only ``switches.py``, which imports nothing
 (``tests/test_kernels_layout.py``).
-Adding a family or a path: docs/performance.md, "Adding a kernel family or a path".
+Adding a family or a path: docs/design/adding-a-kernel-family.md; what each family's paths
+compute: the README.md in its folder.
 
 No ``__init__`` here imports anything, so importing any one module pulls in only what that
 module needs.

@@ -105,7 +105,7 @@ class KernelPath(PathEnum):
     """The paths of the built-in kernel families (each family declares the ones it takes
     in ``paths``).  Adding a path: a member here, the family's ``paths``, a branch in its
     ``run`` and, if ``lstmablate bench`` should say more than its name, in its
-    ``describe`` (docs/performance.md, "Adding a kernel family or a path")."""
+    ``describe`` (docs/design/adding-a-kernel-family.md)."""
 
     #: the cell's own step loop (every family: forced, autocast, masks with holes, dtypes)
     REFERENCE = "reference"
@@ -522,11 +522,11 @@ def report_failure(family: str, path: Any, err: BaseException) -> None:
                 "numbers)")
         advice = ("set LSTMABLATE_TRITON=0 to run without the Triton kernels from the start "
                   "(Triton builds its launcher with the host's C compiler and needs Python.h: "
-                  "docs/performance.md, \"When a GPU kernel fails\")")
+                  "docs/design/gpu.md, \"When a GPU kernel fails\")")
     else:
         then = "the reference loop (under autocast)"
         advice = ("LSTMABLATE_TRITON=0 does not avoid this one; train.precision: fp32 does "
-                  "(docs/performance.md, \"When a GPU kernel fails\")")
+                  "(docs/design/gpu.md, \"When a GPU kernel fails\")")
     warnings.warn(f"the kernel {kernel} of the {family} cells failed ({message}); for the rest "
                   f"of this process they run {then}. To avoid it, {advice}.", RuntimeWarning,
                   stacklevel=2)

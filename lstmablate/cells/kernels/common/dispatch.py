@@ -13,7 +13,7 @@
   calibrated choice of ``common/calibrate.py``.  A CPU call with variable lengths keeps ours:
   PyTorch runs it as a packed sequence, whose CPU backward is an ATen loop that zero-fills
   and adds a buffer of all the batch's tokens at every time step (measured on BiDAF's
-  whole training step took twice as long; docs/performance.md);
+  whole training step took twice as long; docs/results/speed.md);
 * :func:`describe`: a path as ``lstmablate bench`` names it.
 """
 

@@ -5,7 +5,7 @@ These products are most of a call's arithmetic (at ``parser-400`` about three qu
 ``lstm`` call's time), and on CPU three float32 GEMMs can run them:
 
 * ``mkl``: PyTorch's own ``torch.mm`` / ``a @ w`` (MKL's sgemm), which does not run its best
-  code on AMD CPUs: on the AMD EPYC of docs/performance.md it ran a PTB-650 layer's input
+  code on AMD CPUs: on the AMD EPYC of docs/results/speed.md it ran a PTB-650 layer's input
   products at about half the rate of oneDNN's;
 * ``onednn``: oneDNN's GEMM, the one behind ``torch.nn.LSTM``'s CPU kernel, which PyTorch does
   not use for a float32 ``matmul`` (``torch.ops.mkldnn._linear_pointwise`` reaches it);

@@ -18,7 +18,7 @@ recorded with, so a loop that is captured runs on *static* buffers:
   backward (two layers, two directions, an encoder used twice) gets a slot of its own;
 * :class:`GraphCache`: the slots per key (kernel family, layout, T, B, dtype, device, which
   inputs exist: "static shapes" are keys seen before), under a policy meant to make every
-  capture pay for itself (docs/performance.md, "CUDA graphs: the capture policy"):
+  capture pay for itself (docs/design/graphs.md, "CUDA graphs: the capture policy"):
 
   - a key is captured on its ``capture_after``-th call (default 3): a shape seen once or
     twice (a parser batch of a rare length, the last short batch of an epoch, an

@@ -9,7 +9,7 @@
 
    Why a GEMM of our own: MKL's packed GEMM, which these kernels use where PyTorch ships MKL,
    is fast on Intel CPUs but not on AMD ones (measured on an AMD EPYC with AVX-512:
-   docs/performance.md), while this kernel is vendor-neutral.  Which of the two (or plain
+   docs/results/speed.md), while this kernel is vendor-neutral.  Which of the two (or plain
    sgemm_) runs the per-step products is decided per machine by a short timing
    (lstmablate/cells/kernels/common/native.py, calibrate.py).  Compiled with
    -ffp-contract=fast so that acc += a * b becomes a fused multiply-add. */

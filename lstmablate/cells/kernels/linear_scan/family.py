@@ -64,7 +64,7 @@ Paths (``interface.KernelPath``):
 ``lstm-srnn-hidden(-out)`` are linear scans too, but keep the LSTM family's own scan
 (``lstm/``): its C loop fuses the gates' activations, the memory and tanh(c_t) into the same
 pass (and its backward), which this kernel, given the terms already activated, cannot (with
-the same GEMM the LSTM's took 254 ms where this one took 268 ms: docs/performance.md).
+the same GEMM the LSTM's took 254 ms where this one took 268 ms: linear_scan/README.md).
 """
 
 from __future__ import annotations

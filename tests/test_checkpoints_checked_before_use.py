@@ -25,7 +25,7 @@ import torch
 from lstmablate.errors import CheckpointError
 from lstmablate.run.runs import RunFiles
 from lstmablate.train.checkpoint import load_checkpoint
-from lstmablate.train.trainer import check_resume_checkpoint
+from lstmablate.train.saving import check_resume_checkpoint
 
 from cli_in_process import expect_error, run_cli
 from conftest import TINY_DYCK

@@ -19,7 +19,7 @@ from lstmablate.cells import build_encoder
 from lstmablate.recipes import available_recipes, load_recipe, resolve_config
 from lstmablate.errors import ConfigError
 from lstmablate.run.sweep import plan_sweep
-from lstmablate.train.trainer import data_generator
+from lstmablate.train.position import data_generator
 from lstmablate_tasks.ptb import data as P
 from lstmablate_tasks.ptb.evaluate import read_predictions, sentence_logprobs
 from lstmablate_tasks.ptb.params import recipe_parameter_counts

@@ -14,7 +14,7 @@ from lstmablate.cells import build_encoder
 from lstmablate.cells.kernels.interface import kernel_name_of
 from lstmablate.errors import ConfigError
 from lstmablate.recipes import resolve_config
-from lstmablate.train.trainer import data_generator
+from lstmablate.train.position import data_generator
 from lstmablate_tasks.dyck.task import DyckTask
 
 FORMS = [("sru", "{init: authors}", "recurrent"), ("mingru", "{mode: log}", "scan"),

@@ -14,7 +14,7 @@ from rich.console import Console
 from lstmablate.cells import available_cells, build_encoder, get_cell
 from lstmablate.recipes import resolve_config
 from lstmablate.run.runner import train_run
-from lstmablate.train.trainer import data_generator
+from lstmablate.train.position import data_generator
 from lstmablate.results.visualize import visualize_run
 from lstmablate_tasks.dyck.task import DyckTask
 

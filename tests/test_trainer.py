@@ -22,7 +22,7 @@ from lstmablate.run.runs import RunFiles
 from lstmablate.train import Trainer
 from lstmablate.train.checkpoint import load_checkpoint
 from lstmablate.train.optim import Schedule
-from lstmablate.train.trainer import TrainingDiverged
+from lstmablate.train.step import TrainingDiverged
 
 
 @dataclass

@@ -47,7 +47,8 @@ def bench_capture_steps(recipe: str, cells: list[str] | None = None, device: str
     from lstmablate.run.runner import build_model, make_task, resource_guard, seed_everything
     from lstmablate.run.runs import RunFiles
     from lstmablate.task import get_task
-    from lstmablate.train.trainer import Trainer, data_generator
+    from lstmablate.train.position import data_generator
+    from lstmablate.train.trainer import Trainer
 
     from .measure import _sync, kernel_table
     from .options import check_cells, check_device, check_repeats

@@ -24,7 +24,7 @@ from lstmablate.recipes import load_recipe, resolve_config
 from lstmablate.run.runner import build_model, make_task, resource_guard, seed_everything
 from lstmablate.task import get_task
 from lstmablate.train.optim import build_optimizer
-from lstmablate.train.trainer import data_generator
+from lstmablate.train.position import data_generator
 
 from .measure import _path, _sync, kernel_table, precision_in_effect
 from .options import check_cells, check_device, check_repeats

@@ -48,7 +48,8 @@ from lstmablate.limits import (check_float, check_threads,  # noqa: F401 - (re-e
 from lstmablate.train.checkpoint import check_model_state, load_checkpoint
 from lstmablate.train.precision import Precision, check_precision, in_effect, path_note
 from lstmablate.threads import ThreadChoice, choose_threads
-from lstmablate.train.trainer import check_resume_checkpoint, data_generator
+from lstmablate.train.position import data_generator
+from lstmablate.train.saving import check_resume_checkpoint
 
 
 #: the longest ``--log-interval``, in seconds: a day (a progress line a day reports nothing)

@@ -1,14 +1,21 @@
 """Where a run is: the trainer's position (epoch, batch, step, the best checkpoint so far, the
 running training loss), saved in every ``last.pt`` and restored by ``--resume``.
 
-It has a module of its own because two parts of the training package read it: the trainer,
-which moves it on and saves it, and the progress line (:mod:`.progress`), which reports it.
-Neither of those needs the other to know where the run is."""
+Where a run is in its data follows from it: epoch ``e``'s batches come in the order that
+:func:`data_generator` fixes for the run's seed and ``e``, so a resumed run rebuilds the
+epoch's plan and starts at the saved batch.
+
+It has a module of its own because several parts of the training package read it: the
+trainer, which moves it on, its step (:mod:`.step`) and what it saves (:mod:`.saving`), and
+the progress line (:mod:`.progress`), which reports it. None of those needs another to know
+where the run is."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
+
+import torch
 
 
 @dataclass
@@ -41,3 +48,8 @@ class Position:
     ADDED: ClassVar[tuple[str, ...]] = ("lr", "best_dev", "train_cpu_s")
     #: fields NaN is a valid value in (a secondary dev metric may come out NaN)
     NAN_ALLOWED: ClassVar[tuple[str, ...]] = ("best_dev",)
+
+
+def data_generator(seed: int, epoch: int) -> torch.Generator:
+    """The generator that fixes epoch ``epoch``'s data order for run seed ``seed``."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + epoch)

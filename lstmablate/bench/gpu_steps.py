@@ -42,29 +42,18 @@ def bench_capture_steps(recipe: str, cells: list[str] | None = None, device: str
     of ``recipe``; no unit starts after ``deadline`` (a ``time.time()``)."""
     import torch  # (this module is imported by the window before anything is installed)
 
-    from lstmablate.data import resolve_data_dir
-    from lstmablate.recipes import load_recipe, resolve_config
-    from lstmablate.run.runner import build_model, make_task, resource_guard, seed_everything
+    from lstmablate.recipes import resolve_config
+    from lstmablate.run.runner import build_model, resource_guard, seed_everything
     from lstmablate.run.runs import RunFiles
-    from lstmablate.task import get_task
-    from lstmablate.train.position import data_generator
     from lstmablate.train.trainer import Trainer
 
     from .measure import _sync, kernel_table
-    from .options import check_cells, check_device, check_repeats
+    from .options import check_device, check_repeats
+    from .steps import recipe_task
 
     check_repeats(steps, "steps")
     dev = check_device(device)
-    name, spec = load_recipe(recipe)
-    task_cls = get_task(str(spec["task"]))
-    cells = check_cells(cells) or list(spec["cells"])
-    t0 = time.perf_counter()
-    first = resolve_config(task_cls, cells[0], recipe=recipe)
-    task = make_task(first, resolve_data_dir(data_dir), None)
-    task.use_artefacts(task.build_artefacts())
-    task.setup(("train",))
-    setup_s = time.perf_counter() - t0
-    plan = task.train_plan(0, data_generator(first.seed, 0))
+    name, task_cls, cells, task, plan, setup_s = recipe_task(recipe, cells, data_dir, dev_split=False)
     sample = [plan[i] for i in range(min(BATCHES, len(plan)))]
     rows: list[dict] = []
     for cell in cells:

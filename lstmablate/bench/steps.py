@@ -30,6 +30,24 @@ from .measure import _path, _sync, kernel_table, precision_in_effect
 from .options import check_cells, check_device, check_repeats
 
 
+def recipe_task(recipe: str, cells: list[str] | None, data_dir: str | None,
+                dev_split: bool) -> tuple[str, Any, list[str], Any, Any, float]:
+    """A recipe's task set up once for timing its cells' steps: (the recipe's name, its task
+    class, the cells -- those asked for, checked, or the recipe's --, the task with its data
+    read and vocabularies built from the first cell's config, the first epoch's batch plan,
+    the seconds that took). ``dev_split`` reads the dev split too (for an evaluation)."""
+    name, spec = load_recipe(recipe)
+    task_cls = get_task(str(spec["task"]))
+    cells = check_cells(cells) or list(spec["cells"])
+    t0 = time.perf_counter()
+    first = resolve_config(task_cls, cells[0], recipe=recipe)
+    task = make_task(first, resolve_data_dir(data_dir), None)
+    task.use_artefacts(task.build_artefacts())
+    task.setup(("train", task.dev_split) if dev_split else ("train",))
+    setup_s = time.perf_counter() - t0
+    return name, task_cls, cells, task, task.train_plan(0, data_generator(first.seed, 0)), setup_s
+
+
 def bench_task_steps(recipe: str, cells: list[str] | None = None, device: str = "cpu",
                      data_dir: str | None = None, steps: int = 20, warmup: int = 5,
                      deadline: float | None = None,
@@ -47,16 +65,7 @@ def bench_task_steps(recipe: str, cells: list[str] | None = None, device: str = 
     ``time.time()``)."""
     check_repeats(steps, "steps")
     dev = check_device(device)
-    name, spec = load_recipe(recipe)
-    task_cls = get_task(str(spec["task"]))
-    cells = check_cells(cells) or list(spec["cells"])
-    t0 = time.perf_counter()
-    first = resolve_config(task_cls, cells[0], recipe=recipe)
-    task = make_task(first, resolve_data_dir(data_dir), None)
-    task.use_artefacts(task.build_artefacts())
-    task.setup(("train", task.dev_split))
-    setup_s = time.perf_counter() - t0
-    plan = task.train_plan(0, data_generator(first.seed, 0))
+    name, task_cls, cells, task, plan, setup_s = recipe_task(recipe, cells, data_dir, dev_split=True)
     rows: list[dict] = []
     eval_s = None
     for cell in cells:

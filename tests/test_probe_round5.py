@@ -481,6 +481,20 @@ def test_scores_rows_and_header_are_checked_before_any_verdict(site, header, lin
     assert "| better |" not in text and "| worse |" not in text
 
 
+@pytest.mark.parametrize("key, value", [("cell", "lstm-gates"), ("seed", 7)])
+def test_an_edited_config_is_named_where_the_scores_and_the_folder_agree(site, key, value):
+    """The scores header and the folder's path (.../CELL/seed-N) name one run, config.yaml
+    another: the message names config.yaml, not the scores file."""
+    import yaml
+
+    config = RunFiles(site / RUN).config
+    config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), key: value},
+                                     sort_keys=False))
+    expect_error(run_cli("compare", RUN, "runs/tiny/lstm-srnn/seed-1", cwd=site),
+                 str(config.relative_to(site)), f"names {key} {value!r}",
+                 "was edited or copied from another run")
+
+
 def test_an_infinite_statistic_is_refused(site):
     path = RunFiles(site / RUN).scores("test")
     lines = path.read_text().splitlines()

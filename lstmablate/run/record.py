@@ -259,6 +259,16 @@ class Run:
         mine = {"cell": self.cell, "seed": self.seed, "split": self.split_name(split)}
         wrong = [f"{k} {scores.header[k]!r} (the run folder's: {v!r})" for k, v in mine.items()
                  if scores.header[k] != v]
+        named = self.files.named()
+        mismatched = [k for k in mine if scores.header[k] != mine[k]]
+        if mismatched and all(k in named and scores.header[k] == named[k] for k in mismatched):
+            # the scores file agrees with the folder's own path: config.yaml is the odd one
+            raise DataError(f"{self.files.config}: names "
+                            f"{', '.join(f'{k} {mine[k]!r}' for k in mismatched)}, but the run's "
+                            f"folder ({self.path}) and its scores file ({path}) name "
+                            f"{', '.join(f'{k} {named[k]!r}' for k in mismatched)}: this "
+                            "config.yaml was edited or copied from another run. Put the run's own "
+                            "config.yaml back (it is written once, when the run starts).")
         if wrong:
             raise DataError(f"{path}, line 1: the header names {', '.join(wrong)}: the file is "
                             "another run's or another split's, copied here. Write this run's "

@@ -68,6 +68,14 @@ class RunFiles(RunNames):
     def of(cls, runs_root: str | Path, experiment: str, cell: str, seed: int) -> RunFiles:
         return cls(Path(runs_root) / experiment / cell / f"seed-{seed}")
 
+    def named(self) -> dict[str, Any]:
+        """The cell and seed the folder's path names where it has :meth:`of`'s layout
+        (``.../CELL/seed-N``); {} where it has not (a run may live in any folder)."""
+        prefix, _, number = self.root.name.partition("-")
+        if prefix != "seed" or not number.isdigit():
+            return {}
+        return {"cell": self.root.parent.name, "seed": int(number)}
+
     @property
     def config(self) -> Path:
         return self.root / self.CONFIG

@@ -72,7 +72,7 @@ class RunFiles(RunNames):
         """The cell and seed the folder's path names where it has :meth:`of`'s layout
         (``.../CELL/seed-N``); {} where it has not (a run may live in any folder)."""
         prefix, _, number = self.root.name.partition("-")
-        if prefix != "seed" or not number.isdigit():
+        if prefix != "seed" or not (number.isascii() and number.isdigit()):
             return {}
         return {"cell": self.root.parent.name, "seed": int(number)}
 

@@ -67,8 +67,8 @@ from lstmablate.config import STEP_CAPTURE_AUTO
 
 from .buckets import bucket_for, choose_buckets, choose_grid, pad_to
 
-__all__ = ["COMPILE_OPTIONS", "StepCache", "StepCapture", "GraphSlot", "resolve", "shape_key",
-           "choose_buckets", "choose_grid", "bucket_for", "pad_to"]
+__all__ = ["COMPILE_OPTIONS", "compile_limit", "StepCache", "StepCapture", "GraphSlot", "resolve",
+           "shape_key", "choose_buckets", "choose_grid", "bucket_for", "pad_to"]
 
 #: how often the optimiser's settings may change (each drops every graph) before ``graphs``
 #: gives up for the run
@@ -81,6 +81,15 @@ BUCKET_SAMPLE = 512
 #: whose own draws then take other numbers than an eager step's)
 COMPILE_OPTIONS = {"fallback_random": True, "reorder_for_peak_memory": False,
                    "reorder_for_locality": False}
+
+
+def compile_limit(slots: int) -> Any:
+    """The context in which a compiled step runs: dynamo may compile it for ``slots`` shapes
+    and a few more before it gives up recompiling (``recompile_limit``, called
+    ``cache_size_limit`` before PyTorch 2.6)."""
+    name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") \
+        else "cache_size_limit"
+    return torch._dynamo.config.patch(**{name: slots + 4})
 
 
 def resolve(mode: str, device: torch.device | str) -> str:
@@ -328,10 +337,7 @@ class StepCapture:
 
         if self._compiled is None:
             self._compiled = torch.compile(_forward, dynamic=False, options=COMPILE_OPTIONS)
-        limit = dict(recompile_limit=self.cache.max_slots + 4) if hasattr(
-            torch._dynamo.config, "recompile_limit") else dict(
-            cache_size_limit=self.cache.max_slots + 4)
-        with torch._dynamo.config.patch(**limit):
+        with compile_limit(self.cache.max_slots):
             loss, carry, weight, logged, tokens = self._compiled(self.task, model, batch, carry)
         return StepOutput(loss, carry, weight=weight, logged=logged, tokens=tokens)
 

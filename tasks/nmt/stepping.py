@@ -32,7 +32,8 @@ import torch
 from torch import Tensor
 
 from lstmablate.train.buckets import bucket_for, pad_to
-from lstmablate.train.capture import COMPILE_OPTIONS, StepCache, recoverable, shape_key
+from lstmablate.train.capture import (COMPILE_OPTIONS, StepCache, compile_limit, recoverable,
+                                      shape_key)
 
 from .model import DecoderState, Memory
 
@@ -136,10 +137,7 @@ class DecodeStep:
         if self.mode == "compile":
             if self._compiled is None:
                 self._compiled = torch.compile(_step, dynamic=False, options=COMPILE_OPTIONS)
-            limit = dict(recompile_limit=self.cache.max_slots + 4) if hasattr(
-                torch._dynamo.config, "recompile_limit") else dict(
-                cache_size_limit=self.cache.max_slots + 4)
-            with torch._dynamo.config.patch(**limit):
+            with compile_limit(self.cache.max_slots):
                 outs = self._compiled(self.model, *args)
             if how == "capture":
                 self.cache.store(key, True)

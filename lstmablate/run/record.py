@@ -257,10 +257,8 @@ class Run:
         # the file is this run's: a copy of another run's (another cell or seed) or of another
         # split would pair the wrong items and still give a verdict
         mine = {"cell": self.cell, "seed": self.seed, "split": self.split_name(split)}
-        wrong = [f"{k} {scores.header[k]!r} (the run folder's: {v!r})" for k, v in mine.items()
-                 if scores.header[k] != v]
-        named = self.files.named()
         mismatched = [k for k in mine if scores.header[k] != mine[k]]
+        named = self.files.named()
         if mismatched and all(k in named and scores.header[k] == named[k] for k in mismatched):
             # the scores file agrees with the folder's own path: config.yaml is the odd one
             raise DataError(f"{self.files.config}: names "
@@ -269,7 +267,8 @@ class Run:
                             f"{', '.join(f'{k} {named[k]!r}' for k in mismatched)}: this "
                             "config.yaml was edited or copied from another run. Put the run's own "
                             "config.yaml back (it is written once, when the run starts).")
-        if wrong:
+        if mismatched:
+            wrong = [f"{k} {scores.header[k]!r} (the run folder's: {mine[k]!r})" for k in mismatched]
             raise DataError(f"{path}, line 1: the header names {', '.join(wrong)}: the file is "
                             "another run's or another split's, copied here. Write this run's "
                             f"with `{scores_command(self.path, split)}`.")

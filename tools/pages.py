@@ -38,6 +38,13 @@ status: 0 (written, or ``--check``: every page matches), 1 (``--check``: a page 
   ``config.SECTION.KEY``; ``:SPEC`` after it is a Python format spec for its numbers
   (default: 2 decimals, integers with thousands separators); ``A+B`` shows two columns'
   values in one cell, ``a / b``.  LABEL is the column's header (default: the column's name).
+* ``pages grid DIR --table NAME ... --cells A,B --by SECTION.KEY [--seeds 1] [--base V
+  [--base-name TEXT]] [--recipe NAME]``: a grid over one setting (a learning rate), one row per cell and one
+  column per value found in the runs: each run's best dev value of the task's primary metric,
+  the grid's choice in bold (:func:`lstmablate.results.grid.choose`; ``--base``: the value
+  the grid is built around, which wins a tie, its column named TEXT) and its run's test
+  value; with ``--recipe``, the rate that recipe gives each cell, an error where it is not
+  the complete grid's choice (:mod:`pagegen.grid`).
 * ``pages records DIR``: one row per experiment under DIR, with its cells and the seeds of
   each (the index of the records: no machine line).
 * ``pages headline DIR``: the README's table of the five paper cells across tasks
@@ -66,6 +73,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 
 from lstmablate.errors import exit_status  # noqa: E402
 from lstmablate.io import atomic_write_text, read_text  # noqa: E402
+from pagegen.grid import grid_table  # noqa: E402
 from pagegen.headline import headline  # noqa: E402
 from pagegen.markers import (BLOCK, ROOT, PageError, Parser, check_markers,  # noqa: E402
                              check_report_options)
@@ -109,12 +117,15 @@ def render(command: str) -> str:
         return f"```text\n{text.strip()}\n```\n\n{machine_line(runs, str(Path(paths[0]).parent))}\n"
     if argv[:2] == ["pages", "runs"]:
         return runs_table(argv[2:])
+    if argv[:2] == ["pages", "grid"]:
+        return grid_table(argv[2:])
     if argv[:2] == ["pages", "headline"]:
         return headline(argv[2:])
     if argv[:2] == ["pages", "records"]:
         return records(argv[2:])
     raise PageError(f"unknown generator {command!r}: `lstmablate report ...`, `lstmablate compare "
-                    "RUN... RUN...`, `pages runs ...`, `pages records ...` or `pages headline ...`")
+                    "RUN... RUN...`, `pages runs ...`, `pages grid ...`, `pages records ...` or `pages "
+                    "headline ...`")
 
 
 def regenerate(text: str, where: str, keep: Callable[[str], bool] = lambda command: True,

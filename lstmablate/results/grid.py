@@ -1,0 +1,36 @@
+"""A grid's choice: which value of one setting (a learning rate) a cell should train with.
+
+Levy et al. gave −GATES a learning rate of its own because it would not train at the LSTM's;
+this is that practice as a rule: train the cell at a few values around the base one (the
+LSTM's), one seed, whole runs, and keep the value whose run has the best validation number —
+the task's primary metric at the run's best dev evaluation (``result.json``'s ``best.dev``;
+higher or lower as the task says).  The test set plays no part; a run that diverged is never
+the choice.  A tie keeps the value nearest the base one (by ratio: a learning rate is a
+scale), then the lower one.  The simpler recurrences' rate grids
+(``recipes/simpler-recurrences-*-lr.yaml``) are chosen this way, and the results page checks
+that each recipe's rate is its grid's choice.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+
+def choose(dev: Mapping[float, float], higher_is_better: bool, base: float | None = None) -> float:
+    """The value of ``dev`` (value -> its run's best validation number) with the best number;
+    a tie is broken towards ``base`` (the distance ``|log(value / base)|``, values and base
+    positive), then towards the lower value.  A number that is not finite (a run that
+    diverged) is never chosen; a ValueError when no value has a finite number."""
+    finite = {value: number for value, number in dev.items() if math.isfinite(number)}
+    if not finite:
+        raise ValueError("no value of the grid has a finite validation number"
+                         if dev else "an empty grid has no choice")
+    best = max(finite.values()) if higher_is_better else min(finite.values())
+    tied = [value for value, number in finite.items() if number == best]
+
+    def distance(value: float) -> float:
+        if base is None or base <= 0 or value <= 0:
+            return 0.0
+        return abs(math.log(value / base))
+    return min(tied, key=lambda value: (distance(value), value))

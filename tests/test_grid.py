@@ -1,0 +1,128 @@
+"""A grid's choice (lstmablate.results.grid) and the page table that shows it (``pages grid``):
+the best validation number wins, ties go to the base value, a diverged run never wins, and a
+recipe whose rate is not its grid's choice cannot be shown."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+
+import pytest
+import yaml
+
+from lstmablate.results.grid import choose
+from lstmablate.run.runs import RunFiles
+
+from test_pages import RECORDS, pages, pages_markers, pages_tables
+
+
+@pytest.fixture(autouse=True)
+def _fresh_records():
+    """Each test's records are read anew (the generator reads a folder once per process, by
+    its name, and every test here names its own tmp_path/records)."""
+    pages_tables._finished.cache_clear()
+    yield
+    pages_tables._finished.cache_clear()
+
+
+def test_the_best_validation_number_wins_in_the_metric_s_direction():
+    assert choose({0.5: 120.0, 1.0: 115.9, 2.0: 131.2}, higher_is_better=False) == 1.0
+    assert choose({0.5: 120.0, 1.0: 115.9, 2.0: 101.0}, higher_is_better=False) == 2.0
+    assert choose({0.001: 80.1, 0.002: 81.9, 0.004: 82.3}, higher_is_better=True) == 0.004
+
+
+def test_a_tie_keeps_the_value_nearest_the_base_then_the_lower():
+    # 0.005 and 0.02 are each a factor 2 from 0.01: equally near, the lower wins
+    assert choose({0.005: 79.24, 0.01: 78.0, 0.02: 79.24}, True, base=0.01) == 0.005
+    assert choose({0.005: 79.24, 0.01: 79.24, 0.02: 79.24}, True, base=0.01) == 0.01
+    # nearness is by ratio: 0.02 is nearer 0.01 than 0.0025 is (x2 against /4)
+    assert choose({0.0025: 79.0, 0.01: 70.0, 0.02: 79.0}, True, base=0.01) == 0.02
+    assert choose({0.0025: 79.0, 0.02: 79.0}, True) == 0.0025  # no base: the lower
+
+
+def test_a_diverged_run_is_never_chosen():
+    assert choose({0.5: 140.0, 1.0: math.inf, 2.0: math.nan}, False) == 0.5
+    assert choose({0.5: math.nan, 1.0: 50.0}, True) == 1.0
+    with pytest.raises(ValueError, match="no value of the grid has a finite"):
+        choose({1.0: math.nan, 2.0: math.inf}, False)
+    with pytest.raises(ValueError, match="empty grid"):
+        choose({}, True)
+
+
+# -- pages grid ---------------------------------------------------------------------------------
+SOURCE = RECORDS / "sst2-bilstm-max-cpu" / "sru" / "seed-1"
+
+
+def grid_records(tmp_path, dev: dict[float, float], cell: str = "sru") -> None:
+    """A grid of one cell over train.lr under tmp_path/records: a real SST record of the cell
+    copied into one experiment per rate, its rate and best dev accuracy set to ``dev``'s."""
+    for lr, accuracy in dev.items():
+        experiment = f"g-lr{lr:g}"
+        run = tmp_path / "records" / experiment / cell / "seed-1"
+        shutil.copytree(SOURCE.parents[1] / cell / "seed-1", run)
+        config = yaml.safe_load((run / RunFiles.CONFIG).read_text(encoding="utf-8"))
+        config["experiment"], config["train"]["lr"] = experiment, lr
+        (run / RunFiles.CONFIG).write_text(yaml.safe_dump(config), encoding="utf-8")
+        res = json.loads((run / RunFiles.RESULT).read_text(encoding="utf-8"))
+        res["experiment"] = experiment
+        res["best"]["dev"]["accuracy"] = accuracy
+        res["test"]["accuracy"] = accuracy - 1
+        (run / RunFiles.RESULT).write_text(json.dumps(res), encoding="utf-8")
+
+
+COMMAND = ("pages grid records --table g-lr0.005 --table g-lr0.01 --table g-lr0.02 --cells sru "
+           "--by train.lr --base 0.01 --base-name \"the LSTM's\"")
+
+
+def test_the_grid_table_shows_each_rate_s_dev_number_and_the_choice(tmp_path, monkeypatch):
+    grid_records(tmp_path, {0.005: 78.5, 0.01: 79.25, 0.02: 80.75})
+    monkeypatch.chdir(tmp_path)
+    lines = pages.render(COMMAND).splitlines()
+    assert lines[0] == ("| cell | dev accuracy, lr 0.005 | dev accuracy, lr 0.01 (the LSTM's) | "
+                        "dev accuracy, lr 0.02 | chosen lr | test accuracy at it |")
+    assert lines[2] == "| `sru` | 78.50 | 79.25 | **80.75** | 0.02 | 79.75 |"
+    assert lines[-1].startswith("Machine (from the runs' `env.json`): ")
+
+
+def test_a_cell_missing_a_rate_of_the_grid_has_no_choice(tmp_path, monkeypatch):
+    grid_records(tmp_path, {0.005: 78.5, 0.01: 79.25, 0.02: 80.75})
+    grid_records(tmp_path, {0.005: 77.0, 0.01: 76.5}, cell="qrnn")  # its 0.02: still to run
+    monkeypatch.chdir(tmp_path)
+    lines = pages.render(COMMAND.replace("--cells sru", "--cells qrnn,sru")).splitlines()
+    assert lines[2] == "| `qrnn` | 77.00 | 76.50 | — | grid incomplete | — |"
+    assert lines[3] == "| `sru` | 78.50 | 79.25 | **80.75** | 0.02 | 79.75 |"
+
+
+def test_a_recipe_that_does_not_make_its_grid_s_choice_is_named(tmp_path, monkeypatch):
+    """simpler-recurrences-sst2-cpu gives sru the LSTM's 0.01 unless its grid chose otherwise:
+    a grid that chooses 0.02 cannot be shown beside it."""
+    rate = pages_tables_rate("simpler-recurrences-sst2-cpu", "sru")
+    other = 0.02 if rate != 0.02 else 0.005
+    grid_records(tmp_path, {0.005: 78.5, 0.01: 79.25, 0.02: 80.75} if other == 0.02
+                 else {0.005: 81.0, 0.01: 79.25, 0.02: 80.75})
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(pages_markers.PageError, match=re.escape(
+            f"recipe simpler-recurrences-sst2-cpu gives `sru` train.lr = {rate:g}, but its grid "
+            f"chooses {other:g}")) as e:
+        pages.render(COMMAND + " --recipe simpler-recurrences-sst2-cpu")
+    assert "recipes/simpler-recurrences-sst2-cpu.yaml" in str(e.value)
+
+
+def pages_tables_rate(recipe: str, cell: str) -> float:
+    from lstmablate.recipes import load_recipe
+    from lstmablate.results.experiments import Expectations
+    return Expectations.of(load_recipe(recipe)[1]).lr[cell]
+
+
+@pytest.mark.parametrize("extra, named", [
+    ("--by train.lr --recipe simpler-recurrences-sst2-cpu --by model.hidden_size",
+     "--recipe checks a recipe's learning rates"),
+    ("--by train.nonsense", "has no number at train.nonsense"),
+])
+def test_a_grid_marker_that_cannot_be_rendered_is_named(tmp_path, monkeypatch, extra, named):
+    grid_records(tmp_path, {0.005: 78.5, 0.01: 79.25})
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(pages_markers.PageError, match=re.escape(named)):
+        pages.render("pages grid records --table g-lr0.005 --table g-lr0.01 --cells sru " + extra)

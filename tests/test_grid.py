@@ -55,11 +55,13 @@ def test_a_diverged_run_is_never_chosen():
 SOURCE = RECORDS / "sst2-bilstm-max-cpu" / "sru" / "seed-1"
 
 
-def grid_records(tmp_path, dev: dict[float, float], cell: str = "sru") -> None:
+def grid_records(tmp_path, dev: dict[float, float], cell: str = "sru",
+                 experiments: str = "g-lr") -> None:
     """A grid of one cell over train.lr under tmp_path/records: a real SST record of the cell
-    copied into one experiment per rate, its rate and best dev accuracy set to ``dev``'s."""
+    copied into one experiment per rate (``experiments`` + the rate), its rate and best dev
+    accuracy set to ``dev``'s."""
     for lr, accuracy in dev.items():
-        experiment = f"g-lr{lr:g}"
+        experiment = f"{experiments}{lr:g}"
         run = tmp_path / "records" / experiment / cell / "seed-1"
         shutil.copytree(SOURCE.parents[1] / cell / "seed-1", run)
         config = yaml.safe_load((run / RunFiles.CONFIG).read_text(encoding="utf-8"))
@@ -126,3 +128,18 @@ def test_a_grid_marker_that_cannot_be_rendered_is_named(tmp_path, monkeypatch, e
     monkeypatch.chdir(tmp_path)
     with pytest.raises(pages_markers.PageError, match=re.escape(named)):
         pages.render("pages grid records --table g-lr0.005 --table g-lr0.01 --cells sru " + extra)
+
+
+# -- the report's note ---------------------------------------------------------------------------
+def test_the_report_of_a_rate_grid_names_each_complete_cell_s_choice(tmp_path):
+    """`lstmablate report --table simpler-recurrences-sst2-cpu-lr`: a cell with a run at every
+    rate gets the grid's choice (a tie at the top goes to the LSTM's 0.01, the recipe's rate);
+    a cell missing a rate gets none."""
+    from lstmablate.results.report import build_report
+    base = "sst2-bilstm-max-cpu-simpler-lr"
+    grid_records(tmp_path, {0.005: 79.5, 0.01: 79.5, 0.02: 78.0}, experiments=base)
+    grid_records(tmp_path, {0.005: 77.0, 0.01: 77.5}, cell="qrnn", experiments=base)
+    report = build_report(tmp_path / "records", table="simpler-recurrences-sst2-cpu-lr")
+    notes = [n for t in report.tables for n in t.notes if "rate grid" in n]
+    assert notes == ["`sru`: the rate grid (seed 1) chooses lr 0.01, the best dev accuracy "
+                     "(79.50; 0.005: 79.50, 0.01: 79.50, 0.02: 78.00)"]

@@ -36,6 +36,7 @@ from lstmablate.run.record import Run, find_runs
 from lstmablate.task import Metric, get_task
 from .compare import SignificanceOptions
 from .experiments import Experiment, RecipeLookup, experiments_from_recipe, group_runs
+from .grid import choose
 from .marks import CellTest, cell_test, mark_tests
 
 
@@ -245,6 +246,34 @@ def _lr_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     return notes
 
 
+def _grid_notes(groups: list[tuple[str, Experiment]], cells: list[str]) -> list[str]:
+    """For a table of several experiments in which a cell has one finished run in each, of one
+    seed, each at its own learning rate — a rate grid, complete — the rate its grid chooses by the best
+    dev value of the task's primary metric (:func:`lstmablate.results.grid.choose`; a tie goes
+    to the rate the experiments' recipe gives the cell, the one the grid is built around)."""
+    notes = []
+    for cell in cells:
+        runs = [r for _, exp in groups for r in exp.runs_of(cell, "finished")]
+        try:
+            at = {float(r.config.train.lr): r for r in runs}
+        except Exception:  # noqa: BLE001 - a run whose config cannot be typed here
+            continue
+        if len(runs) != len(groups) or len(at) != len(runs) or len({r.seed for r in runs}) != 1:
+            continue
+        first = runs[0].result
+        metric = first.primary
+        dev = {lr: float((r.result.dev or {}).get(metric, math.nan)) for lr, r in at.items()}
+        base = next((exp.expect.lr[cell] for _, exp in groups if cell in exp.expect.lr), None)
+        try:
+            chosen = choose(dev, first.higher_is_better, base)
+        except ValueError:
+            continue
+        notes.append(f"`{cell}`: the rate grid (seed {runs[0].seed}) chooses lr {chosen:g}, the "
+                     f"best dev {metric} ({dev[chosen]:.2f}; "
+                     + ", ".join(f"{lr:g}: {v:.2f}" for lr, v in sorted(dev.items())) + ")")
+    return notes
+
+
 def _eval_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     """A note when the finished runs of ``cells`` were evaluated with different eval options
     (a decoder changed between them): their final numbers were not made the same way."""
@@ -374,6 +403,8 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
         times = _train_times(exp, cells)
         if times:
             table.train_times.append((label if several else "", times))
+    if len(groups) > 1:
+        table.notes += _grid_notes(groups, cells)
     if significance is not None:
         add_significance(table, columns, significance)
     return table

@@ -40,6 +40,9 @@ class Expectations:
     #: the experiment the recipe itself trains (a grid point or an ``--experiment`` of it is
     #: another, with its own settings)
     experiment: str = ""
+    #: the recipe's own train.lr, before any cell's override: the rate a rate grid is built
+    #: around (the LSTM's)
+    base_lr: float | None = None
 
     @classmethod
     def of(cls, recipe: dict[str, Any], where: object = None) -> Expectations:
@@ -60,12 +63,15 @@ class Expectations:
             value = (own or {}).get("lr", train.get("lr")) if isinstance(own or {}, dict) else None
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 lr[str(c)] = float(value)
+        base = train.get("lr")
         return cls(cells, {c: recipe_seeds(recipe, c) for c in cells},
                    {str(c): dict(v) for c, v in reference.items()},
                    str(recipe.get("reference_source") or ""),
                    str(train.get("test_checkpoint") or ""), lr,
                    str(recipe.get("experiment") or (Path(str(recipe["_path"])).stem
-                                                    if recipe.get("_path") else "")))
+                                                    if recipe.get("_path") else "")),
+                   float(base) if isinstance(base, (int, float)) and not isinstance(base, bool)
+                   else None)
 
 
 def _clause(error: Exception) -> str:

@@ -250,7 +250,7 @@ def _grid_notes(groups: list[tuple[str, Experiment]], cells: list[str]) -> list[
     """For a table of several experiments in which a cell has one finished run in each, of one
     seed, each at its own learning rate — a rate grid, complete — the rate its grid chooses by the best
     dev value of the task's primary metric (:func:`lstmablate.results.grid.choose`; a tie goes
-    to the rate the experiments' recipe gives the cell, the one the grid is built around)."""
+    to the recipe's own train.lr, the rate the grid is built around)."""
     notes = []
     for cell in cells:
         runs = [r for _, exp in groups for r in exp.runs_of(cell, "finished")]
@@ -263,7 +263,8 @@ def _grid_notes(groups: list[tuple[str, Experiment]], cells: list[str]) -> list[
         first = runs[0].result
         metric = first.primary
         dev = {lr: float((r.result.dev or {}).get(metric, math.nan)) for lr, r in at.items()}
-        base = next((exp.expect.lr[cell] for _, exp in groups if cell in exp.expect.lr), None)
+        base = next((exp.expect.base_lr for _, exp in groups
+                     if exp.expect.base_lr is not None), None)
         try:
             chosen = choose(dev, first.higher_is_better, base)
         except ValueError:

@@ -12,7 +12,7 @@ import shutil
 import pytest
 import yaml
 
-from lstmablate.results.grid import choose
+from lstmablate.results.grid import choose, shown
 from lstmablate.run.runs import RunFiles
 
 from test_pages import RECORDS, pages, pages_markers, pages_tables
@@ -49,6 +49,11 @@ def test_a_diverged_run_is_never_chosen():
         choose({1.0: math.nan, 2.0: math.inf}, False)
     with pytest.raises(ValueError, match="empty grid"):
         choose({}, True)
+
+
+def test_a_loss_is_shown_to_the_decimal_where_rates_differ():
+    assert (shown(1.09123), shown(1.0899), shown(79.7), shown(115.912)) == (
+        "1.0912", "1.0899", "79.70", "115.91")
 
 
 # -- pages grid ---------------------------------------------------------------------------------

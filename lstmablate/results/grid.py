@@ -34,3 +34,9 @@ def choose(dev: Mapping[float, float], higher_is_better: bool, base: float | Non
             return 0.0
         return abs(math.log(value / base))
     return min(tied, key=lambda value: (distance(value), value))
+
+
+def shown(number: float) -> str:
+    """A validation number as a grid shows it: four decimals below 10 (a loss, where rates
+    differ in the third), else two (a percentage, a perplexity)."""
+    return f"{number:.4f}" if abs(number) < 10 else f"{number:.2f}"

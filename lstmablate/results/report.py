@@ -36,7 +36,7 @@ from lstmablate.run.record import Run, find_runs
 from lstmablate.task import Metric, get_task
 from .compare import SignificanceOptions
 from .experiments import Experiment, RecipeLookup, experiments_from_recipe, group_runs
-from .grid import choose
+from .grid import choose, shown
 from .marks import CellTest, cell_test, mark_tests
 
 
@@ -270,8 +270,8 @@ def _grid_notes(groups: list[tuple[str, Experiment]], cells: list[str]) -> list[
         except ValueError:
             continue
         notes.append(f"`{cell}`: the rate grid (seed {runs[0].seed}) chooses lr {chosen:g}, the "
-                     f"best dev {metric} ({dev[chosen]:.2f}; "
-                     + ", ".join(f"{lr:g}: {v:.2f}" for lr, v in sorted(dev.items())) + ")")
+                     f"best dev {metric} ({shown(dev[chosen])}; "
+                     + ", ".join(f"{lr:g}: {shown(v)}" for lr, v in sorted(dev.items())) + ")")
     return notes
 
 

@@ -1,7 +1,8 @@
 """``pages grid``: a grid over one setting (a learning rate) as a results page shows it.
 
 One row per cell, one column per value of the setting found in the runs: the run's best
-validation number (the task's primary metric, ``result.json``'s ``best.dev``), the value the
+validation number (the task's primary metric, ``result.json``'s ``best.dev``, as
+:func:`lstmablate.results.grid.shown` writes it), the value the
 grid chooses in bold (:func:`lstmablate.results.grid.choose`), and that run's test number.
 With ``--recipe NAME``, the value NAME gives each cell (its ``train.lr``, or its
 ``cell_overrides``') is shown too, and a recipe that gives a cell another value than its
@@ -15,7 +16,7 @@ import math
 from typing import Any
 
 from lstmablate.results.experiments import Expectations
-from lstmablate.results.grid import choose
+from lstmablate.results.grid import choose, shown
 
 from .markers import PageError, Parser
 from .tables import Run, find, machine_line, number, recipe_of
@@ -80,11 +81,11 @@ def grid_table(argv: list[str]) -> str:
                for v, r in points.items()}
         complete = len(points) == len(values)
         chosen = choose(dev, higher, args.base) if complete else None
-        shown = [("**" + number(dev[v]) + "**" if v == chosen else number(dev[v]))
-                 if v in dev else "—" for v in values]
+        cols = [("**" + shown(dev[v]) + "**" if v == chosen else shown(dev[v]))
+                if v in dev else "—" for v in values]
         test = ((points[chosen].result().get("test") or {}).get(metric) if chosen is not None
                 else None)
-        row = [f"`{cell}`", *shown, f"{chosen:g}" if chosen is not None else "grid incomplete",
+        row = [f"`{cell}`", *cols, f"{chosen:g}" if chosen is not None else "grid incomplete",
                number(test)]
         if args.recipe:
             want = wants.get(cell)
@@ -92,7 +93,7 @@ def grid_table(argv: list[str]) -> str:
                 raise PageError(
                     f"recipe {args.recipe} gives `{cell}` {args.by} = "
                     f"{'nothing' if want is None else f'{want:g}'}, but its grid chooses "
-                    f"{chosen:g} (best dev {metric} {dev[chosen]:.2f}): set cell_overrides: "
+                    f"{chosen:g} (best dev {metric} {shown(dev[chosen])}): set cell_overrides: "
                     f"{{{cell}: {{train: {{lr: {chosen:g}}}}}}} in recipes/{args.recipe}.yaml "
                     "and train the cell at that rate")
             row.append("—" if want is None else f"{want:g}")

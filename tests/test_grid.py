@@ -87,9 +87,9 @@ def test_the_grid_table_shows_each_rate_s_dev_number_and_the_choice(tmp_path, mo
     grid_records(tmp_path, {0.005: 78.5, 0.01: 79.25, 0.02: 80.75})
     monkeypatch.chdir(tmp_path)
     lines = pages.render(COMMAND).splitlines()
-    assert lines[0] == ("| cell | dev accuracy, lr 0.005 | dev accuracy, lr 0.01 (the LSTM's) | "
-                        "dev accuracy, lr 0.02 | chosen lr | test accuracy at it |")
-    assert lines[2] == "| `sru` | 78.50 | 79.25 | **80.75** | 0.02 | 79.75 |"
+    assert lines[0] == ("| cell | lr 0.005: dev / test accuracy | lr 0.01 (the LSTM's): dev / "
+                        "test accuracy | lr 0.02: dev / test accuracy | chosen lr |")
+    assert lines[2] == "| `sru` | 78.50 / 77.50 | 79.25 / 78.25 | **80.75** / 79.75 | 0.02 |"
     assert lines[-1].startswith("Machine (from the runs' `env.json`): ")
 
 
@@ -98,8 +98,8 @@ def test_a_cell_missing_a_rate_of_the_grid_has_no_choice(tmp_path, monkeypatch):
     grid_records(tmp_path, {0.005: 77.0, 0.01: 76.5}, cell="qrnn")  # its 0.02: still to run
     monkeypatch.chdir(tmp_path)
     lines = pages.render(COMMAND.replace("--cells sru", "--cells qrnn,sru")).splitlines()
-    assert lines[2] == "| `qrnn` | 77.00 | 76.50 | — | grid incomplete | — |"
-    assert lines[3] == "| `sru` | 78.50 | 79.25 | **80.75** | 0.02 | 79.75 |"
+    assert lines[2] == "| `qrnn` | 77.00 / 76.00 | 76.50 / 75.50 | — | grid incomplete |"
+    assert lines[3] == "| `sru` | 78.50 / 77.50 | 79.25 / 78.25 | **80.75** / 79.75 | 0.02 |"
 
 
 def test_a_recipe_that_does_not_make_its_grid_s_choice_is_named(tmp_path, monkeypatch):

@@ -40,10 +40,10 @@ status: 0 (written, or ``--check``: every page matches), 1 (``--check``: a page 
   values in one cell, ``a / b``.  LABEL is the column's header (default: the column's name).
 * ``pages grid DIR --table NAME ... --cells A,B --by SECTION.KEY [--seeds 1] [--base V
   [--base-name TEXT]] [--recipe NAME]``: a grid over one setting (a learning rate), one row per cell and one
-  column per value found in the runs: each run's best dev value of the task's primary metric,
-  the grid's choice in bold (:func:`lstmablate.results.grid.choose`; ``--base``: the value
-  the grid is built around, which wins a tie, its column named TEXT) and its run's test
-  value; with ``--recipe``, the rate that recipe gives each cell, an error where it is not
+  column per value found in the runs: each run's best dev value of the task's primary metric
+  and its test value, the grid's choice in bold (:func:`lstmablate.results.grid.choose`;
+  ``--base``: the value the grid is built around, which wins a tie, its column named TEXT);
+  with ``--recipe``, the rate that recipe gives each cell, an error where it is not
   the complete grid's choice (:mod:`pagegen.grid`).
 * ``pages records DIR``: one row per experiment under DIR, with its cells and the seeds of
   each (the index of the records: no machine line).

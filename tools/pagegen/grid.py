@@ -2,8 +2,8 @@
 
 One row per cell, one column per value of the setting found in the runs: the run's best
 validation number (the task's primary metric, ``result.json``'s ``best.dev``, as
-:func:`lstmablate.results.grid.shown` writes it), the value the
-grid chooses in bold (:func:`lstmablate.results.grid.choose`), and that run's test number.
+:func:`lstmablate.results.grid.shown` writes it; the grid's choice in bold,
+:func:`lstmablate.results.grid.choose`) and its test number, then the value chosen.
 With ``--recipe NAME``, the value NAME gives each cell (its ``train.lr``, or its
 ``cell_overrides``') is shown too, and a recipe that gives a cell another value than its
 complete grid chooses is an error naming the recipe, the cell and the value to write: the page
@@ -70,8 +70,7 @@ def grid_table(argv: list[str]) -> str:
     def header(value: float) -> str:
         return f"{name} {value:g}" + (f" ({args.base_name})" if args.base is not None
                                      and value == args.base else "")
-    columns = [f"dev {metric}, {header(v)}" for v in values] + [f"chosen {name}",
-                                                                f"test {metric} at it"]
+    columns = [f"{header(v)}: dev / test {metric}" for v in values] + [f"chosen {name}"]
     if args.recipe:
         columns.append(f"`{args.recipe}`")
     lines = ["| cell | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
@@ -79,14 +78,12 @@ def grid_table(argv: list[str]) -> str:
         points = at[cell]
         dev = {v: float((r.result().get("best") or {}).get("dev", {}).get(metric, math.nan))
                for v, r in points.items()}
+        test = {v: (r.result().get("test") or {}).get(metric) for v, r in points.items()}
         complete = len(points) == len(values)
         chosen = choose(dev, higher, args.base) if complete else None
-        cols = [("**" + shown(dev[v]) + "**" if v == chosen else shown(dev[v]))
-                if v in dev else "—" for v in values]
-        test = ((points[chosen].result().get("test") or {}).get(metric) if chosen is not None
-                else None)
-        row = [f"`{cell}`", *cols, f"{chosen:g}" if chosen is not None else "grid incomplete",
-               number(test)]
+        cols = [(f"**{shown(dev[v])}**" if v == chosen else shown(dev[v]))
+                + f" / {number(test[v])}" if v in dev else "—" for v in values]
+        row = [f"`{cell}`", *cols, f"{chosen:g}" if chosen is not None else "grid incomplete"]
         if args.recipe:
             want = wants.get(cell)
             if complete and want != chosen:

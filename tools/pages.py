@@ -43,8 +43,8 @@ status: 0 (written, or ``--check``: every page matches), 1 (``--check``: a page 
   column per value found in the runs: each run's best dev value of the task's primary metric
   and its test value, the grid's choice in bold (:func:`lstmablate.results.grid.choose`;
   ``--base``: the value the grid is built around, which wins a tie, its column named TEXT);
-  with ``--recipe``, the rate that recipe gives each cell, an error where it is not
-  the complete grid's choice (:mod:`pagegen.grid`).
+  with ``--recipe``, an error where the rate that recipe gives a cell is not its complete
+  grid's choice (:mod:`pagegen.grid`).
 * ``pages records DIR``: one row per experiment under DIR, with its cells and the seeds of
   each (the index of the records: no machine line).
 * ``pages headline DIR``: the README's table of the five paper cells across tasks

@@ -4,10 +4,10 @@ One row per cell, one column per value of the setting found in the runs: the run
 validation number (the task's primary metric, ``result.json``'s ``best.dev``, as
 :func:`lstmablate.results.grid.shown` writes it; the grid's choice in bold,
 :func:`lstmablate.results.grid.choose`) and its test number, then the value chosen.
-With ``--recipe NAME``, the value NAME gives each cell (its ``train.lr``, or its
-``cell_overrides``') is shown too, and a recipe that gives a cell another value than its
-complete grid chooses is an error naming the recipe, the cell and the value to write: the page
-cannot show a choice its recipe does not make.
+With ``--recipe NAME``, a recipe that gives a cell (by its ``train.lr``, or its
+``cell_overrides``') another value than its complete grid chooses is an error naming the
+recipe, the cell and the value to write: the page cannot show a choice its recipe does not
+make.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from lstmablate.results.experiments import Expectations
 from lstmablate.results.grid import choose, shown
 
 from .markers import PageError, Parser
-from .tables import Run, find, machine_line, number, recipe_of
+from .tables import Run, find, machine_line, recipe_of
 
 
 def setting(run: Run, key: str) -> float | None:
@@ -71,8 +71,6 @@ def grid_table(argv: list[str]) -> str:
         return f"{name} {value:g}" + (f" ({args.base_name})" if args.base is not None
                                      and value == args.base else "")
     columns = [f"{header(v)}: dev / test {metric}" for v in values] + [f"chosen {name}"]
-    if args.recipe:
-        columns.append(f"`{args.recipe}`")
     lines = ["| cell | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for cell in [c for c in cells if c in at]:
         points = at[cell]
@@ -82,7 +80,8 @@ def grid_table(argv: list[str]) -> str:
         complete = len(points) == len(values)
         chosen = choose(dev, higher, args.base) if complete else None
         cols = [(f"**{shown(dev[v])}**" if v == chosen else shown(dev[v]))
-                + f" / {number(test[v])}" if v in dev else "—" for v in values]
+                + " / " + (shown(test[v]) if isinstance(test[v], (int, float)) else "—")
+                if v in dev else "—" for v in values]
         row = [f"`{cell}`", *cols, f"{chosen:g}" if chosen is not None else "grid incomplete"]
         if args.recipe:
             want = wants.get(cell)
@@ -93,7 +92,6 @@ def grid_table(argv: list[str]) -> str:
                     f"{chosen:g} (best dev {metric} {shown(dev[chosen])}): set cell_overrides: "
                     f"{{{cell}: {{train: {{lr: {chosen:g}}}}}}} in recipes/{args.recipe}.yaml "
                     "and train the cell at that rate")
-            row.append("—" if want is None else f"{want:g}")
         lines.append("| " + " | ".join(row) + " |")
     shown_runs = [r for points in at.values() for r in points.values()]
     return "\n".join(lines) + "\n\n" + machine_line(shown_runs, args.runs_dir) + "\n"

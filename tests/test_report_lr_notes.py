@@ -39,3 +39,40 @@ def test_a_rate_other_than_the_recipes_is_named(tmp_path):
     assert _notes(tmp_path / "b") == []
     _copy(tmp_path / "c", "ptb-medium-lstm-gates-lr0.1", 0.1)  # a probe: its own rate
     assert _notes(tmp_path / "c") == []
+
+
+FORMED = RECORD.parents[2] / "simpler-recurrences-dyck-demo" / "minlstm" / "seed-1"
+
+
+def _forms(root: Path) -> list[str]:
+    return [n for t in build_report(root).tables for n in t.notes if "cell_options" in n]
+
+
+def test_a_form_other_than_the_recipes_is_named(tmp_path):
+    """minLSTM's recipe gives it the log-space form (model.cell_options {mode: log}): a run
+    made in the plain form is named, a run in the recipe's form is not."""
+    for name, options in (("plain", {}), ("log", {"mode": "log"})):
+        run = tmp_path / name / "simpler-recurrences-dyck-demo" / "minlstm" / "seed-1"
+        shutil.copytree(FORMED, run)
+        cfg = yaml.safe_load((run / RunFiles.CONFIG).read_text())
+        assert cfg["model"]["cell_options"] == {"mode": "log"}  # the record as trained
+        cfg["model"]["cell_options"] = options
+        (run / RunFiles.CONFIG).write_text(yaml.safe_dump(cfg))
+    assert _forms(tmp_path / "plain") == ['`minlstm`: 1 of its 1 run(s) trained with '
+                                          'model.cell_options {}; its recipe now gives it '
+                                          '{"mode": "log"}']
+    assert _forms(tmp_path / "log") == []
+
+
+def test_a_cell_another_recipe_trains_into_an_experiment_is_held_to_that_recipe(tmp_path):
+    """The CPU parser's experiment is parsing-ewt-cpu's, whose recipe does not list minlstm:
+    simpler-recurrences-parsing-ewt-cpu trains it there, and its form is that recipe's."""
+    records = RECORD.parents[2] / "parsing-ewt-cpu"
+    for cell in ("lstm", "minlstm"):
+        shutil.copytree(records / cell / "seed-1", tmp_path / "parsing-ewt-cpu" / cell / "seed-1")
+    run = tmp_path / "parsing-ewt-cpu" / "minlstm" / "seed-1"
+    cfg = yaml.safe_load((run / RunFiles.CONFIG).read_text())
+    cfg["model"]["cell_options"] = {}
+    (run / RunFiles.CONFIG).write_text(yaml.safe_dump(cfg))
+    assert _forms(tmp_path) == ['`minlstm`: 1 of its 1 run(s) trained with model.cell_options '
+                                '{}; its recipe now gives it {"mode": "log"}']

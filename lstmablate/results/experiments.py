@@ -43,6 +43,20 @@ class Expectations:
     #: the recipe's own train.lr, before any cell's override: the rate a rate grid is built
     #: around (the LSTM's)
     base_lr: float | None = None
+    #: cell -> the model.cell_options the recipe gives it (its form, e.g. {"mode": "log"}),
+    #: where the recipe or its cell_overrides set them
+    cell_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the keys of the recipe's grid (``data.m``, ``train.lr``): its points are experiments
+    #: named ``<experiment>-<key><value>``
+    grid: list[str] = field(default_factory=list)
+
+    def trains(self, experiment: str, setting: str = "") -> bool:
+        """Whether the recipe trains ``experiment``: its own, or a point of its grid — where
+        the grid does not vary ``setting`` (a section.key prefix: a grid over it sets it)."""
+        if experiment == self.experiment:
+            return True
+        return bool(self.experiment and self.grid and experiment.startswith(self.experiment + "-")
+                    and not (setting and any(k.startswith(setting) for k in self.grid)))
 
     @classmethod
     def of(cls, recipe: dict[str, Any], where: object = None) -> Expectations:
@@ -63,6 +77,14 @@ class Expectations:
             value = (own or {}).get("lr", train.get("lr")) if isinstance(own or {}, dict) else None
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 lr[str(c)] = float(value)
+        model = recipe.get("model") if isinstance(recipe.get("model"), dict) else {}
+        options = {}
+        for c in cells:
+            own = (overrides.get(c) or {}).get("model") if isinstance(overrides.get(c), dict) else None
+            value = (own if isinstance(own, dict) and "cell_options" in own else model).get(
+                "cell_options")
+            if isinstance(value, dict):
+                options[str(c)] = dict(value)
         base = train.get("lr")
         return cls(cells, {c: recipe_seeds(recipe, c) for c in cells},
                    {str(c): dict(v) for c, v in reference.items()},
@@ -71,7 +93,9 @@ class Expectations:
                    str(recipe.get("experiment") or (Path(str(recipe["_path"])).stem
                                                     if recipe.get("_path") else "")),
                    float(base) if isinstance(base, (int, float)) and not isinstance(base, bool)
-                   else None)
+                   else None, options,
+                   [str(k) for k in recipe.get("grid") or {}] if isinstance(recipe.get("grid"), dict)
+                   else [])
 
 
 def _clause(error: Exception) -> str:
@@ -163,6 +187,17 @@ def group_runs(runs: list[Run], recipes: RecipeLookup | None = None) -> dict[str
             own = next((r for r in exp.runs if r.recipe == exp.name), exp.runs[0])
             if own is not exp.runs[0]:
                 exp.expect, _ = recipes.expectations(own)
+            # the rate and form of a cell that only another recipe trains into it (the simpler
+            # recurrences' recipes: the same experiment, more cells) are that recipe's
+            for r in exp.runs:
+                if r.cell in exp.expect.cells or r.recipe == own.recipe:
+                    continue
+                other, _ = recipes.expectations(r)
+                if other.experiment == exp.name and r.cell in other.lr:
+                    exp.expect.lr.setdefault(r.cell, other.lr[r.cell])
+                if other.trains(exp.name, "model.cell_options"):
+                    if r.cell in other.cell_options:
+                        exp.expect.cell_options.setdefault(r.cell, other.cell_options[r.cell])
             exp.notes.append(f"its runs were trained with different recipes ({', '.join(names)}); "
                              f"expected cells and the paper's numbers are those of "
                              f"{own.recipe or '(none)'!r}")

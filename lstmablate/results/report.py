@@ -246,6 +246,33 @@ def _lr_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     return notes
 
 
+def _form_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
+    """A note for each cell whose finished runs were trained in another form than the one its
+    recipe gives it now (``model.cell_options``: e.g. minLSTM's ``mode: log``, chosen after
+    its runs were made); for the experiment the recipe itself trains and the points of a grid
+    that does not vary the form."""
+    notes = []
+    if not exp.expect.trains(exp.name, "model.cell_options"):
+        return notes
+    for cell in cells:
+        want = exp.expect.cell_options.get(cell)
+        if want is None:
+            continue
+        forms = []
+        for r in exp.runs_of(cell, "finished"):
+            try:
+                forms.append(to_plain(r.config.model.cell_options) or {})
+            except Exception:  # noqa: BLE001 - a run whose config cannot be typed here
+                continue
+        other = [f for f in forms if f != want]
+        if other:
+            shown = sorted({json.dumps(f, sort_keys=True) for f in other})
+            notes.append(f"{where}`{cell}`: {len(other)} of its {len(forms)} run(s) trained with "
+                         f"model.cell_options {', '.join(shown)}; its recipe now gives it "
+                         f"{json.dumps(want, sort_keys=True)}")
+    return notes
+
+
 def _grid_notes(groups: list[tuple[str, Experiment]], cells: list[str]) -> list[str]:
     """For a table of several experiments in which a cell has one finished run in each, of one
     seed, each at its own learning rate — a rate grid, complete — the rate its grid chooses by the best
@@ -401,6 +428,7 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
         table.notes += _count_notes(where, exp, cells)
         table.notes += _eval_notes(where, exp, cells)
         table.notes += _lr_notes(where, exp, cells)
+        table.notes += _form_notes(where, exp, cells)
         times = _train_times(exp, cells)
         if times:
             table.train_times.append((label if several else "", times))

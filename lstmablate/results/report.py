@@ -220,6 +220,18 @@ def _count_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     return notes
 
 
+def _run_settings(exp: Experiment, cell: str, read: Any) -> list[Any]:
+    """One setting (``read(run)``) of each finished run of ``cell``; a run whose config cannot
+    be typed here is left out."""
+    values = []
+    for r in exp.runs_of(cell, "finished"):
+        try:
+            values.append(read(r))
+        except Exception:  # noqa: BLE001 - a run whose config cannot be typed here
+            continue
+    return values
+
+
 def _lr_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     """A note for each cell whose finished runs were trained at a learning rate other than the
     one its recipe gives it now (e.g. a rate chosen after those runs were made); only for the
@@ -231,12 +243,7 @@ def _lr_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
         want = exp.expect.lr.get(cell)
         if want is None:
             continue
-        rates = []
-        for r in exp.runs_of(cell, "finished"):
-            try:
-                rates.append(float(r.config.train.lr))
-            except Exception:  # noqa: BLE001 - a run whose config cannot be typed here
-                continue
+        rates = _run_settings(exp, cell, lambda r: float(r.config.train.lr))
         other = sorted({x for x in rates if x != want})
         if other:
             n = sum(x != want for x in rates)
@@ -258,17 +265,12 @@ def _form_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
         want = exp.expect.cell_options.get(cell)
         if want is None:
             continue
-        forms = []
-        for r in exp.runs_of(cell, "finished"):
-            try:
-                forms.append(to_plain(r.config.model.cell_options) or {})
-            except Exception:  # noqa: BLE001 - a run whose config cannot be typed here
-                continue
+        forms = _run_settings(exp, cell, lambda r: to_plain(r.config.model.cell_options) or {})
         other = [f for f in forms if f != want]
         if other:
-            shown = sorted({json.dumps(f, sort_keys=True) for f in other})
+            found = sorted({json.dumps(f, sort_keys=True) for f in other})
             notes.append(f"{where}`{cell}`: {len(other)} of its {len(forms)} run(s) trained with "
-                         f"model.cell_options {', '.join(shown)}; its recipe now gives it "
+                         f"model.cell_options {', '.join(found)}; its recipe now gives it "
                          f"{json.dumps(want, sort_keys=True)}")
     return notes
 

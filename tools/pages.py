@@ -39,8 +39,8 @@ status: 0 (written, or ``--check``: every page matches), 1 (``--check``: a page 
   (default: 2 decimals, integers with thousands separators); ``A+B`` shows two columns'
   values in one cell, ``a / b``.  LABEL is the column's header (default: the column's name).
 * ``pages grid DIR --table NAME ... --cells A,B --by SECTION.KEY [--seeds 1] [--base V
-  [--base-name TEXT]] [--recipe NAME]``: a grid over one setting (a learning rate), one row per cell and one
-  column per value found in the runs: each run's best dev value of the task's primary metric
+  [--base-name TEXT]] [--recipe NAME]``: a grid over one setting (a learning rate), one row
+  per cell and one column per value found in the runs: each run's best dev value of the task's primary metric
   and its test value, the grid's choice in bold (:func:`lstmablate.results.grid.choose`;
   ``--base``: the value the grid is built around, which wins a tie, its column named TEXT);
   with ``--recipe``, an error where the rate that recipe gives a cell is not its complete
@@ -124,8 +124,8 @@ def render(command: str) -> str:
     if argv[:2] == ["pages", "records"]:
         return records(argv[2:])
     raise PageError(f"unknown generator {command!r}: `lstmablate report ...`, `lstmablate compare "
-                    "RUN... RUN...`, `pages runs ...`, `pages grid ...`, `pages records ...` or `pages "
-                    "headline ...`")
+                    "RUN... RUN...`, `pages runs ...`, `pages grid ...`, `pages records ...` or "
+                    "`pages headline ...`")
 
 
 def regenerate(text: str, where: str, keep: Callable[[str], bool] = lambda command: True,

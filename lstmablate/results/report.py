@@ -277,9 +277,9 @@ def _form_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
 
 def _grid_notes(groups: list[tuple[str, Experiment]], cells: list[str]) -> list[str]:
     """For a table of several experiments in which a cell has one finished run in each, of one
-    seed, each at its own learning rate — a rate grid, complete — the rate its grid chooses by the best
-    dev value of the task's primary metric (:func:`lstmablate.results.grid.choose`; a tie goes
-    to the recipe's own train.lr, the rate the grid is built around)."""
+    seed, each at its own learning rate — a rate grid, complete — the rate its grid chooses by
+    the best dev value of the task's primary metric (:func:`lstmablate.results.grid.choose`; a
+    tie goes to the recipe's own train.lr, the rate the grid is built around)."""
     notes = []
     for cell in cells:
         runs = [r for _, exp in groups for r in exp.runs_of(cell, "finished")]

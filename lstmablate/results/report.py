@@ -281,6 +281,7 @@ def _grid_notes(groups: list[tuple[str, Experiment]], cells: list[str]) -> list[
     the best dev value of the task's primary metric (:func:`lstmablate.results.grid.choose`; a
     tie goes to the recipe's own train.lr, the rate the grid is built around)."""
     notes = []
+    base = next((exp.expect.base_lr for _, exp in groups if exp.expect.base_lr is not None), None)
     for cell in cells:
         runs = [r for _, exp in groups for r in exp.runs_of(cell, "finished")]
         try:
@@ -292,8 +293,6 @@ def _grid_notes(groups: list[tuple[str, Experiment]], cells: list[str]) -> list[
         first = runs[0].result
         metric = first.primary
         dev = {lr: float((r.result.dev or {}).get(metric, math.nan)) for lr, r in at.items()}
-        base = next((exp.expect.base_lr for _, exp in groups
-                     if exp.expect.base_lr is not None), None)
         try:
             chosen = choose(dev, first.higher_is_better, base)
         except ValueError:

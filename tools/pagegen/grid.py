@@ -74,9 +74,10 @@ def grid_table(argv: list[str]) -> str:
     lines = ["| cell | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for cell in [c for c in cells if c in at]:
         points = at[cell]
-        dev = {v: float((r.result().get("best") or {}).get("dev", {}).get(metric, math.nan))
-               for v, r in points.items()}
-        test = {v: (r.result().get("test") or {}).get(metric) for v, r in points.items()}
+        results = {v: r.result() for v, r in points.items()}  # each result.json read once
+        dev = {v: float((res.get("best") or {}).get("dev", {}).get(metric, math.nan))
+               for v, res in results.items()}
+        test = {v: (res.get("test") or {}).get(metric) for v, res in results.items()}
         complete = len(points) == len(values)
         chosen = choose(dev, higher, args.base) if complete else None
         cols = [(f"**{shown(dev[v])}**" if v == chosen else shown(dev[v]))

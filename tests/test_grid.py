@@ -12,7 +12,7 @@ import shutil
 import pytest
 import yaml
 
-from lstmablate.results.grid import choose, shown
+from lstmablate.results.grid import choose, pooled, shown
 from lstmablate.run.runs import RunFiles
 
 from test_pages import RECORDS, pages, pages_markers, pages_tables
@@ -49,6 +49,17 @@ def test_a_diverged_run_is_never_chosen():
         choose({1.0: math.nan, 2.0: math.inf}, False)
     with pytest.raises(ValueError, match="empty grid"):
         choose({}, True)
+
+
+def test_a_rate_over_several_points_is_chosen_by_its_mean():
+    """One rate for m = 4, 6 and 8: the mean of its three dev losses (hand-computed), and a
+    rate whose run diverged at one m is never chosen however good the others are."""
+    means = pooled({0.0005: [0.01, 0.07, 0.13], 0.001: [0.0001, 0.06, 0.12],
+                    0.002: [0.0, 0.05, math.nan]})
+    assert means[0.0005] == pytest.approx(0.07, rel=1e-12)  # (0.01 + 0.07 + 0.13) / 3
+    assert means[0.001] == pytest.approx((0.0001 + 0.06 + 0.12) / 3, rel=1e-12)
+    assert math.isnan(means[0.002]) and math.isnan(pooled({1.0: []})[1.0])
+    assert choose(means, higher_is_better=False, base=0.001) == 0.001
 
 
 def test_a_loss_is_shown_to_the_decimal_where_rates_differ():
@@ -148,3 +159,81 @@ def test_the_report_of_a_rate_grid_names_each_complete_cell_s_choice(tmp_path):
     notes = [n for t in report.tables for n in t.notes if "rate grid" in n]
     assert notes == ["`sru`: the rate grid (seed 1) chooses lr 0.01, the best dev accuracy "
                      "(79.50; 0.005: 79.50, 0.01: 79.50, 0.02: 78.00)"]
+
+
+# -- a grid over the rate and another setting (the Dyck report's m) ----------------------------
+DYCK = RECORDS / "dyck-report-m4" / "sru" / "seed-1"
+DYCK_GRID = "dyck-report-simpler"  # simpler-recurrences-dyck-report-lr's experiment
+
+
+def dyck_grid_records(tmp_path, dev: dict[tuple[float, int], float], cell: str = "sru") -> None:
+    """Real Dyck-report records of ``cell`` copied into the points of the rate x m grid
+    (``dyck-report-simpler-m<m>-lr<lr>``), each run's rate, m, best dev loss and test loss
+    (dev + 0.01) set to ``dev``'s."""
+    for (lr, m), loss in dev.items():
+        experiment = f"{DYCK_GRID}-m{m}-lr{lr:g}"
+        run = tmp_path / "records" / experiment / cell / "seed-1"
+        shutil.copytree(DYCK, run)
+        config = yaml.safe_load((run / RunFiles.CONFIG).read_text(encoding="utf-8"))
+        config["experiment"], config["cell"] = experiment, cell
+        config["train"]["lr"], config["data"]["m"] = lr, m
+        (run / RunFiles.CONFIG).write_text(yaml.safe_dump(config), encoding="utf-8")
+        res = json.loads((run / RunFiles.RESULT).read_text(encoding="utf-8"))
+        res["experiment"], res["cell"] = experiment, cell
+        res["best"]["dev"]["loss"], res["test"]["loss"] = loss, loss + 0.01
+        (run / RunFiles.RESULT).write_text(json.dumps(res), encoding="utf-8")
+
+
+OVER = ("pages grid records " + " ".join(f"--table {DYCK_GRID}-m{m}-lr{lr}" for m in (4, 8)
+                                         for lr in ("0.0005", "0.001"))
+        + " --cells qrnn,sru --by train.lr --over data.m --base 0.001")
+
+
+def test_a_grid_over_m_gives_each_cell_one_rate_by_the_mean_over_m(tmp_path, monkeypatch):
+    """sru is best at m = 8 with 0.0005 and at m = 4 with 0.001; the mean over m chooses
+    0.0005 ((0.02 + 0.10) / 2 = 0.06 against (0.01 + 0.13) / 2 = 0.07); qrnn lacks a point."""
+    dyck_grid_records(tmp_path, {(0.0005, 4): 0.02, (0.0005, 8): 0.10,
+                                 (0.001, 4): 0.01, (0.001, 8): 0.13})
+    dyck_grid_records(tmp_path, {(0.0005, 4): 0.05, (0.001, 4): 0.04, (0.001, 8): 0.2},
+                      cell="qrnn")
+    monkeypatch.chdir(tmp_path)
+    lines = pages.render(OVER).splitlines()
+    assert lines[0] == ("| cell | m | lr 0.0005: dev / test loss | lr 0.001 (base): dev / test "
+                        "loss | chosen lr |")
+    assert lines[2:9] == [
+        "| `qrnn` | 4 | 0.0500 / 0.0600 | 0.0400 / 0.0500 |  |",
+        "| `qrnn` | 8 | — | 0.2000 / 0.2100 |  |",
+        "| `qrnn` | mean over m | — | — | grid incomplete |",
+        "| `sru` | 4 | 0.0200 / 0.0300 | 0.0100 / 0.0200 |  |",
+        "| `sru` | 8 | 0.1000 / 0.1100 | 0.1300 / 0.1400 |  |",
+        "| `sru` | mean over m | **0.0600** / 0.0700 | 0.0700 / 0.0800 | 0.0005 |",
+        ""]
+
+
+def test_a_recipe_that_does_not_make_the_mean_s_choice_is_named(tmp_path, monkeypatch):
+    """simpler-recurrences-dyck-report gives sru one rate for every m: a grid whose mean over
+    m chooses another cannot be shown beside it."""
+    rate = pages_tables_rate("simpler-recurrences-dyck-report", "sru")
+    other = 0.0005 if rate != 0.0005 else 0.001
+    dyck_grid_records(tmp_path, {(lr, m): (0.01 if lr == other else 0.05)
+                                 for lr in (0.0005, 0.001) for m in (4, 8)})
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(pages_markers.PageError, match=re.escape(
+            f"gives `sru` train.lr = {rate:g}, but its grid chooses {other:g} (best mean dev "
+            "loss over m 0.0100)")):
+        pages.render(OVER + " --recipe simpler-recurrences-dyck-report")
+
+
+def test_the_report_of_a_rate_grid_over_m_names_the_mean_s_choice(tmp_path):
+    """`lstmablate report --table simpler-recurrences-dyck-report-lr`: nine experiments (three
+    rates x three m); a cell with one run in each gets the rate of the best mean dev loss."""
+    from lstmablate.results.report import build_report
+    losses = {0.0005: (0.002, 0.08, 0.12), 0.001: (0.0001, 0.07, 0.14), 0.002: (0.01, 0.09, 0.1)}
+    dyck_grid_records(tmp_path, {(lr, m): loss for lr, row in losses.items()
+                                 for m, loss in zip((4, 6, 8), row)})
+    report = build_report(tmp_path / "records", table="simpler-recurrences-dyck-report-lr")
+    notes = [n for t in report.tables for n in t.notes if "rate grid" in n]
+    # means: 0.0673, 0.0700, 0.0667 -> 0.002
+    assert notes == ["`sru`: the rate grid (seed 1) chooses lr 0.002, the best dev loss (mean "
+                     "over the 3 runs at each rate: 0.0667; 0.0005: 0.0673, 0.001: 0.0700, "
+                     "0.002: 0.0667)"]

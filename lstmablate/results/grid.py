@@ -9,12 +9,17 @@ the choice.  A tie keeps the value nearest the base one (by ratio: a learning ra
 scale), then the lower one.  The simpler recurrences' rate grids
 (``recipes/simpler-recurrences-*-lr.yaml``) are chosen this way, and the results page checks
 that each recipe's rate is its grid's choice.
+
+A grid over the rate and another setting — the second-order report's Dyck setting trains each
+cell at m = 4, 6 and 8 with one rate, as the LSTM has one — gives the cell one rate for every
+value of the other: the rate whose runs have the best mean validation number over them
+(:func:`pooled`).  A run that diverged at one of them rules its rate out.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Mapping, Sequence
 
 
 def choose(dev: Mapping[float, float], higher_is_better: bool, base: float | None = None) -> float:
@@ -34,6 +39,14 @@ def choose(dev: Mapping[float, float], higher_is_better: bool, base: float | Non
             return 0.0
         return abs(math.log(value / base))
     return min(tied, key=lambda value: (distance(value), value))
+
+
+def pooled(numbers: Mapping[float, Sequence[float]]) -> dict[float, float]:
+    """Each value's mean validation number over the other setting's points (value -> its runs'
+    numbers, one per point), for :func:`choose`; not finite (never chosen) where one of its
+    runs is not or it has none."""
+    return {value: math.fsum(xs) / len(xs) if xs and all(math.isfinite(x) for x in xs)
+            else math.nan for value, xs in numbers.items()}
 
 
 def shown(number: float) -> str:

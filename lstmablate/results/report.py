@@ -36,7 +36,7 @@ from lstmablate.run.record import Run, find_runs
 from lstmablate.task import Metric, get_task
 from .compare import SignificanceOptions
 from .experiments import Experiment, RecipeLookup, experiments_from_recipe, group_runs
-from .grid import choose, shown
+from .grid import choose, pooled, shown
 from .marks import CellTest, cell_test, mark_tests
 
 
@@ -277,28 +277,38 @@ def _form_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
 
 def _grid_notes(groups: list[tuple[str, Experiment]], cells: list[str]) -> list[str]:
     """For a table of several experiments in which a cell has one finished run in each, of one
-    seed, each at its own learning rate — a rate grid, complete — the rate its grid chooses by
+    seed, at two or more learning rates — a rate grid, complete — the rate its grid chooses by
     the best dev value of the task's primary metric (:func:`lstmablate.results.grid.choose`; a
-    tie goes to the recipe's own train.lr, the rate the grid is built around)."""
+    tie goes to the recipe's own train.lr, the rate the grid is built around).  Where the grid
+    also varies another setting (the Dyck report's m), each rate has one run per value of it
+    and its number is their mean (:func:`lstmablate.results.grid.pooled`)."""
     notes = []
     base = next((exp.expect.base_lr for _, exp in groups if exp.expect.base_lr is not None), None)
     for cell in cells:
-        runs = [r for _, exp in groups for r in exp.runs_of(cell, "finished")]
+        each = [exp.runs_of(cell, "finished") for _, exp in groups]
+        if any(len(runs) != 1 for runs in each):
+            continue
+        runs = [runs[0] for runs in each]
+        at: dict[float, list[Run]] = {}
         try:
-            at = {float(r.config.train.lr): r for r in runs}
+            for r in runs:
+                at.setdefault(float(r.config.train.lr), []).append(r)
         except Exception:  # noqa: BLE001 - a run whose config cannot be typed here
             continue
-        if len(runs) != len(groups) or len(at) != len(runs) or len({r.seed for r in runs}) != 1:
+        if len(at) < 2 or len({len(v) for v in at.values()}) != 1 or len({r.seed for r in runs}) != 1:
             continue
         first = runs[0].result
         metric = first.primary
-        dev = {lr: float((r.result.dev or {}).get(metric, math.nan)) for lr, r in at.items()}
+        dev = pooled({lr: [float((r.result.dev or {}).get(metric, math.nan)) for r in rs]
+                      for lr, rs in at.items()})
         try:
             chosen = choose(dev, first.higher_is_better, base)
         except ValueError:
             continue
+        per = len(runs) // len(at)
+        mean = f"mean over the {per} runs at each rate: " if per > 1 else ""
         notes.append(f"`{cell}`: the rate grid (seed {runs[0].seed}) chooses lr {chosen:g}, the "
-                     f"best dev {metric} ({shown(dev[chosen])}; "
+                     f"best dev {metric} ({mean}{shown(dev[chosen])}; "
                      + ", ".join(f"{lr:g}: {shown(v)}" for lr, v in sorted(dev.items())) + ")")
     return notes
 

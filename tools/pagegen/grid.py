@@ -4,7 +4,10 @@ One row per cell, one column per value of the setting found in the runs: the run
 validation number (the task's primary metric, ``result.json``'s ``best.dev``, as
 :func:`lstmablate.results.grid.shown` writes it; the grid's choice in bold,
 :func:`lstmablate.results.grid.choose`) and its test number, then the value chosen.
-With ``--recipe NAME``, a recipe that gives a cell (by its ``train.lr``, or its
+With ``--over SECTION.KEY`` (the Dyck report's ``data.m``) the grid also varies that setting
+and a cell has one value of ``--by`` for all of its points (:func:`lstmablate.results.grid.pooled`):
+a row per cell and point, then the cell's row of means over the points, which carries the
+choice.  With ``--recipe NAME``, a recipe that gives a cell (by its ``train.lr``, or its
 ``cell_overrides``') another value than its complete grid chooses is an error naming the
 recipe, the cell and the value to write: the page cannot show a choice its recipe does not
 make.
@@ -16,7 +19,7 @@ import math
 from typing import Any
 
 from lstmablate.results.experiments import Expectations
-from lstmablate.results.grid import choose, shown
+from lstmablate.results.grid import choose, pooled, shown
 
 from .markers import PageError, Parser
 from .tables import Run, find, machine_line, recipe_of
@@ -31,13 +34,14 @@ def setting(run: Run, key: str) -> float | None:
 
 
 def grid_table(argv: list[str]) -> str:
-    """``pages grid DIR --table NAME ... --cells A,B --by SECTION.KEY [--seeds 1] [--base V
-    [--base-name TEXT]] [--recipe NAME]``."""
+    """``pages grid DIR --table NAME ... --cells A,B --by SECTION.KEY [--over SECTION.KEY]
+    [--seeds 1] [--base V [--base-name TEXT]] [--recipe NAME]``."""
     parser = Parser(prog="pages grid")
     parser.add_argument("runs_dir")
     parser.add_argument("--table", action="append", default=[])
     parser.add_argument("--cells", required=True)
     parser.add_argument("--by", required=True)
+    parser.add_argument("--over", default="")
     parser.add_argument("--seeds", default="")
     parser.add_argument("--base", type=float, default=None)
     parser.add_argument("--base-name", default="base")
@@ -49,50 +53,76 @@ def grid_table(argv: list[str]) -> str:
     seeds = {int(n) for n in args.seeds.split(",") if n}
     runs = [r for r in find(args.runs_dir, args.table)
             if r.cell in cells and (not seeds or r.seed in seeds)]
-    at: dict[str, dict[float, Run]] = {}
+    at: dict[str, dict[tuple[float, float | None], Run]] = {}  # cell -> (value, point) -> run
     for run in runs:
         value = setting(run, args.by)
-        if value is None:
-            raise PageError(f"pages grid: {run.files.config} has no number at {args.by}")
-        if value in at.setdefault(run.cell, {}):
-            raise PageError(f"pages grid: two runs of `{run.cell}` at {args.by} = {value:g} "
-                            f"({at[run.cell][value].files.root} and {run.files.root}): give "
-                            "--seeds to keep one")
-        at[run.cell][value] = run
+        point = setting(run, args.over) if args.over else None
+        for key, got in ((args.by, value), (args.over, point)):
+            if key and got is None:
+                raise PageError(f"pages grid: {run.files.config} has no number at {key}")
+        assert value is not None
+        where = f"{args.by} = {value:g}" + (f", {args.over} = {point:g}" if point is not None else "")
+        if (value, point) in at.setdefault(run.cell, {}):
+            raise PageError(f"pages grid: two runs of `{run.cell}` at {where} "
+                            f"({at[run.cell][value, point].files.root} and {run.files.root}): "
+                            "give --seeds to keep one")
+        at[run.cell][value, point] = run
     if not at:
         raise PageError(f"pages grid: no finished run of {', '.join(cells)}")
-    values = sorted({v for points in at.values() for v in points})
+    values = sorted({v for grid in at.values() for v, _ in grid})
+    points = sorted({p for grid in at.values() for _, p in grid}, key=lambda p: p or 0.0)
     first = next(iter(next(iter(at.values())).values())).result()
     metric, higher = first["primary"], bool(first["higher_is_better"])
     wants = Expectations.of(recipe_of(args.recipe)).lr if args.recipe else {}
     name = args.by.split(".")[-1]
+    over = args.over.split(".")[-1]
 
     def header(value: float) -> str:
         return f"{name} {value:g}" + (f" ({args.base_name})" if args.base is not None
                                      and value == args.base else "")
-    columns = [f"{header(v)}: dev / test {metric}" for v in values] + [f"chosen {name}"]
+
+    def cell_text(dev: float | None, test: Any, bold: bool) -> str:
+        if dev is None:
+            return "—"
+        return ((f"**{shown(dev)}**" if bold else shown(dev)) + " / "
+                + (shown(test) if isinstance(test, (int, float)) and math.isfinite(test) else "—"))
+    columns = ([f"{over}"] if args.over else []) + [
+        f"{header(v)}: dev / test {metric}" for v in values] + [f"chosen {name}"]
     lines = ["| cell | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for cell in [c for c in cells if c in at]:
-        points = at[cell]
-        results = {v: r.result() for v, r in points.items()}  # each result.json read once
-        dev = {v: float((res.get("best") or {}).get("dev", {}).get(metric, math.nan))
-               for v, res in results.items()}
-        test = {v: (res.get("test") or {}).get(metric) for v, res in results.items()}
-        complete = len(points) == len(values)
-        chosen = choose(dev, higher, args.base) if complete else None
-        cols = [(f"**{shown(dev[v])}**" if v == chosen else shown(dev[v]))
-                + " / " + (shown(test[v]) if isinstance(test[v], (int, float)) else "—")
-                if v in dev else "—" for v in values]
-        row = [f"`{cell}`", *cols, f"{chosen:g}" if chosen is not None else "grid incomplete"]
+        grid = at[cell]
+        results = {k: r.result() for k, r in grid.items()}  # each result.json read once
+        dev = {k: float((res.get("best") or {}).get("dev", {}).get(metric, math.nan))
+               for k, res in results.items()}
+        test = {k: (res.get("test") or {}).get(metric) for k, res in results.items()}
+        complete = len(grid) == len(values) * len(points)
+        mean_dev = pooled({v: [dev[v, p] for p in points if (v, p) in dev] for v in values})
+        mean_test = pooled({v: [float(test[v, p]) if isinstance(test[v, p], (int, float))
+                                else math.nan for p in points if (v, p) in test] for v in values})
+        chosen = choose(mean_dev, higher, args.base) if complete else None
+        if args.over:
+            for p in points:
+                cols = [cell_text(dev.get((v, p)), test.get((v, p)), False) for v in values]
+                lines.append("| " + " | ".join([f"`{cell}`", f"{p:g}", *cols, ""]) + " |")
+            cols = [cell_text(mean_dev[v], mean_test[v], v == chosen) if complete else "—"
+                    for v in values]
+            row = [f"`{cell}`", f"mean over {over}", *cols]
+        else:
+            row = [f"`{cell}`", *[cell_text(dev.get((v, None)), test.get((v, None)), v == chosen)
+                                  for v in values]]
+        row.append(f"{chosen:g}" if chosen is not None else "grid incomplete")
         if args.recipe:
             want = wants.get(cell)
             if complete and want != chosen:
+                assert chosen is not None
+                best = (f"best mean dev {metric} over {over}" if args.over
+                        else f"best dev {metric}")
                 raise PageError(
                     f"recipe {args.recipe} gives `{cell}` {args.by} = "
                     f"{'nothing' if want is None else f'{want:g}'}, but its grid chooses "
-                    f"{chosen:g} (best dev {metric} {shown(dev[chosen])}): set cell_overrides: "
+                    f"{chosen:g} ({best} {shown(mean_dev[chosen])}): set cell_overrides: "
                     f"{{{cell}: {{train: {{lr: {chosen:g}}}}}}} in recipes/{args.recipe}.yaml "
                     "and train the cell at that rate")
         lines.append("| " + " | ".join(row) + " |")
-    shown_runs = [r for points in at.values() for r in points.values()]
+    shown_runs = [r for grid in at.values() for r in grid.values()]
     return "\n".join(lines) + "\n\n" + machine_line(shown_runs, args.runs_dir) + "\n"

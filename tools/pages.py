@@ -38,10 +38,13 @@ status: 0 (written, or ``--check``: every page matches), 1 (``--check``: a page 
   ``config.SECTION.KEY``; ``:SPEC`` after it is a Python format spec for its numbers
   (default: 2 decimals, integers with thousands separators); ``A+B`` shows two columns'
   values in one cell, ``a / b``.  LABEL is the column's header (default: the column's name).
-* ``pages grid DIR --table NAME ... --cells A,B --by SECTION.KEY [--seeds 1] [--base V
-  [--base-name TEXT]] [--recipe NAME]``: a grid over one setting (a learning rate), one row
-  per cell and one column per value found in the runs: each run's best dev value of the task's primary metric
-  and its test value, the grid's choice in bold (:func:`lstmablate.results.grid.choose`;
+* ``pages grid DIR --table NAME ... --cells A,B --by SECTION.KEY [--over SECTION.KEY]
+  [--seeds 1] [--base V [--base-name TEXT]] [--recipe NAME]``: a grid over one setting (a
+  learning rate), one row per cell and one column per value found in the runs: each run's
+  best dev value of the task's primary metric and its test value (``--over``: a grid that
+  also varies that setting, one row per cell and value of it, then the row of means that
+  carries the choice, :func:`lstmablate.results.grid.pooled`), the grid's choice in bold
+  (:func:`lstmablate.results.grid.choose`;
   ``--base``: the value the grid is built around, which wins a tie, its column named TEXT);
   with ``--recipe``, an error where the rate that recipe gives a cell is not its complete
   grid's choice (:mod:`pagegen.grid`).

@@ -97,10 +97,11 @@ def grid_table(argv: list[str]) -> str:
         test = {k: (res.get("test") or {}).get(metric) for k, res in results.items()}
         complete = len(grid) == len(values) * len(points)
         mean_dev = pooled({v: [dev[v, p] for p in points if (v, p) in dev] for v in values})
-        mean_test = pooled({v: [float(test[v, p]) if isinstance(test[v, p], (int, float))
-                                else math.nan for p in points if (v, p) in test] for v in values})
         chosen = choose(mean_dev, higher, args.base) if complete else None
         if args.over:
+            mean_test = pooled({v: [float(test[v, p]) if isinstance(test[v, p], (int, float))
+                                    else math.nan for p in points if (v, p) in test]
+                                for v in values})
             for p in points:
                 cols = [cell_text(dev.get((v, p)), test.get((v, p)), False) for v in values]
                 lines.append("| " + " | ".join([f"`{cell}`", f"{p:g}", *cols, ""]) + " |")

@@ -357,6 +357,25 @@ def test_the_encoder_operator_passes_opcheck(name, opts):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
+def test_the_backward_operator_never_hands_back_one_of_its_inputs():
+    """A gradient that autograd passes through unchanged (here through a copy: on a GPU, the
+    NMT encoder's) is the outputs' gradient itself; a custom operator may not return its
+    input (PyTorch refuses, and the compiled step fell back to eager), so the operator
+    returns an equal copy; two outputs that would share memory are made two."""
+    x = torch.randn(3, 4, dtype=F64, requires_grad=True)
+    token = next(custom_ops._TOKENS)
+    custom_ops._PENDING[token] = ([x.clone()], [x])
+    g = torch.randn(3, 4, dtype=F64)
+    (got,) = custom_ops.encoder_backward_op(torch.tensor(token), [g], [x])
+    assert torch.equal(got, g) and got.untyped_storage().data_ptr() != g.untyped_storage().data_ptr()
+    a, b = torch.randn(2, dtype=F64), torch.randn(5, dtype=F64)
+    outs = custom_ops._unaliased([a, b, b, a[:1]], [a])
+    assert [torch.equal(o, w) for o, w in zip(outs, [a, b, b, a[:1]])] == [True] * 4
+    ptrs = [o.untyped_storage().data_ptr() for o in outs]
+    assert len(set(ptrs)) == 4 and ptrs[1] == b.untyped_storage().data_ptr()
+    assert custom_ops._unaliased([b], [torch.empty(0)])[0] is b
+
+
 # ---------------------------------------------------------------------------------------
 # compile, every task (slow: inductor compiles C++ on the CPU)
 # ---------------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ def encoder_op(key: int, x: Tensor, lengths: Tensor | None, state: list[Tensor],
     if not any(needs):
         with _as_eager(x.device.type, autocast), torch.no_grad():
             out, final = enc(x, lengths, tuple(state) or None, masks)
-        return [*_canonical(enc, out, final, x), _token(0)]
+        return [*_canonical(enc, out, final, _tensors(x, lengths, state, params)), _token(0)]
     n_x = 1 + len(state)
     leaves = [t.detach().requires_grad_(n) for t, n in zip([x, *state], needs[:n_x])]
     own = list(enc.parameters())  # (the same tensors as ``params``: the graph's inputs)
@@ -103,24 +103,50 @@ def encoder_op(key: int, x: Tensor, lengths: Tensor | None, state: list[Tensor],
     _PENDING[token] = (outputs, wrt)
     while len(_PENDING) > MAX_PENDING:
         _PENDING.popitem(last=False)
-    return [*_canonical(enc, out.detach(), [f.detach() for f in final], x), _token(token)]
+    return [*_canonical(enc, out.detach(), [f.detach() for f in final],
+                        _tensors(x, lengths, state, params)), _token(token)]
+
+
+def _tensors(*items: Any) -> list[Tensor]:
+    """The tensors among ``items`` and in their lists (None skipped)."""
+    found: list[Tensor] = []
+    for item in items:
+        if isinstance(item, Tensor):
+            found.append(item)
+        elif isinstance(item, (list, tuple)):
+            found.extend(t for t in item if isinstance(t, Tensor))
+    return found
 
 
 def _token(value: int) -> Tensor:
     return torch.tensor(value, dtype=torch.int64)
 
 
-def _canonical(enc, out: Tensor, final, x: Tensor) -> list[Tensor]:
+def _canonical(enc, out: Tensor, final, inputs: list[Tensor]) -> list[Tensor]:
     """The outputs in the layout the fake kernel promises: time-major memory (batch-first:
     its transpose, what the encoder returns anyway), states contiguous, none aliasing an
-    input (a copy only where that is not already so)."""
+    input or another output (a copy only where that is not already so)."""
     if enc.batch_first:
         out = out.transpose(0, 1).contiguous().transpose(0, 1)
     else:
         out = out.contiguous()
-    outs = [out, *(f.contiguous() for f in final)]
-    base = x.untyped_storage().data_ptr()
-    return [o.clone() if o.untyped_storage().data_ptr() == base else o for o in outs]
+    return _unaliased([out, *(f.contiguous() for f in final)], inputs)
+
+
+def _unaliased(outs: list[Tensor], inputs: list[Tensor]) -> list[Tensor]:
+    """``outs`` with a copy of each one that shares memory with one of ``inputs`` or with an
+    earlier output: a custom operator's outputs may alias neither (autograd passes a
+    gradient through a copy or a view unchanged, so a backward can hand back its input)."""
+    taken = {t.untyped_storage().data_ptr() for t in inputs if t.untyped_storage().nbytes()}
+    fresh = []
+    for o in outs:
+        ptr = o.untyped_storage().data_ptr()
+        if o.untyped_storage().nbytes() and ptr in taken:
+            o = o.clone()
+            ptr = o.untyped_storage().data_ptr()
+        taken.add(ptr)
+        fresh.append(o)
+    return fresh
 
 
 @encoder_op.register_fake
@@ -146,8 +172,10 @@ def encoder_backward_op(token: Tensor, grads: list[Tensor], like: list[Tensor]) 
     outputs, wrt = entry
     with _as_eager(grads[0].device.type, ""):
         got = torch.autograd.grad(outputs, wrt, grads, allow_unused=True)
-    # (contiguous, as the fake kernel says)
-    return [w.new_zeros(w.shape) if g is None else g.contiguous() for g, w in zip(got, wrt)]
+    # (contiguous, as the fake kernel says; never one of the operator's inputs: a gradient
+    # that passes through a copy or a view unchanged is ``grads``' own tensor)
+    return _unaliased([w.new_zeros(w.shape) if g is None else g.contiguous()
+                       for g, w in zip(got, wrt)], [token, *grads, *like])
 
 
 @encoder_backward_op.register_fake

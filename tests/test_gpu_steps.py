@@ -70,6 +70,23 @@ def test_a_planned_run_sets_the_faster_mode(tmp_path):
     assert all("train.step_capture=compile" in r.sets for r in runs)
 
 
+def test_each_capture_row_comes_as_soon_as_it_is_measured(tmp_path):
+    """The stage writes each row as the generator yields it, so a stage ended at its deadline
+    (on an H200 the compile mode of the NMT step outran it) keeps the modes it measured:
+    the first row ('off') comes before the next mode is even built."""
+    recipe = tmp_path / "tiny.yaml"
+    from conftest import TINY_DYCK
+
+    recipe.write_text(TINY_DYCK)
+    said: list[str] = []
+    rows = gpu_steps.bench_capture_steps(str(recipe), ["lstm"], device="cpu", steps=1,
+                                         progress=said.append)
+    first = next(rows)
+    assert first["mode"] == "off" and first["ms"] > 0 and first["cell"] == "lstm"
+    assert not any("compile" in line for line in said), said
+    rows.close()
+
+
 def _check(tmp_path, *args) -> tuple[int, list[dict], str]:
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "lstmablate.bench.gpu_check", "--device", "cpu",

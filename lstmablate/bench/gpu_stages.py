@@ -389,18 +389,16 @@ def _step_capture(stage: Stage) -> Outcome:
     no_data: list[str] = []
 
     def one(recipe: str) -> None:
-        try:
-            rows = bench_capture_steps(recipe, stage.options.get("cells"),
-                                       device=str(stage.device),
-                                       data_dir=stage.options.get("data_dir"),
-                                       steps=stage.options.get("step_repeats", 20),
-                                       deadline=stage.deadline, progress=stage.log)
+        try:  # (each row written as it is measured: a stage ended at its deadline keeps them)
+            for row in bench_capture_steps(recipe, stage.options.get("cells"),
+                                           device=str(stage.device),
+                                           data_dir=stage.options.get("data_dir"),
+                                           steps=stage.options.get("step_repeats", 20),
+                                           deadline=stage.deadline, progress=stage.log):
+                stage.emit(row)
         except DataError:
             no_data.append(recipe)
             stage.log(f"{recipe}: its data are not here (skipped)")
-            return
-        for row in rows:
-            stage.emit(row)
 
     failed, left = stage.each(recipes, one)
     timed = sorted({r["recipe"] for r in stage.rows})

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +36,11 @@ NMT_SPEEDUP, NMT_BUSY = 2.5, 0.70
 def bench_capture_steps(recipe: str, cells: list[str] | None = None, device: str = "cuda",
                         data_dir: str | None = None, modes: tuple[str, ...] = MODES,
                         steps: int = 20, deadline: float | None = None,
-                        progress: Callable[[str], None] | None = None) -> list[dict]:
+                        progress: Callable[[str], None] | None = None) -> Iterator[dict]:
     """Rows ``kind="capture-step"`` (recipe, task, cell, mode, ms, tokens_per_s, gpu_ms,
     warm_s, the capture's record, steps_per_epoch, epochs, run_steps) for each cell and mode
-    of ``recipe``; no unit starts after ``deadline`` (a ``time.time()``)."""
+    of ``recipe``, each yielded as soon as it is measured (a stage ended at its deadline
+    keeps the rows it made); no unit starts after ``deadline`` (a ``time.time()``)."""
     import torch  # (this module is imported by the window before anything is installed)
 
     from lstmablate.recipes import resolve_config
@@ -55,11 +56,10 @@ def bench_capture_steps(recipe: str, cells: list[str] | None = None, device: str
     dev = check_device(device)
     name, task_cls, cells, task, plan, setup_s = recipe_task(recipe, cells, data_dir, dev_split=False)
     sample = [plan[i] for i in range(min(BATCHES, len(plan)))]
-    rows: list[dict] = []
     for cell in cells:
         for mode in modes:
             if deadline is not None and time.time() >= deadline:
-                return rows
+                return
             if mode == "graphs" and dev.type != "cuda":
                 continue  # (CUDA graphs exist on a GPU only)
             cfg = resolve_config(task_cls, cell, recipe=recipe,
@@ -97,15 +97,14 @@ def bench_capture_steps(recipe: str, cells: list[str] | None = None, device: str
             run_steps = epochs * len(plan)
             if cfg.train.max_steps:
                 run_steps = min(run_steps, int(cfg.train.max_steps))
-            rows.append(dict(kind="capture-step", recipe=name, task=cfg.task, cell=cell, mode=mode,
-                             device=dev.type, ms=ms, tokens=tokens, tokens_per_s=tokens / (ms / 1e3),
-                             gpu_ms=gpu_ms, warm_s=round(warm_s, 2), setup_s=round(setup_s, 2),
-                             steps_per_epoch=len(plan), epochs=epochs, run_steps=run_steps,
-                             repeats=steps, capture=record))
             if progress:
                 progress(f"{name} {cell} {mode}: {ms:.2f} ms/step"
                          + (f", fell back: {record['fallback']}" if record["fallback"] else ""))
-    return rows
+            yield dict(kind="capture-step", recipe=name, task=cfg.task, cell=cell, mode=mode,
+                       device=dev.type, ms=ms, tokens=tokens, tokens_per_s=tokens / (ms / 1e3),
+                       gpu_ms=gpu_ms, warm_s=round(warm_s, 2), setup_s=round(setup_s, 2),
+                       steps_per_epoch=len(plan), epochs=epochs, run_steps=run_steps,
+                       repeats=steps, capture=record)
 
 
 def _cycle(trainer: Any, batches: list) -> Callable[[], None]:

@@ -96,6 +96,25 @@ def _check(tmp_path, *args) -> tuple[int, list[dict], str]:
     return r.returncode, read_rows(jsonl), jsonl.with_suffix(".md").read_text()
 
 
+def test_the_step_cells_and_capture_modes_chosen(tmp_path):
+    """--step-cell and --capture-mode: the step-capture stage times those cells in those
+    modes alone (what a window asks for); a cell that is not registered is refused before
+    any stage runs."""
+    recipe = tmp_path / "tiny.yaml"
+    from conftest import TINY_DYCK
+
+    recipe.write_text(TINY_DYCK)
+    code, rows, md = _check(tmp_path, "--only", "step-capture", "--step-recipe", str(recipe),
+                            "--step-cell", "lstm-gates", "--capture-mode", "off",
+                            "--step-repeats", "1", "--budget", "300")
+    caps = [(r["cell"], r["mode"]) for r in rows if r.get("kind") == "capture-step"]
+    assert caps == [("lstm-gates", "off")] and code == 0
+    r = subprocess.run([sys.executable, "-m", "lstmablate.bench.gpu_check", "--device", "cpu",
+                        "--out", str(tmp_path / "bad"), "--only", "steps", "--step-cell",
+                        "no-such-cell"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "no-such-cell" in r.stderr and "Traceback" not in r.stderr
+
+
 @pytest.mark.slow
 def test_the_peers_stage_as_a_dry_run(tmp_path):
     code, rows, md = _check(tmp_path, "--only", "peers", "--shape", "4x5x8x2", "--repeats", "1",

@@ -338,3 +338,32 @@ def test_a_window_end_to_end_on_the_cpu(tmp_path):
     assert not [n for n in names if n.endswith(".pt")]
     summary = (tmp_path / "out2" / window_archive.SUMMARY).read_text()
     assert "| tiny/lstm/seed-1 | 2 epochs |" in summary and "| finished |" in summary
+
+
+@pytest.mark.parametrize("cells,expected", [
+    ([["lstm"], ["lstm", "lstm-gates"]], ["lstm", "lstm-gates"]),
+    ([["lstm"], None], []),
+])
+def test_the_check_times_only_the_cells_the_plan_trains(tmp_path, monkeypatch, cells, expected):
+    """gpu-check's steps and step-capture stages time the plan's cells when every group
+    names them (each cell once, in the plan's order), else every cell of each recipe; the
+    step-capture stage times 'off' and 'graphs' only (a paper-size step's compilation
+    outruns the stage's share of a window)."""
+    seen: list[list[str]] = []
+
+    def fake_run(cmd, **kwargs):
+        seen.append(list(cmd))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(window.subprocess, "run", fake_run)
+    plan = [[dict(name=f"g{i}", recipe="nmt-multi30k", **({"cells": c} if c else {}))]
+            for i, c in enumerate(cells)]
+    args = window.argparse.Namespace(device="cpu", check_stage=["steps", "step-capture"],
+                                     check_cell=[], check_arg=[])
+    result = window._check(args, tmp_path / "base", {}, plan, 60.0)
+    assert result["exit"] == 0 and result["steps"] == []
+    (cmd,) = seen
+    step_cells = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--step-cell"]
+    modes = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--capture-mode"]
+    assert step_cells == expected and modes == ["off", "graphs"]
+    assert cmd.count("--step-recipe") == 1

@@ -77,6 +77,7 @@ from lstmablate.errors import UserError, exit_status
 from .gpu_args import MAX_BUDGET, MAX_REPEATS, Parser, caller_path, check_device, check_seconds, \
     child_env, output_folder
 from .gpu_record import Check, read_rows
+from .gpu_steps import MODES as CAPTURE_MODES
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (tests/gpu, benchmarks/results)
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
@@ -342,6 +343,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "own; trainer: those of them its recipe trains)")
     ap.add_argument("--step-recipe", action="append", default=[],
                     help="a recipe of the steps stage (default: ptb-medium and nmt-multi30k)")
+    ap.add_argument("--step-cell", action="append", default=[],
+                    help="a cell of the steps and step-capture stages (default: steps, every "
+                         "cell of each recipe; step-capture, the --cell cells, else each "
+                         "recipe's)")
+    ap.add_argument("--capture-mode", action="append", default=[], choices=CAPTURE_MODES,
+                    help="a train.step_capture mode the step-capture stage times (repeatable; "
+                         "default: all three; 'off' is what the others are measured against)")
     ap.add_argument("--step-repeats", type=int, default=None,
                     help="timed steps per cell of the steps stage (default: 20)")
     ap.add_argument("--model-size", action="append", default=[],
@@ -402,6 +410,8 @@ def check_names(args: argparse.Namespace) -> None:
     for cell in args.cell:
         if not cell.startswith("nn."):  # (the baselines of the benchmarks)
             get_cell(cell)
+    for cell in args.step_cell:
+        get_cell(cell)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -430,6 +440,7 @@ def run(argv: list[str] | None = None) -> int:
     chosen = [replace(s, seconds=args.shares.get(s.name, s.seconds)) for s in chosen]
     options = {k: v for k, v in dict(
         shapes=args.shape, cells=args.cell, step_recipes=args.step_recipe,
+        step_cells=args.step_cell, capture_modes=args.capture_mode,
         model_sizes=args.model_size, repeats=args.repeats, step_repeats=args.step_repeats,
         data_dir=args.data_dir).items() if v}
     check = Check(Path(args.out), args.device, args.budget, gpu,

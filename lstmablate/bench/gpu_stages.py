@@ -320,7 +320,8 @@ def steps(stage: Stage) -> Outcome:
     from .steps import bench_task_steps
 
     def one(recipe: str) -> None:
-        for row in bench_task_steps(recipe, None, device=str(stage.device),
+        for row in bench_task_steps(recipe, stage.options.get("step_cells"),
+                                    device=str(stage.device),
                                     data_dir=stage.options.get("data_dir"),
                                     steps=stage.options.get("step_repeats", 20),
                                     deadline=stage.deadline, progress=stage.log):
@@ -383,14 +384,17 @@ def _step_capture(stage: Stage) -> Outcome:
     of its ``CAPTURE_RECIPES`` (or ``--step-recipe``) whose data are present."""
     from lstmablate.errors import DataError
 
-    from .gpu_steps import CAPTURE_RECIPES, bench_capture_steps
+    from .gpu_steps import CAPTURE_RECIPES, MODES, bench_capture_steps
 
     recipes = stage.options.get("step_recipes") or list(CAPTURE_RECIPES)
     no_data: list[str] = []
 
     def one(recipe: str) -> None:
         try:  # (each row written as it is measured: a stage ended at its deadline keeps them)
-            for row in bench_capture_steps(recipe, stage.options.get("cells"),
+            for row in bench_capture_steps(recipe, stage.options.get("step_cells")
+                                           or stage.options.get("cells"),
+                                           modes=tuple(stage.options.get("capture_modes")
+                                                       or MODES),
                                            device=str(stage.device),
                                            data_dir=stage.options.get("data_dir"),
                                            steps=stage.options.get("step_repeats", 20),

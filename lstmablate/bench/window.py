@@ -81,6 +81,10 @@ CHECK_STAGES = (("environment", 10), ("paths-fp32", 45), ("cells-fp32", 42), ("c
                 ("tests", 60), ("models", 30))
 #: timed steps per cell in the window's steps stage (gpu-check's default is 20)
 CHECK_STEP_REPEATS = 10
+#: the train.step_capture modes the window's step-capture stage times: not ``compile``,
+#: whose compilation of a paper-size step takes longer than the stage's share of a window
+#: (NMT on an H200: more than a minute per cell); gpu-check alone times all three
+CHECK_CAPTURE_MODES = ("off", "graphs")
 
 
 def prepare(args: argparse.Namespace) -> int:
@@ -115,6 +119,12 @@ def _check(args: argparse.Namespace, base: Path, env: dict[str, str], plan: list
     cmd += ["--step-repeats", str(CHECK_STEP_REPEATS)]
     for recipe in dict.fromkeys(g["recipe"] for slot in plan for g in slot):
         cmd += ["--step-recipe", recipe]
+    groups = [g for slot in plan for g in slot]
+    if all(g.get("cells") for g in groups):  # only the cells the plan trains are timed
+        for cell in dict.fromkeys(c for g in groups for c in g["cells"]):
+            cmd += ["--step-cell", cell]
+    for mode in CHECK_CAPTURE_MODES:
+        cmd += ["--capture-mode", mode]
     data = carried_data(base)
     if data.is_dir():
         cmd += ["--data-dir", str(data)]

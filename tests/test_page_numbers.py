@@ -105,7 +105,8 @@ PAGES: dict[str, Sources] = {
         records=("experiments/results/squad-*-standin-dev-split",),
         recipes=("squad-drqa*", "squad-bidaf*")),
     "table4-nmt.md": Sources(
-        records=("experiments/results/nmt-multi30k", "experiments/results/nmt-multi30k-cpu"),
+        records=("experiments/results/nmt-multi30k", "experiments/results/nmt-multi30k-cpu",
+                 "benchmarks/results/gpu-check-nvidia-h200-20261128-215229.json"),
         recipes=("nmt-multi30k*",)),
     "secondorder-table2.md": Sources(
         records=("experiments/results/secondorder-char-*", "experiments/results/secondorder-word-*"),

@@ -185,6 +185,7 @@ def test_a_run_read_from_its_folder_log_and_process_then_collected(tmp_path):
         assert runs[0].progress["last_eval"]["accuracy"] == 50.0
         assert runs[1].progress["log_end"][-1].startswith("epoch 2 batch 3/4")
         assert runs[2].progress["test"] == {"accuracy": 75.0}
+        assert runs[2].progress["step"] == 12  # the result's steps, not the log's last line (7)
         state = dict(gpu="cpu", calls=[dict(mode="run", started="now", minutes=3)],
                      runs=[asdict(r) for r in runs], not_started=[
                          dict(group="later", reason="no time")])

@@ -105,8 +105,8 @@ def update(run: Run, base: Path) -> None:
         epoch, batch, batches, step, loss, tps = found[-1]
         run.progress.update(epoch=int(epoch), batch=int(batch), batches=int(batches),
                             step=int(step), train_loss=loss, tokens_per_s=int(tps.replace(",", "")))
-    if isinstance(run.progress.get("steps"), int):  # finished: the log's last line came earlier
-        run.progress["step"] = run.progress["steps"]
+    if "step" in run.progress and isinstance(run.progress.get("steps"), int):
+        run.progress["step"] = run.progress["steps"]  # finished: the log's last line came earlier
     try:
         lines = read_rows(files.metrics)
     except UserError as err:  # (a FIFO, a file too big: named, never waited on)

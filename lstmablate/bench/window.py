@@ -83,7 +83,8 @@ CHECK_STAGES = (("environment", 10), ("paths-fp32", 45), ("cells-fp32", 42), ("c
 CHECK_STEP_REPEATS = 10
 #: the train.step_capture modes the window's step-capture stage times: not ``compile``,
 #: whose compilation of a paper-size step takes longer than the stage's share of a window
-#: (NMT on an H200: more than a minute per cell); gpu-check alone times all three
+#: (one cell's NMT step on an H200: more than a minute, unfinished); gpu-check alone times
+#: all three
 CHECK_CAPTURE_MODES = ("off", "graphs")
 
 

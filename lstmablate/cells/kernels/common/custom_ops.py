@@ -91,7 +91,7 @@ def encoder_op(key: int, x: Tensor, lengths: Tensor | None, state: list[Tensor],
     if not any(needs):
         with _as_eager(x.device.type, autocast), torch.no_grad():
             out, final = enc(x, lengths, tuple(state) or None, masks)
-        return [*_canonical(enc, out, final, _tensors(x, lengths, state, params)), _token(0)]
+        return [*_canonical(enc, out, final, [x, lengths, state]), _token(0)]
     n_x = 1 + len(state)
     leaves = [t.detach().requires_grad_(n) for t, n in zip([x, *state], needs[:n_x])]
     own = list(enc.parameters())  # (the same tensors as ``params``: the graph's inputs)
@@ -103,29 +103,20 @@ def encoder_op(key: int, x: Tensor, lengths: Tensor | None, state: list[Tensor],
     _PENDING[token] = (outputs, wrt)
     while len(_PENDING) > MAX_PENDING:
         _PENDING.popitem(last=False)
-    return [*_canonical(enc, out.detach(), [f.detach() for f in final],
-                        _tensors(x, lengths, state, params)), _token(token)]
-
-
-def _tensors(*items: Any) -> list[Tensor]:
-    """The tensors among ``items`` and in their lists (None skipped)."""
-    found: list[Tensor] = []
-    for item in items:
-        if isinstance(item, Tensor):
-            found.append(item)
-        elif isinstance(item, (list, tuple)):
-            found.extend(t for t in item if isinstance(t, Tensor))
-    return found
+    return [*_canonical(enc, out.detach(), [f.detach() for f in final], [x, lengths, state]),
+            _token(token)]
 
 
 def _token(value: int) -> Tensor:
     return torch.tensor(value, dtype=torch.int64)
 
 
-def _canonical(enc, out: Tensor, final, inputs: list[Tensor]) -> list[Tensor]:
+def _canonical(enc, out: Tensor, final, inputs: list[Any]) -> list[Tensor]:
     """The outputs in the layout the fake kernel promises: time-major memory (batch-first:
-    its transpose, what the encoder returns anyway), states contiguous, none aliasing an
-    input or another output (a copy only where that is not already so)."""
+    its transpose, what the encoder returns anyway), states contiguous, none aliasing one
+    of ``inputs`` (the input, lengths and initial state: what an output can share memory
+    with; None and lists allowed) or another output (a copy only where that is not already
+    so)."""
     if enc.batch_first:
         out = out.transpose(0, 1).contiguous().transpose(0, 1)
     else:
@@ -137,7 +128,8 @@ def _unaliased(outs: list[Tensor], inputs: list[Tensor]) -> list[Tensor]:
     """``outs`` with a copy of each one that shares memory with one of ``inputs`` or with an
     earlier output: a custom operator's outputs may alias neither (autograd passes a
     gradient through a copy or a view unchanged, so a backward can hand back its input)."""
-    taken = {t.untyped_storage().data_ptr() for t in inputs if t.untyped_storage().nbytes()}
+    taken = {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_leaves(inputs)
+             if isinstance(t, Tensor) and t.untyped_storage().nbytes()}
     fresh = []
     for o in outs:
         ptr = o.untyped_storage().data_ptr()

@@ -42,11 +42,24 @@ class RunNames:
     ARTEFACTS = "artefacts"
     TENSORBOARD = "tensorboard"
     SCORES = "scores"
+    #: a scores file's name, ``<split>`` and this (gzip: a record's per-item lines are most of
+    #: the records' bytes); and that of one written before scores were compressed, still read
+    SCORES_SUFFIX = ".jsonl.gz"
+    SCORES_SUFFIX_BEFORE = ".jsonl"
     #: sizes and sha256 of the artefacts, written after them (not a valid artefact key)
     MANIFEST = "_manifest.json"
     #: the files a run folder owns, and its folders
     FILE_NAMES = (CONFIG, ENV, METRICS, RESULT, LAST, BEST, LOCK)
     FOLDERS = (ARTEFACTS, TENSORBOARD, SCORES)
+
+    @classmethod
+    def split_of(cls, path: str | os.PathLike) -> str:
+        """The split a scores file's name names (``test.jsonl.gz``, ``test.jsonl`` -> ``test``)."""
+        name = Path(path).name
+        for suffix in (cls.SCORES_SUFFIX, cls.SCORES_SUFFIX_BEFORE):
+            if name.endswith(suffix):
+                return name[:-len(suffix)]
+        return Path(name).stem
 
 
 def is_run_folder(folder: str | os.PathLike) -> bool:

@@ -44,7 +44,7 @@ must provide (everything else has a default):
   a string) holding the sufficient statistics of the metrics; ``item_metrics``
   says how each metric is recomputed from summed statistics; ``item_key`` what
   identifies an item's gold data.  The runner writes the records to the run
-  folder's ``scores/<split>.jsonl`` (:mod:`lstmablate.run.scores`).
+  folder's ``scores/<split>.jsonl.gz`` (:mod:`lstmablate.run.scores`).
 
 A task receives its run directory (``self.run_dir``) and may write files of its
 own there.  The trainer sees only this interface; a task knows nothing about

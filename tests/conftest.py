@@ -81,3 +81,19 @@ def tiny_recipe(tmp_path: Path) -> Path:
     p = tmp_path / "tiny.yaml"
     p.write_text(TINY_DYCK)
     return p
+
+
+def record_text(path: Path) -> str:
+    """A record's text as lstmablate reads it: a ``scores/<split>.jsonl.gz`` decompressed."""
+    from lstmablate.io import read_text
+
+    return read_text(path)
+
+
+def write_record_text(path: Path, text: str) -> None:
+    """``text`` written into a record as lstmablate writes it: gzip-compressed where the name
+    ends in ``.gz`` (a test that damages a scores file damages its lines, not its stream)."""
+    from lstmablate.io import GZIP_SUFFIX, atomic_write, atomic_write_gzip
+
+    write = atomic_write_gzip if Path(path).name.endswith(GZIP_SUFFIX) else atomic_write
+    write(path, lambda f: f.write(text.encode("utf-8")))

@@ -1,6 +1,6 @@
 """A runs tree written by hand for the significance tests: SST-2 runs whose test sentences are
 scored right or wrong by a seeded random draw (no training), with their config.yaml,
-result.json and scores/test.jsonl as lstmablate writes them.
+result.json and scores/test.jsonl.gz as lstmablate writes them.
 
     runs/sig/lstm/seed-{1,...,5}        80% right, scores
     runs/sig/lstm-srnn/seed-{1,...,5}   65% right: clearly worse, scores
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import write_record_text
 from lstmablate.run.runs import RunFiles
 
 ITEMS = 200
@@ -85,8 +86,8 @@ def make_tree(root: Path) -> Path:
         records = [{"id": i, "gold": g, "pred": g if ok else 1 - g, "correct": ok, "nll": 0.5}
                    for i, (g, ok) in enumerate(zip(gold, right))]
         (run / RunFiles.SCORES).mkdir()
-        RunFiles(run).scores("test").write_text(
-            "".join(json.dumps(x) + "\n" for x in [header, *records]))
+        write_record_text(RunFiles(run).scores("test"),
+                          "".join(json.dumps(x) + "\n" for x in [header, *records]))
     return root / "runs"
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from cli_in_process import expect_error, run_cli
+from conftest import record_text, write_record_text
 from significance_runs import small_runs, small_tree, tree  # noqa: F401 - fixtures
 from lstmablate.errors import DataError
 from lstmablate.limits import MAX_LINE_BYTES
@@ -178,23 +179,23 @@ def test_non_finite_metrics_in_metrics_jsonl_are_left_out_of_the_curves_not_refu
     assert run_cli("plot", "runs", "--out", "c.png", cwd=here).returncode == 0
 
 
-# -- scores/<split>.jsonl -------------------------------------------------------------------
+# -- scores/<split>.jsonl.gz ----------------------------------------------------------------
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "null"])
 def test_non_finite_item_scores_are_never_given_a_verdict(here, value):
     scores = RunFiles(here / RUN).scores("test")
-    lines = scores.read_text().splitlines()
+    lines = record_text(scores).splitlines()
     lines[5] = lines[5].replace('"correct": 1', f'"correct": {value}').replace(
         '"correct": 0', f'"correct": {value}')
-    scores.write_text("\n".join(lines) + "\n")
-    expect_error(run_cli("compare", RUN, OTHER, cwd=here), f"{RUN}/scores/test.jsonl, line 6",
+    write_record_text(scores, "\n".join(lines) + "\n")
+    expect_error(run_cli("compare", RUN, OTHER, cwd=here), f"{RUN}/scores/test.jsonl.gz, line 6",
                  "not a finite number", f"lstmablate eval {RUN} --split test --scores")
     done = run_cli("report", "runs", "--significance", cwd=here)
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     if value == "null":  # what lstmablate writes for a non-finite statistic: that metric only
-        assert f"`lstm-srnn` accuracy: not tested ({RUN}/scores/test.jsonl, line 6" in text
+        assert f"`lstm-srnn` accuracy: not tested ({RUN}/scores/test.jsonl.gz, line 6" in text
     else:  # a file holding NaN or Infinity is damaged as a whole: neither metric is tested
-        assert f"`lstm-srnn` accuracy, loss: not tested ({RUN}/scores/test.jsonl, line 6" in text
+        assert f"`lstm-srnn` accuracy, loss: not tested ({RUN}/scores/test.jsonl.gz, line 6" in text
         assert f"`lstmablate eval {RUN} --split test --scores`" in text
     # the other seed's pair is still tested (two seeds a side: too few for ASO)
     assert "| worse (1/1 pairs worse, adj. p " in lstm_srnn_row(done.stdout)
@@ -215,9 +216,9 @@ def test_a_metric_that_is_no_number_on_some_resamples_gets_no_verdict(here, monk
 def test_a_scores_file_without_items_is_named(here):
     for run in (RUN, OTHER):
         scores = RunFiles(here / run).scores("test")
-        header = json.loads(scores.read_text().splitlines()[0])
-        scores.write_text(json.dumps({**header, "items": 0}) + "\n")
-    expect_error(run_cli("compare", RUN, OTHER, cwd=here), f"{RUN}/scores/test.jsonl holds no "
+        header = json.loads(record_text(scores).splitlines()[0])
+        write_record_text(scores, json.dumps({**header, "items": 0}) + "\n")
+    expect_error(run_cli("compare", RUN, OTHER, cwd=here), f"{RUN}/scores/test.jsonl.gz holds no "
                  "items")
 
 
@@ -233,22 +234,22 @@ def lstm_srnn_row(markdown: str) -> str:
 ])
 def test_a_scores_header_of_the_wrong_types_is_named(here, header, why):
     scores = RunFiles(here / RUN).scores("test")
-    lines = scores.read_text().splitlines()
+    lines = record_text(scores).splitlines()
     lines[0] = json.dumps({**json.loads(lines[0]), **header})
-    scores.write_text("\n".join(lines) + "\n")
-    with pytest.raises(DataError, match=r"test.jsonl, line 1: "):
+    write_record_text(scores, "\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"test.jsonl.gz, line 1: "):
         read_scores(scores)
-    expect_error(run_cli("compare", RUN, OTHER, cwd=here), "scores/test.jsonl, line 1", why)
+    expect_error(run_cli("compare", RUN, OTHER, cwd=here), "scores/test.jsonl.gz, line 1", why)
 
 
 def test_a_line_separator_inside_a_scores_string_is_not_a_line_break(here):
     """write_scores writes non-ASCII text as it is (ensure_ascii=False): a U+2028 in a
     translation stays inside its JSON string."""
     scores = RunFiles(here / RUN).scores("test")
-    lines = scores.read_text().splitlines()
+    lines = record_text(scores).splitlines()
     record = json.loads(lines[1])
     lines[1] = json.dumps({**record, "text": "a\u2028b\x85c"}, ensure_ascii=False)
-    scores.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_record_text(scores, "\n".join(lines) + "\n")
     assert read_scores(scores).records[0]["text"] == "a\u2028b\x85c"
 
 

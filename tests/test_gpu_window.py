@@ -24,7 +24,7 @@ from lstmablate.bench import window, window_archive, window_carry, window_files,
     window_runs
 from lstmablate.run.runs import RunFiles
 
-from conftest import TINY_DYCK
+from conftest import TINY_DYCK, write_record_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -177,7 +177,7 @@ def test_a_run_read_from_its_folder_log_and_process_then_collected(tmp_path):
         gates.result.write_text(json.dumps(dict(steps=12, test={"accuracy": 75.0},
                                                 shortened=False, train_time_s=3.0)))
         (gates.root / RunFiles.SCORES).mkdir()
-        gates.scores("test").write_text("{}\n")
+        write_record_text(gates.scores("test"), "{}\n")
         for run in runs:
             window_runs.update(run, base)
         assert [r.state for r in runs] == ["running", "stopped", "finished"]
@@ -199,7 +199,7 @@ def test_a_run_read_from_its_folder_log_and_process_then_collected(tmp_path):
                     f"{base_name.format(cell)}/{RunFiles.METRICS}",
                     f"{base_name.format(cell)}.log"} <= names
         assert f"{base_name.format('lstm-gates')}/{RunFiles.RESULT}" in names
-        assert f"{base_name.format('lstm-gates')}/scores/test.jsonl" in names
+        assert f"{base_name.format('lstm-gates')}/scores/test.jsonl.gz" in names
         assert not [n for n in names if n.endswith(".pt")]
         assert [r["state"] for r in saved["runs"]] == ["running", "stopped", "finished"]
         text = (tmp_path / "out" / window_archive.SUMMARY).read_text()
@@ -257,6 +257,37 @@ def test_prepare_copies_the_data_the_plan_reads(tmp_path, real_data_dir):
     assert [c.removesuffix(".gz") for c in copied] == [
         "ptb/ptb.test.txt", "ptb/ptb.train.txt", "ptb/ptb.valid.txt"]
     assert (base / "wheels").is_dir() and not list((base / "wheels").iterdir())
+
+
+def test_what_travels_is_what_git_lists_and_the_carried_folders(tmp_path):
+    """The device tool carries the checkout's tracked files, its untracked ones git does not
+    ignore and the carried folders: so many bytes, counted before a call is made; over the
+    tool's limit, prepare says so, naming the largest folders."""
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "a.py").write_bytes(b"x" * 1000)  # tracked
+    (repo / "pkg" / "gone.py").write_bytes(b"x" * 50)  # tracked, then deleted: not there
+    (repo / "notes.md").write_bytes(b"y" * 300)  # untracked, not ignored: travels
+    (repo / ".gitignore").write_text("/.gpuwindow/\n/big/\n")
+    (repo / "big").mkdir()
+    (repo / "big" / "blob").write_bytes(b"z" * 10**6)  # ignored: stays
+    (repo / ".gpuwindow" / "wheels").mkdir(parents=True)
+    (repo / ".gpuwindow" / "wheels" / "w.whl").write_bytes(b"w" * 2000)  # ignored, carried
+    assert subprocess.run(["git", "init", "-q", str(repo)]).returncode == 0
+    assert subprocess.run(["git", "-C", str(repo), "add", "pkg", ".gitignore"]).returncode == 0
+    (repo / "pkg" / "gone.py").unlink()
+    sizes = window_carry.travelling_files(repo, [repo / ".gpuwindow" / "wheels"])
+    assert sizes == {"pkg/a.py": 1000, "notes.md": 300, ".gitignore": 19,
+                     ".gpuwindow/wheels/w.whl": 2000}
+    line = window_carry.check_travel(repo, [repo / ".gpuwindow" / "wheels"], limit=4000)
+    assert line.startswith("0.0 MiB travel to the GPU machine in all")
+    with pytest.raises(window_files.WindowError) as e:
+        window_carry.check_travel(repo, [repo / ".gpuwindow" / "wheels"], limit=3000)
+    text = str(e.value)
+    assert "more than the 0 MiB its tool carries: the call would be refused" in text
+    assert text.index(".gpuwindow/wheels 0.0 MiB") < text.index("pkg/a.py 0.0 MiB")  # largest first
+    assert window_carry.travelling_files(tmp_path / "elsewhere", []) is None  # not a checkout
+    assert "is not a git checkout here" in window_carry.check_travel(tmp_path / "elsewhere", [])
 
 
 def test_a_watch_without_a_window_says_what_happened(tmp_path, capsys):
@@ -334,7 +365,7 @@ def test_a_window_end_to_end_on_the_cpu(tmp_path):
     for cell in ("lstm", "lstm-srnn"):
         folder = f"runs/tiny/{cell}/seed-1"
         assert {f"{folder}/{n}" for n in (RunFiles.CONFIG, RunFiles.ENV, RunFiles.METRICS,
-                                          RunFiles.RESULT, "scores/test.jsonl")} <= names
+                                          RunFiles.RESULT, "scores/test.jsonl.gz")} <= names
         assert f"{folder}.log" in names
     assert not [n for n in names if n.endswith(".pt")]
     summary = (tmp_path / "out2" / window_archive.SUMMARY).read_text()

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from cli_in_process import expect_error, run_cli
-from conftest import TINY_DYCK
+from conftest import TINY_DYCK, record_text, write_record_text
 
 from lstmablate.bench import gpu_check, window, window_files
 from lstmablate.bench.gpu_record import read_rows
@@ -450,12 +450,12 @@ def test_every_shipped_marker_passes_the_allow_list():
 # -- scores -------------------------------------------------------------------------------------
 def _edit_scores(site: Path, run: str = RUN, header=None, line2=None) -> Path:
     path = RunFiles(site / run).scores("test")
-    lines = path.read_text().splitlines()
+    lines = record_text(path).splitlines()
     if header:
         lines[0] = json.dumps({**json.loads(lines[0]), **header})
     if line2:
         lines[1] = json.dumps({**json.loads(lines[1]), **line2})
-    path.write_text("\n".join(lines) + "\n")
+    write_record_text(path, "\n".join(lines) + "\n")
     return path
 
 
@@ -497,9 +497,9 @@ def test_an_edited_config_is_named_where_the_scores_and_the_folder_agree(site, k
 
 def test_an_infinite_statistic_is_refused(site):
     path = RunFiles(site / RUN).scores("test")
-    lines = path.read_text().splitlines()
+    lines = record_text(path).splitlines()
     lines[1] = lines[1].replace('"nll": ', '"nll": Infinity, "was": ', 1)
-    path.write_text("\n".join(lines) + "\n")
+    write_record_text(path, "\n".join(lines) + "\n")
     expect_error(run_cli("compare", RUN, "runs/tiny/lstm-srnn/seed-1", cwd=site),
                  "the item's 'nll' is inf, not a finite number")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from cli_in_process import run_cli
+from conftest import record_text, write_record_text
 from significance_runs import ITEMS, answers, tree  # noqa: F401 - (tree: a fixture)
 from lstmablate.results.compare import (SignificanceOptions, compare, render as render_comparison,
                                         side_runs)
@@ -280,11 +281,11 @@ def test_compare_refuses_what_it_cannot_pair(here, tmp_path):
         other = tmp_path / what.replace(" ", "-") / "seed-1"
         shutil.copytree(here / "runs/sig/lstm/seed-2", other)
         scores = RunFiles(other).scores("test")
-        lines = scores.read_text().splitlines()
+        lines = record_text(scores).splitlines()
         lines = edit(lines)
         head = json.loads(lines[0])
         head["items"] = len(lines) - 1
-        scores.write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
+        write_record_text(scores, "\n".join([json.dumps(head), *lines[1:]]) + "\n")
         assert what in err(str(other), "runs/sig/lstm/seed-1")
         assert "different test sets" in err(str(other), "runs/sig/lstm/seed-1")
     unfinished = tmp_path / "unfinished"
@@ -294,7 +295,7 @@ def test_compare_refuses_what_it_cannot_pair(here, tmp_path):
     cut = tmp_path / "cut"
     shutil.copytree(here / "runs/sig/lstm/seed-3", cut)
     scores = RunFiles(cut).scores("test")
-    scores.write_text("\n".join(scores.read_text().splitlines()[:50]) + "\n")
+    write_record_text(scores, "\n".join(record_text(scores).splitlines()[:50]) + "\n")
     assert "announces 200 items, the file holds 49" in err(str(cut), "runs/sig/lstm/seed-1")
 
 
@@ -423,15 +424,15 @@ def test_two_sides_scored_against_different_gold_data_are_refused(here, tmp_path
     item keys, with a note."""
     other = tmp_path / "x" / "lstm-srnn" / "seed-1"
     shutil.copytree(here / "runs/sig/lstm-srnn/seed-1", other)
-    scores = other / "scores" / "test.jsonl"
-    lines = scores.read_text().splitlines()
+    scores = RunFiles(other).scores("test")
+    lines = record_text(scores).splitlines()
     head = json.loads(lines[0])
-    scores.write_text("\n".join([json.dumps({**head, "reference": "sha256:" + "0" * 64}),
-                                 *lines[1:]]) + "\n")
+    write_record_text(scores, "\n".join([json.dumps({**head, "reference": "sha256:" + "0" * 64}),
+                                         *lines[1:]]) + "\n")
     done = run_cli("compare", str(other), "runs/sig/lstm/seed-1", cwd=here)
     assert done.returncode == 2 and "scored against different gold data" in done.stderr
     del head["reference"]
-    scores.write_text("\n".join([json.dumps(head), *lines[1:]]) + "\n")
+    write_record_text(scores, "\n".join([json.dumps(head), *lines[1:]]) + "\n")
     done = run_cli("compare", str(other), "runs/sig/lstm/seed-1", cwd=here)
     assert done.returncode == 0, done.stderr
     assert "record no hash of their gold data" in " ".join(done.stdout.split())
@@ -442,11 +443,12 @@ def test_too_few_items_for_a_paired_test_is_refused(here, tmp_path):
     for cell in ("lstm-srnn", "lstm"):
         run = tmp_path / "few" / cell / "seed-1"
         shutil.copytree(here / f"runs/sig/{cell}/seed-1", run)
-        scores = run / "scores" / "test.jsonl"
-        lines = scores.read_text().splitlines()
+        scores = RunFiles(run).scores("test")
+        lines = record_text(scores).splitlines()
         head = json.loads(lines[0])
         head.pop("reference")
-        scores.write_text("\n".join([json.dumps({**head, "items": 2}), *lines[1:3]]) + "\n")
+        write_record_text(scores,
+                          "\n".join([json.dumps({**head, "items": 2}), *lines[1:3]]) + "\n")
         pair.append(str(run))
     done = run_cli("compare", *pair, cwd=here)
     assert done.returncode == 2

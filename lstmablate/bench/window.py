@@ -63,8 +63,8 @@ from .gpu_check import STAGE_NAMES, paper_cells
 from .gpu_record import read_rows
 from .gpu_steps import fastest
 from .window_archive import ARCHIVE, SUMMARY, collect
-from .window_carry import DEFAULT_WHEELS, DEVICE_PLATFORMS, DEVICE_PYTHON, copy_data, download_wheels, \
-    install, install_env
+from .window_carry import DEFAULT_WHEELS, DEVICE_PLATFORMS, DEVICE_PYTHON, check_travel, copy_data, \
+    download_wheels, install, install_env
 from .window_files import (FOLDER, Run, WindowError, as_dicts, carried_data, carried_wheels, check_dir, now,
                            read_state, runs_of, save_state, say, state_path, work_dir)
 from .window_plan import checked_names, load_plan, plan_runs
@@ -100,6 +100,7 @@ def prepare(args: argparse.Namespace) -> int:
     carry = [str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
              for p in (carried_wheels(base), carried_data(base))]
     print(f"carry: {json.dumps(carry)}")
+    say(check_travel(ROOT, [carried_wheels(base), carried_data(base)]))
     return 0
 
 

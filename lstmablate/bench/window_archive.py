@@ -65,10 +65,8 @@ def collect(state: dict, base: Path, out: Path) -> Path:
                 for path in (files.config, files.env, files.metrics, files.result):
                     if path.is_file():
                         add_file(path, f"{folder}/{path.name}")
-                scores = files.root / RunFiles.SCORES
-                if scores.is_dir():
-                    for path in sorted(scores.glob("*.jsonl")):
-                        add_file(path, f"{folder}/{RunFiles.SCORES}/{path.name}")
+                for path in files.score_files():
+                    add_file(path, f"{folder}/{RunFiles.SCORES}/{path.name}")
                 add_bytes(f"{folder}.log", log_tail(files.log, LOG_TAIL_BYTES))
 
     io.atomic_write(out / ARCHIVE, archive)

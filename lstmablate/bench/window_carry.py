@@ -3,7 +3,9 @@
 ``prepare`` (here, with a network): :func:`download_wheels` fetches the wheels the GPU machine
 lacks, for its Python and platform, and :func:`copy_data` copies the files the plan's recipes
 read -- into the two folders (git-ignored) that travel with the checkout
-(:func:`.window_files.carried_wheels`, :func:`.window_files.carried_data`).
+(:func:`.window_files.carried_wheels`, :func:`.window_files.carried_data`); then
+:func:`check_travel` says whether all that travels (the checkout and the two folders) is
+within what the GPU machine's tool carries, before any GPU time is spent finding out.
 
 ``run`` (on the GPU machine, before anything of the project is imported): :func:`install`
 installs from the carried wheels what is missing, into the window's site folder (not carried:
@@ -37,6 +39,10 @@ DEVICE_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux
 #: what ``prepare`` downloads by default: the project's dependencies that the GPU machine's
 #: image lacks (the tasks of the window's runs need sacremoses; conllu is the parser's)
 DEFAULT_WHEELS = ("sacremoses", "conllu")
+#: the most the GPU machine's tool carries to it in one call: the checkout's tracked files,
+#: its untracked files that git does not ignore, and the carried folders, together (a call
+#: over it is refused)
+TRAVEL_LIMIT_BYTES = 64 * 2**20
 
 
 # ---------------------------------------------------------------------------------
@@ -84,6 +90,55 @@ def copy_data(plan: list[list[dict]], data_dir: str | None, dest: Path) -> list[
             io.atomic_write(target, lambda f, src=src: _copy_regular(src, f))
             copied.append(target)
     return copied
+
+
+def travelling_files(root: Path, carried: list[Path]) -> dict[str, int] | None:
+    """What travels to the GPU machine, path (relative to ``root``) -> bytes: the files git
+    lists in the checkout ``root`` (tracked, and untracked where not ignored: ``git ls-files
+    --cached --others --exclude-standard``; a tracked file deleted from the working tree does
+    not travel) and every file under the ``carried`` folders; None where ``root`` is not a git
+    checkout (or git is not there), so nothing can be said."""
+    try:
+        r = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others",
+                            "--exclude-standard"], capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if r.returncode != 0:
+        return None
+    names = [n for n in r.stdout.decode("utf-8", "surrogateescape").split("\0") if n]
+    names += [p.relative_to(root).as_posix() if p.is_relative_to(root) else str(p)
+              for folder in carried if folder.is_dir() for p in folder.rglob("*")]
+    sizes = {}
+    for name in names:
+        path = root / name
+        if path.is_file() and not path.is_symlink():
+            sizes[name] = path.stat().st_size
+    return sizes
+
+
+def check_travel(root: Path, carried: list[Path], limit: int = TRAVEL_LIMIT_BYTES) -> str:
+    """One line on what travels to the GPU machine (:func:`travelling_files`) against
+    ``limit``; a WindowError naming the largest folders where it is over it (the tool would
+    refuse the call: nothing would run, and the start-up would still count)."""
+    sizes = travelling_files(root, carried)
+    if sizes is None:
+        return f"{root} is not a git checkout here: what travels to the GPU machine is unknown"
+    total = sum(sizes.values())
+    if total <= limit:
+        return (f"{total / 2**20:.1f} MiB travel to the GPU machine in all (the checkout and the "
+                f"carried folders; its tool carries at most {limit / 2**20:.0f} MiB)")
+    folders: dict[str, int] = {}
+    for name, size in sizes.items():
+        top = "/".join(name.split("/")[:2]) if "/" in name else name
+        folders[top] = folders.get(top, 0) + size
+    largest = sorted(folders.items(), key=lambda kv: -kv[1])[:3]
+    shown = ", ".join(f"{name} {size / 2**20:.1f} MiB" for name, size in largest)
+    raise WindowError(
+        f"{total / 2**20:.1f} MiB would travel to the GPU machine (the checkout's files git "
+        f"lists and the carried folders), more than the {limit / 2**20:.0f} MiB its tool carries: "
+        f"the call would be refused. The largest: {shown}. Leave out of the checkout what the "
+        "window does not need (a file git ignores does not travel), or carry less; the wheels "
+        "and data just prepared are kept.")
 
 
 def _copy_regular(src: Path, out: Any) -> None:

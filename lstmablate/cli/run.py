@@ -81,7 +81,7 @@ def eval_(
     force: bool = typer.Option(False, "--force", help="Replace the --write-predictions FILE if "
                                "it exists."),
     scores: bool = typer.Option(
-        False, "--scores", help="Write the run's scores/SPLIT.jsonl instead (the final evaluation "
+        False, "--scores", help="Write the run's scores/SPLIT.jsonl.gz instead (the final evaluation "
         "item by item, for `lstmablate compare` and `report --significance`), with the checkpoint "
         "and eval options of its result.json; nothing else in the run changes."),
     device: str = typer.Option("cpu", "--device", metavar="DEVICE", help=DEVICE_HELP),

@@ -1,6 +1,7 @@
 """Reading what the toolkit reads back (:mod:`lstmablate.io`): YAML and JSON
 (:func:`read_text`, :func:`load_yaml`, :func:`read_json`, :func:`parse_json`; :func:`read_lines`
-for JSON-lines files; :func:`read_tail` for a log's end) from regular files only -- a FIFO or a
+for JSON-lines files, gzip-compressed ones where the name ends in ``.gz``; :func:`read_tail` for
+a log's end) from regular files only -- a FIFO or a
 device is refused, never waited on or read forever -- bounded in size, line length and nesting
 (:mod:`lstmablate.limits`); a damaged file is one message naming it.  :func:`open_regular` is
 that check of the file's kind, for other readers (the data files, :mod:`lstmablate.data`;
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +72,42 @@ def path_exists(path: str | os.PathLike, what: str) -> bool:
                         f"({getattr(e, 'strerror', None) or e}); give an existing one.") from None
 
 
+#: the ending of a file name that says its content is gzip-compressed (:func:`read_text`)
+GZIP_SUFFIX = ".gz"
+
+
+def _gunzip(data: bytes, path: Path, max_bytes: int, error: type[UserError]) -> bytes:
+    """The content of ``data``, one gzip member as :func:`~lstmablate.io.atomic_write_gzip`
+    writes it, decompressed to at most ``max_bytes`` (a file that would grow past them is
+    refused before it does: a small file may hold a huge content); a damaged, cut or
+    concatenated one is one ``error`` naming ``path``."""
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # a gzip header and trailer (its CRC)
+    try:
+        out = inflate.decompress(data, max_bytes + 1)
+    except zlib.error as e:
+        raise error(f"{path} is not a gzip file or is damaged ({e}); its name ends in "
+                    f"{GZIP_SUFFIX}, so it is read as one. The file is damaged or not the file "
+                    "meant.") from None
+    if len(out) > max_bytes:
+        raise error(f"{path} holds more than the {max_bytes:,} bytes a file of this kind may "
+                    "have (uncompressed); it is damaged or not the file meant.")
+    if not inflate.eof:
+        raise error(f"{path} ends before its gzip stream does (the file was cut short); it is "
+                    "damaged.")
+    if inflate.unused_data:
+        raise error(f"{path} has {len(inflate.unused_data):,} bytes after its gzip stream; a "
+                    "file lstmablate writes holds one stream alone. The file is damaged or not "
+                    "the file meant.")
+    return out
+
+
 def read_text(path: str | os.PathLike, max_bytes: int = MAX_DOCUMENT_BYTES,
               error: type[UserError] = DataError) -> str:
-    """A regular file's UTF-8 text.  A FIFO, a device, a directory, a file over ``max_bytes``,
-    bytes that are not UTF-8 or a read the system refuses are one ``error`` naming the file
-    (nothing blocks: a FIFO is refused, never waited on; :func:`open_regular`)."""
+    """A regular file's UTF-8 text; a file whose name ends in ``.gz`` (:data:`GZIP_SUFFIX`) is
+    read decompressed, its text at most ``max_bytes`` as well (:func:`_gunzip`).  A FIFO, a
+    device, a directory, a file over ``max_bytes``, bytes that are not UTF-8 or a read the
+    system refuses are one ``error`` naming the file (nothing blocks: a FIFO is refused, never
+    waited on; :func:`open_regular`)."""
     path = Path(path)
     fd = open_regular(path, error)
     try:
@@ -97,6 +130,8 @@ def read_text(path: str | os.PathLike, max_bytes: int = MAX_DOCUMENT_BYTES,
         raise error(f"{path} is more than the {max_bytes:,} bytes a file of this kind may have; "
                     "it is damaged or not the file meant.")
     data = b"".join(chunks)
+    if path.name.endswith(GZIP_SUFFIX):
+        data = _gunzip(data, path, max_bytes, error)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -124,10 +159,11 @@ def read_tail(path: str | os.PathLike, n_bytes: int, error: type[UserError] = Da
 
 def read_lines(path: str | os.PathLike, error: type[UserError] = DataError,
                max_line_bytes: int = MAX_LINE_BYTES) -> list[str]:
-    """The lines of a JSON-lines file (``metrics.jsonl``, ``scores/<split>.jsonl``): its text
-    as :func:`read_text` reads it, split at newlines only (a U+2028 inside a JSON string is
-    not a line break), each at most ``max_line_bytes`` (a longer one is an ``error`` naming
-    the file and line, before any of it is parsed)."""
+    """The lines of a JSON-lines file (``metrics.jsonl``, ``scores/<split>.jsonl.gz``): its
+    text as :func:`read_text` reads it (decompressed where its name ends in ``.gz``), split at
+    newlines only (a U+2028 inside a JSON string is not a line break), each at most
+    ``max_line_bytes`` (a longer one is an ``error`` naming the file and line, before any of it
+    is parsed)."""
     lines = read_text(path, error=error).split("\n")
     if lines and not lines[-1]:
         lines.pop()

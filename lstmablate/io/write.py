@@ -1,7 +1,7 @@
 """The output rule and the one writer of the package (:mod:`lstmablate.io`).
 
 A regular file (or a name not yet taken) is replaced atomically (:func:`output_kind`, applied
-by :func:`atomic_write` and its text/JSON/YAML forms) -- a temporary file in the same
+by :func:`atomic_write` and its text/JSON/YAML/gzip forms) -- a temporary file in the same
 directory, fsync, rename.  A crash (or a kill) in the middle of a write leaves the old file
 intact and at worst a stray ``.tmp-<name>-*`` file, never a truncated one;
 :func:`remove_interrupted_writes` deletes such leftovers (a run does it when it starts).  A
@@ -288,6 +288,19 @@ def append_json_line(path: str | os.PathLike, obj: Any, **kwargs: Any) -> None:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def atomic_write_gzip(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> None:
+    """``path`` written as :func:`atomic_write` writes it, gzip-compressed: ``write(file)``
+    writes the content, which goes through one gzip stream that names no file and no time
+    (``mtime`` 0), so that a record's bytes depend on its content alone (and the zlib that
+    compressed it).  :func:`~lstmablate.io.read_text` reads it back by its ``.gz`` name."""
+    import gzip
+
+    def compressed(f: IO[bytes]) -> None:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0) as gz:
+            write(gz)  # type: ignore[arg-type]
+    atomic_write(path, compressed)
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:

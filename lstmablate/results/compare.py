@@ -4,7 +4,7 @@ column of ``lstmablate report --significance`` (the tests themselves are
 measured error rates).
 
 * **Over test items**, for every pair of runs that scored the same test items (each run's
-  ``scores/<split>.jsonl``, written by its final evaluation or by ``lstmablate eval RUN
+  ``scores/<split>.jsonl.gz``, written by its final evaluation or by ``lstmablate eval RUN
   --split test --scores``): the paired permutation test, with the paired bootstrap's interval
   beside it (or sacreBLEU's paired bootstrap, ``--test sacrebleu``); the task's
   ``item_metrics`` recompute the metric of every shuffle and resample from the summed

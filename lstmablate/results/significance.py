@@ -3,7 +3,7 @@
 **Over test items** (two trained models, e.g. one seed of an ablation against one seed of
 the LSTM): both models scored the same test items, and each item's sufficient statistics (a
 sentence's summed NLL and token count, a question's EM and F1, a sentence's BLEU n-gram
-counts, ...) are stored in the run folder (``scores/<split>.jsonl``).  The corpus metric of
+counts, ...) are stored in the run folder (``scores/<split>.jsonl.gz``).  The corpus metric of
 any set of items is recomputed from the summed statistics, so the tests below resample items
 and recompute the metric, never average per-item scores.
 

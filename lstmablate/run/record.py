@@ -11,7 +11,7 @@ recipe metadata dropped), the code that checks a recipe's values too.  So a task
 given a typed config and never migrate keys themselves.  The rest is read on demand, each
 file by the reader of its format and checked as it is read: :attr:`Run.result`
 (``result.json``, :meth:`~lstmablate.run.runs.RunResult.from_json`), :meth:`Run.metrics`
-(``metrics.jsonl``, :func:`read_metrics`) and :meth:`Run.scores` (``scores/<split>.jsonl``,
+(``metrics.jsonl``, :func:`read_metrics`) and :meth:`Run.scores` (``scores/<split>.jsonl.gz``,
 :func:`~lstmablate.run.scores.read_scores`).  A damaged file is a UserError naming it: the
 commands that read many runs (``report``, ``plot``) skip such a run and say why, those asked
 for one run stop.
@@ -240,7 +240,7 @@ class Run:
         return self._metrics
 
     def scores_path(self, split: str) -> Path:
-        return self.files.scores(self.split_name(split))
+        return self.files.scores_to_read(self.split_name(split))
 
     def scores(self, split: str) -> Scores:
         """The run's scores file of ``split``; a UserError naming the command that writes it."""

@@ -386,15 +386,18 @@ def _train(cfg: RunConfig, task_obj: Task, model: torch.nn.Module, files: RunFil
 def write_run_scores(files: RunFiles, cfg: RunConfig, split: str, checkpoint: str,
                      metrics: dict[str, float], records: list[dict[str, Any]],
                      reference: Sequence[str] | None = None) -> Path:
-    """``scores/<split>.jsonl`` of the run: ``records`` of the final evaluation of ``split``
+    """``scores/<split>.jsonl.gz`` of the run: ``records`` of the final evaluation of ``split``
     with ``checkpoint``'s weights, which reported ``metrics``; ``reference``, the split's gold
-    items (``Task.reference_items``), is recorded as its sha256."""
+    items (``Task.reference_items``), is recorded as its sha256.  The split's file as runs
+    wrote it before scores were compressed, if the run has one, goes once this one is written
+    (it would hold the same evaluation, or an older one)."""
     files.own_folder(RunFiles.SCORES)  # a real folder of the run, never a link out of it
     path = files.scores(split)
     write_scores(path, {"task": cfg.task, "experiment": cfg.experiment, "cell": cfg.cell,
                         "seed": cfg.seed, "split": split, "checkpoint": checkpoint,
                         "metrics": metrics,
                         "reference": reference_digest(reference) if reference else None}, records)
+    files.scores_before(split).unlink(missing_ok=True)
     return path
 
 
@@ -524,7 +527,7 @@ class ScoredRun:
 
 def score_run(run_path: Path, split: str = "test", data_dir: str | None = None,
               device: str = "cpu", threads: int | None = None) -> ScoredRun:
-    """Write ``scores/<split>.jsonl`` for a finished run: the final evaluation of ``split``
+    """Write ``scores/<split>.jsonl.gz`` for a finished run: the final evaluation of ``split``
     item by item, with the checkpoint its result.json's test numbers came from and the eval
     options it was trained with.  Writes nothing else but the run's lock file, held meanwhile
     (it names this command), so no training of the same run starts while it runs."""

@@ -8,8 +8,9 @@ test metrics), the checkpoints ``last.pt`` / ``best.pt`` and ``artefacts/``
 (one JSON file per thing the task built from the training data, e.g. its
 vocabulary, so evaluation never re-reads training data, and ``_manifest.json``
 with the size and sha256 of each, checked whenever they are read) and
-``scores/<split>.jsonl`` (the final evaluation item by item, for significance
-tests; the format is :mod:`lstmablate.run.scores`'s).  Everything
+``scores/<split>.jsonl.gz`` (the final evaluation item by item, for significance
+tests, gzip-compressed; the format is :mod:`lstmablate.run.scores`'s; a run written before
+scores were compressed has ``scores/<split>.jsonl``, read alike).  Everything
 is written atomically.  The folder protects itself: it is a boundary
 (:mod:`lstmablate.runfolder`: an entry that is a symbolic link, or not of its kind, is
 refused before anything is written, never followed; no command writes its outputs into a
@@ -123,8 +124,26 @@ class RunFiles(RunNames):
         return self.root.with_name(self.root.name + ".log")
 
     def scores(self, split: str) -> Path:
-        """The per-item scores of ``split``'s final evaluation."""
-        return self.root / self.SCORES / f"{split}.jsonl"
+        """The per-item scores of ``split``'s final evaluation, as they are written."""
+        return self.root / self.SCORES / f"{split}{self.SCORES_SUFFIX}"
+
+    def scores_before(self, split: str) -> Path:
+        """The scores file of ``split`` as runs wrote it before scores were compressed."""
+        return self.root / self.SCORES / f"{split}{self.SCORES_SUFFIX_BEFORE}"
+
+    def scores_to_read(self, split: str) -> Path:
+        """The scores file of ``split`` a reader opens: :meth:`scores`, or where only
+        :meth:`scores_before` is there, that one."""
+        path, before = self.scores(split), self.scores_before(split)
+        return before if not path.exists() and before.exists() else path
+
+    def score_files(self) -> list[Path]:
+        """Every scores file in the run folder, of either name, sorted."""
+        folder = self.root / self.SCORES
+        if not folder.is_dir() or folder.is_symlink():
+            return []
+        return sorted(p for suffix in (self.SCORES_SUFFIX, self.SCORES_SUFFIX_BEFORE)
+                      for p in folder.glob(f"*{suffix}") if not p.name.startswith("."))
 
     def own_folder(self, name: str) -> Path:
         """The run's folder ``name`` (artefacts, scores), created if missing, for a write into
@@ -350,8 +369,9 @@ def clear_run_dir(files: RunFiles) -> None:
         p.unlink(missing_ok=True)
     for folder, pattern in ((files.artefacts, "*.json"),  # (the manifest included)
                             (files.tensorboard, EVENTS_GLOB),  # events of the replaced run
-                            (files.root / RunFiles.SCORES, "*.jsonl")):  # its models' scores
-        for p in folder.glob(pattern) if folder.is_dir() else ():
+                            (files.root / RunFiles.SCORES, f"*{RunFiles.SCORES_SUFFIX}"),
+                            (files.root / RunFiles.SCORES, f"*{RunFiles.SCORES_SUFFIX_BEFORE}")):
+        for p in folder.glob(pattern) if folder.is_dir() else ():  # its models' scores ^
             if not p.is_dir() or p.is_symlink():  # (a link is removed, what it points to not)
                 p.unlink()
 

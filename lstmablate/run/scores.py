@@ -1,9 +1,11 @@
-"""Per-item scores: the run folder's ``scores/<split>.jsonl`` (the file name is
+"""Per-item scores: the run folder's ``scores/<split>.jsonl.gz`` (the file name is
 :class:`~lstmablate.run.runs.RunFiles`'s; this module owns the format).
 
 The final evaluation of a split (the end-of-training test evaluation, and
 ``lstmablate eval RUN --split S --scores`` for a run trained before scores existed)
-writes one JSON object per line, UTF-8:
+writes one JSON object per line, UTF-8, gzip-compressed (:func:`~lstmablate.io.atomic_write_gzip`:
+no file name or time in the stream, so the bytes follow the content; a file written before
+scores were compressed, ``<split>.jsonl``, is the same lines uncompressed and is read alike):
 
 * line 1, the header: ``{"scores": 1, "task", "experiment", "cell", "seed", "split",
   "checkpoint" (best | last: the weights scored), "items" (the number of records that
@@ -38,8 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from lstmablate.errors import DataError, UserError
-from lstmablate.io import atomic_write, parse_json, read_lines
+from lstmablate.io import GZIP_SUFFIX, atomic_write, atomic_write_gzip, parse_json, read_lines
 from lstmablate.limits import is_number, is_seed
+from lstmablate.runfolder import RunNames
 
 FORMAT = 1
 HEADER_KEYS = ("task", "experiment", "cell", "seed", "split", "checkpoint", "items", "metrics")
@@ -102,7 +105,8 @@ def _finite(value: Any) -> Any:
 def write_scores(path: Path, header: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
                  ) -> None:
     """Write ``records`` under ``header`` (its keys :data:`HEADER_KEYS` but ``items``) to
-    ``path``, atomically."""
+    ``path``, atomically; gzip-compressed where its name ends in ``.gz`` (a run's,
+    :meth:`~lstmablate.run.runs.RunFiles.scores`), as :func:`read_scores` reads it back."""
     head = {"scores": FORMAT, **{k: header[k] for k in HEADER_KEYS if k != "items"},
             "items": len(records), **{k: header[k] for k in OPTIONAL_KEYS if header.get(k)}}
     ids = set()
@@ -122,15 +126,15 @@ def write_scores(path: Path, header: Mapping[str, Any], records: Sequence[Mappin
         for line in lines():
             f.write(line)
 
-    atomic_write(path, write)
+    (atomic_write_gzip if Path(path).name.endswith(GZIP_SUFFIX) else atomic_write)(path, write)
 
 
 def _bad(path: Path, line: int, what: str) -> DataError:
-    """``path`` (a run's ``scores/<split>.jsonl``) is damaged at ``line``: what, and the command
-    that writes it again."""
+    """``path`` (a run's ``scores/<split>.jsonl.gz``) is damaged at ``line``: what, and the
+    command that writes it again."""
     path = Path(path)
     return DataError(f"{path}, line {line}: {what}. A scores file is a header line and one JSON "
-                     f"object per item, as `{scores_command(path.parent.parent, path.stem)}` "
+                     f"object per item, as `{scores_command(path.parent.parent, RunNames.split_of(path))}` "
                      "writes it; the file is damaged or was not written by lstmablate (write it "
                      "again with that command).")
 
@@ -175,7 +179,8 @@ def _value_problem(value: Any) -> str | None:
 def read_scores(path: str | Path) -> Scores:
     """A scores file, checked: the header (each key of the type lstmablate writes), then
     exactly ``items`` records with unique ids.  The file is read as :func:`~lstmablate.io.
-    read_lines` reads JSON lines (a regular file, bounded in size and line length), each line
+    read_lines` reads JSON lines (a regular file, bounded in size and line length; decompressed
+    where its name ends in ``.gz``, a damaged gzip stream one message naming it), each line
     nested at most MAX_DEPTH deep, every statistic of every record a finite number >= 0 (or
     null)."""
     path = Path(path)

@@ -149,6 +149,36 @@ def _run(pid, experiment="exp", cell="lstm") -> window_files.Run:
                       estimate_s=10.0, pid=pid, state="running")
 
 
+def test_runs_start_with_the_windows_paths_relative_to_the_checkout(tmp_path, monkeypatch):
+    """The runs' command line (what each run's env.json records, and what comes back) names the
+    window's runs and data folders relative to the folder the window runs in, never by the GPU
+    machine's own paths; a folder outside it stays as it is."""
+    from lstmablate.bench import window_runs
+
+    started = []
+
+    class Process:
+        pid = 4242
+
+    monkeypatch.setattr(window_runs.subprocess, "Popen",
+                        lambda cmd, **kw: started.append((cmd, kw)) or Process())
+    monkeypatch.setattr(window_runs, "_CHILDREN", {})
+    checkout = tmp_path / "checkout"
+    (checkout / ".gpuwindow" / "data").mkdir(parents=True)
+    monkeypatch.chdir(checkout)
+    run = _run(None)
+    window_runs.start_runs([run], checkout / ".gpuwindow", "cpu", {})
+    cmd, kw = started[0]
+    option = dict(zip(cmd, cmd[1:]))
+    assert option["--out"] == ".gpuwindow/local/runs" and option["--data-dir"] == ".gpuwindow/data"
+    assert kw["cwd"] == checkout and run.state == "running" and run.command == cmd
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "data").mkdir(parents=True)
+    window_runs.start_runs([_run(None)], elsewhere, "cpu", {})
+    option = dict(zip(started[1][0], started[1][0][1:]))
+    assert option["--out"] == str(elsewhere / "local" / "runs")
+
+
 def test_a_run_read_from_its_folder_log_and_process_then_collected(tmp_path):
     """A run still training (another command started it: only its pid is known), one that
     stopped without a result and one that finished: each one's state, progress and last

@@ -28,11 +28,21 @@ POLL_S = 15.0
 COLLECT_EVERY_S = 60.0
 
 
+def _from_here(path: Path, cwd: Path) -> str:
+    """``path`` as the runs' command line gives it: relative to the folder they start in where
+    it lies inside it (the window's folder in the checkout, by default), so that the records
+    that come back (``env.json``'s command) name no folder of the GPU machine's."""
+    path = Path(os.path.abspath(path))
+    return str(path.relative_to(cwd)) if path.is_relative_to(cwd) else str(path)
+
+
 def start_runs(runs: list[Run], base: Path, device: str, env: dict[str, str]) -> None:
     """Start every run detached (a session of its own: it outlives this command), its output
-    in ``<run folder>.log``."""
+    in ``<run folder>.log``; ``--out`` and ``--data-dir`` relative to the folder they start in
+    (:func:`_from_here`)."""
     from lstmablate.run.runs import RunFiles
 
+    cwd = Path(os.path.abspath(os.getcwd()))
     data = carried_data(base)
     threads = max(1, min(4, (os.cpu_count() or 1) // max(len(runs), 1)))
     for run in runs:
@@ -40,12 +50,12 @@ def start_runs(runs: list[Run], base: Path, device: str, env: dict[str, str]) ->
         files.log.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "lstmablate", "train", "--task", run.task, "--recipe",
                run.recipe, "--cell", run.cell, "--seed", str(run.seed), "--device", device,
-               "--out", str(runs_dir(base)), "--experiment", run.experiment,
+               "--out", _from_here(runs_dir(base), cwd), "--experiment", run.experiment,
                "--threads", str(threads), "--log-interval", "15", "--force",
-               *(["--data-dir", str(data)] if data.is_dir() else []),
+               *(["--data-dir", _from_here(data, cwd)] if data.is_dir() else []),
                *[a for s in run.sets for a in ("--set", s)]]
         with open(files.log, "w", encoding="utf-8") as log:  # (the run's own output)
-            proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=child_env(env), stdout=log,
+            proc = subprocess.Popen(cmd, cwd=cwd, env=child_env(env), stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         run.pid, run.command, run.state = proc.pid, cmd, "running"

@@ -31,7 +31,7 @@ SWEEP_ARGS ?=   # e.g. SWEEP_ARGS="--device cuda"
 # (reproduce-% is a pattern rule, which .PHONY would switch off; no file has such a name.)
 .PHONY: install install-demo install-torch demo test test-slow lint readme-check recipe-snapshot \
 	bench gpu-check report \
-	clean-demo pages gpu-window-prepare gpu-window gpu-window-watch
+	clean-demo pages gpu-window-prepare gpu-window gpu-window-watch gpu-window-land
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -114,7 +114,8 @@ gpu-check:
 # wheels the GPU machine lacks, WHEELS, and the runs' data from LSTMABLATE_DATA or DATA, into
 # the git-ignored .gpuwindow/wheels and .gpuwindow/data that travel with the checkout); there,
 # `make gpu-window MINUTES=9 THEN=4 OUT=DIR` (PLAN=FILE: another plan, e.g.
-# benchmarks/plans/gates-lr-first.json), then at once `make gpu-window-watch MINUTES=4 OUT=DIR`.
+# benchmarks/plans/gates-lr-first.json), then at once `make gpu-window-watch MINUTES=4 OUT=DIR`;
+# back here, `make gpu-window-land OUT=DIR` writes the finished runs into experiments/results.
 MINUTES ?= 9
 THEN ?= 0
 WHEELS ?= sacremoses conllu
@@ -131,6 +132,9 @@ gpu-window:
 gpu-window-watch:
 	$(GPU_CHECK_PY) -m lstmablate.bench.window watch --minutes $(MINUTES) \
 	  --out $(or $(OUT),.gpuwindow/out)
+
+gpu-window-land:
+	$(PY) -m lstmablate.bench.window land $(or $(OUT),.gpuwindow/out)
 
 # The paper tables: `make reproduce-NAME` sweeps the recipe or table spec NAME (runs the runs
 # that are missing, resumes interrupted ones) and prints its table — for a set of tables (a

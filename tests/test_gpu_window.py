@@ -429,3 +429,134 @@ def test_the_check_times_only_the_cells_the_plan_trains(tmp_path, monkeypatch, c
     modes = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--capture-mode"]
     assert step_cells == expected and modes == ["off", "graphs"]
     assert cmd.count("--step-recipe") == 1
+
+
+# -- land: the archive that came back, written into the records ---------------------------------
+@pytest.fixture(scope="module")
+def came_back(tmp_path_factory):
+    """What a window sends back, as ``collect`` writes it: a tiny Dyck run trained to the end
+    in the window's runs folder, and one that did not finish (its config and one evaluation)."""
+    import io as text_io
+
+    from rich.console import Console
+
+    from lstmablate.run.runner import train_run
+
+    root = tmp_path_factory.mktemp("land")
+    base = root / "gpuwindow"
+    recipe = root / "tiny.yaml"
+    recipe.write_text(TINY_DYCK)
+    train_run("dyck", "lstm", recipe=str(recipe), seed=1, out=window_files.runs_dir(base),
+              console=Console(file=text_io.StringIO()), progress=False, threads=1)
+    unfinished = _run_files(base, experiment="tiny", cell="lstm-srnn")
+    unfinished.root.mkdir(parents=True)
+    unfinished.config.write_text("task: dyck\n")
+    unfinished.metrics.write_text(json.dumps(dict(step=4, epoch=1, accuracy=50.0)) + "\n")
+    runs = [_run(None, experiment="tiny", cell="lstm"), _run(None, experiment="tiny", cell="lstm-srnn")]
+    runs[0].state, runs[1].state = "finished", "stopped"
+    window_archive.collect(dict(calls=[], runs=window_files.as_dicts(runs)), base, root / "out")
+    return root / "out", RunFiles.of(window_files.runs_dir(base), "tiny", "lstm", 1)
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_land_writes_the_finished_runs_records_as_train_wrote_them(came_back, tmp_path, capsys):
+    out, trained = came_back
+    into = tmp_path / "results"
+    assert window.main(["land", str(out), "--into", str(into)]) == 0
+    said = capsys.readouterr().out
+    assert "not finished in the window (no result.json): tiny/lstm-srnn/seed-1; left out" in said
+    result = json.loads(trained.result.read_text())
+    assert f"landed {into / 'tiny' / 'lstm' / 'seed-1'}: {result['epochs']} epochs; test " in said
+    assert "1 run(s) landed" in said
+    landed = _tree(into / "tiny" / "lstm" / "seed-1")
+    assert sorted(landed) == ["config.yaml", "env.json", "metrics.jsonl", "result.json",
+                              "scores/test.jsonl.gz"]
+    assert landed == {name: (trained.root / name).read_bytes() for name in landed}
+    assert [p.name for p in into.iterdir()] == ["tiny"] and not (into / "tiny" / "lstm-srnn").exists()
+    from lstmablate.run.record import Run
+
+    run = Run.open(into / "tiny" / "lstm" / "seed-1")
+    assert run.result.test == json.loads(trained.result.read_text())["test"]
+    assert len(run.scores("test").records) == 16
+
+
+def test_land_replaces_records_only_with_force(came_back, tmp_path, capsys):
+    out, trained = came_back
+    into = tmp_path / "results"
+    target = into / "tiny" / "lstm" / "seed-1"
+    (target / "scores").mkdir(parents=True)
+    (target / "result.json").write_text("{}")
+    (target / "scores" / "dev.jsonl.gz").write_bytes(b"an older run's")
+    (target / "NOTES.md").write_text("mine")
+    before = _tree(into)
+    assert window.main(["land", str(out / ARCHIVE_NAME), "--into", str(into)]) == 2
+    err = capsys.readouterr().err
+    assert "1 of the runs already have records" in err and "add --force" in err
+    assert err.count("\n") == 1 and _tree(into) == before  # one paragraph; nothing written
+    assert window.main(["land", str(out), "--into", str(into), "--force"]) == 0
+    after = _tree(target)
+    assert after.pop("NOTES.md") == b"mine"  # the user's own file stays
+    assert sorted(after) == ["config.yaml", "env.json", "metrics.jsonl", "result.json",
+                             "scores/test.jsonl.gz"]  # the older scores file is gone
+    assert after["result.json"] == trained.result.read_bytes()
+
+
+ARCHIVE_NAME = window_archive.ARCHIVE
+
+
+def _crafted(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
+    import io as bytes_io
+
+    with tarfile.open(path, "w:gz") as tar:
+        for info, data in members:
+            info.size = len(data) if info.isreg() else 0
+            tar.addfile(info, bytes_io.BytesIO(data) if info.isreg() else None)
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, target: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, target
+    return info
+
+
+@pytest.mark.parametrize("members, said", [
+    ([(_member("runs/../../etc/cell/seed-1/result.json"), b"{}")], "is not a run's record"),
+    ([(_member("/runs/e/c/seed-1/result.json"), b"{}")], "is not a run's record"),
+    ([(_member("runs/e/c/seed-1/best.pt"), b"weights")], "is not a run's record"),
+    ([(_member("runs/e/c/seed-1/scores/../result.json"), b"{}")], "is not a run's record"),
+    ([(_member("runs/e/c/seed-1/result.json", tarfile.SYMTYPE, "/etc/passwd"), b"")],
+     "is not a regular file"),
+    ([(_member("runs/e/c/seed-1/config.yaml", tarfile.CHRTYPE), b"")], "is not a regular file"),
+    ([(_member("runs/e/c/seed-1/metrics.jsonl"), b"{}\n")], "holds no finished run"),
+])
+def test_land_refuses_an_archive_that_is_not_a_windows(tmp_path, capsys, members, said):
+    archive = _crafted(tmp_path / ARCHIVE_NAME, members)
+    into = tmp_path / "results"
+    assert window.main(["land", str(archive), "--into", str(into)]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1
+    assert not into.exists() or not any(into.iterdir())
+
+
+def test_land_refuses_a_run_whose_records_do_not_read(came_back, tmp_path, capsys):
+    """A finished run of the archive whose result.json is damaged lands nowhere, and neither
+    does any other run of the archive: each is read back as a run first."""
+    out, _ = came_back
+    with tarfile.open(out / ARCHIVE_NAME) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar if m.isreg()]
+    members = [(m, b'{"test": "no numbers"}' if m.name.endswith("lstm/seed-1/result.json") else d)
+               for m, d in members]
+    archive = _crafted(tmp_path / ARCHIVE_NAME, members)
+    into = tmp_path / "results"
+    assert window.main(["land", str(archive), "--into", str(into)]) == 2
+    err = capsys.readouterr().err
+    assert "the run tiny/lstm/seed-1 does not read as a run's records" in err
+    assert "result.json" in err and (not into.exists() or not any(into.iterdir()))
+    (tmp_path / "nothing.tar.gz").write_bytes(b"not an archive")
+    assert window.main(["land", str(tmp_path / "nothing.tar.gz"), "--into", str(into)]) == 2
+    assert "is not a gzip-compressed tar archive" in capsys.readouterr().err

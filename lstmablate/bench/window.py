@@ -4,6 +4,7 @@ paper-scale runs (``make gpu-window``; docs/design/gpu-checks.md, "GPU window").
     python -m lstmablate.bench.window prepare [--wheels "sacremoses conllu"] [--data-dir DIR]
     python -m lstmablate.bench.window run --minutes 9 --then 4 --out DIR [--device cuda]
     python -m lstmablate.bench.window watch --minutes 4 --out DIR
+    python -m lstmablate.bench.window land DIR/gpu-window.tar.gz [--into experiments/results]
 
 It is made for a GPU machine reached through commands of a few minutes each, which can reach
 no package index, returns only the files of one output folder (a few files of a few MB),
@@ -25,13 +26,18 @@ time is up one archive of every run's small records (``gpu-window.tar.gz``), a s
 ``watch`` (the next command, at once): watches the same runs until they end or its time is
 up, and writes the same files again.
 
+``land`` (here, with the archive that came back): writes its finished runs' records into
+``experiments/results`` (:mod:`.window_land`: checked first, nothing replaced without
+``--force``).
+
 The runs live in ``.gpuwindow/local`` (not carried, so the second command finds them on the
 machine).  Only the standard library and the package's bottom floor are imported before the
 install step; the project's modules are imported after it.  This module is the command (its
 options, the two calls, gpu-check within its budget); its parts are :mod:`.window_carry`
 (the wheels and data carried, the install), :mod:`.window_plan` (which runs fit),
-:mod:`.window_runs` (the runs started and watched), :mod:`.window_archive` (what comes back)
-and :mod:`.window_files` (the plan, the state and the window's folder).
+:mod:`.window_runs` (the runs started and watched), :mod:`.window_archive` (what comes back),
+:mod:`.window_land` (its runs landed as records) and :mod:`.window_files` (the plan, the
+state and the window's folder).
 
 The command line's contract holds here too: a refusal -- a plan or a state file that is not
 what the window reads (:mod:`.window_files`), an option out of its range (``--minutes``,
@@ -67,6 +73,7 @@ from .window_carry import DEFAULT_WHEELS, DEVICE_PLATFORMS, DEVICE_PYTHON, check
     download_wheels, install, install_env
 from .window_files import (FOLDER, Run, WindowError, as_dicts, carried_data, carried_wheels, check_dir, now,
                            read_state, runs_of, save_state, say, state_path, work_dir)
+from .window_land import land
 from .window_plan import checked_names, load_plan, plan_runs
 from .window_runs import start_runs, watch_until
 
@@ -295,7 +302,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         q.add_argument("--plan", default=None, help="a JSON plan (default: DEFAULT_PLAN)")
         q.add_argument("--folder", default=str(ROOT / FOLDER),
                        help="the window's folder (default: %(default)s)")
+    q = sub.add_parser("land", help="write the finished runs of an archive that came back into "
+                       "the records folder")
+    q.add_argument("archive", help=f"the window's {ARCHIVE}, or the folder holding it")
+    q.add_argument("--into", default=str(ROOT / "experiments" / "results"),
+                   help="the records folder (default: %(default)s)")
+    q.add_argument("--force", action="store_true",
+                   help="replace the records of runs already there")
     args = ap.parse_args(argv)
+    if args.mode == "land":
+        archive = caller_path(args.archive, "archive")
+        args.archive = archive / ARCHIVE if archive.is_dir() else archive
+        args.into = output_folder(args.into, "--into")
+        return args
     if args.mode != "prepare":
         check_seconds(args.minutes, "--minutes", 1.0, 600.0, low_open=False)
         args.out = output_folder(args.out)
@@ -318,10 +337,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``prepare``, ``run`` or ``watch``, with the command line's contract: a refusal is one
+    """``prepare``, ``run``, ``watch`` or ``land``, with the command line's contract: a refusal is one
     paragraph and exit 2 (:func:`lstmablate.errors.exit_status`)."""
     def body() -> int:
         args = parse_args(argv)
+        if args.mode == "land":
+            landed = land(args.archive, args.into, args.force)
+            say(f"{len(landed)} run(s) landed in {args.into}; regenerate the pages that read them "
+                "(`make pages`)")
+            return 0
         return {"prepare": prepare, "run": run_window, "watch": watch_window}[args.mode](args)
 
     return exit_status("gpu-window", body)

@@ -22,6 +22,9 @@ from .window_files import STATE, WindowError, check_dir, log_tail, runs_dir
 #: the files of a collection in ``--out`` (beside them, gpu-check's ``.md`` and ``.json``)
 ARCHIVE = "gpu-window.tar.gz"
 SUMMARY = "gpu-window.md"
+#: the archive's folder of the runs' records: ``runs/<experiment>/<cell>/seed-<n>/`` and
+#: beside each, ``seed-<n>.log`` (the end of its log); :mod:`.window_land` reads it back
+RUNS_PREFIX = "runs"
 #: the end of each run's log that the archive keeps
 LOG_TAIL_BYTES = 256 * 1024
 #: the most of one record file the archive keeps (a run's records are KBs; gpu-check's, MBs)
@@ -61,7 +64,7 @@ def collect(state: dict, base: Path, out: Path) -> Path:
                 if run["state"] == "planned":
                     continue
                 files = RunFiles.of(runs, run["experiment"], run["cell"], run["seed"])
-                folder = f"runs/{run['experiment']}/{run['cell']}/seed-{run['seed']}"
+                folder = f"{RUNS_PREFIX}/{run['experiment']}/{run['cell']}/seed-{run['seed']}"
                 for path in (files.config, files.env, files.metrics, files.result):
                     if path.is_file():
                         add_file(path, f"{folder}/{path.name}")

@@ -122,11 +122,13 @@ WHEELS ?= sacremoses conllu
 gpu-window-prepare:
 	$(PY) -m lstmablate.bench.window prepare --wheels "$(WHEELS)" $(if $(DATA),--data-dir $(DATA))
 
-# (DEVICE=cpu: a dry run; FOLDER: the window's folder. On a machine without a GPU it stops at
-# once, exit 2, with one line saying so.)
+# (DEVICE=cpu: a dry run; FOLDER: the window's folder; STAGES="environment steps ...": gpu-check's
+# stages, in order, instead of all of them. On a machine without a GPU it stops at once, exit
+# 2, with one line saying so.)
 gpu-window:
 	$(GPU_CHECK_PY) -m lstmablate.bench.window run --minutes $(MINUTES) --then $(THEN) \
 	  --out $(or $(OUT),.gpuwindow/out) $(if $(PLAN),--plan $(PLAN)) \
+	  $(foreach s,$(STAGES),--check-stage $(s)) \
 	  $(if $(DEVICE),--device $(DEVICE)) $(if $(FOLDER),--folder $(FOLDER))
 
 gpu-window-watch:

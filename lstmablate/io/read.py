@@ -1,8 +1,8 @@
 """Reading what the toolkit reads back (:mod:`lstmablate.io`): YAML and JSON
 (:func:`read_text`, :func:`load_yaml`, :func:`read_json`, :func:`parse_json`; :func:`read_lines`
 for JSON-lines files, gzip-compressed ones where the name ends in ``.gz``; :func:`read_tail` for
-a log's end) from regular files only -- a FIFO or a
-device is refused, never waited on or read forever -- bounded in size, line length and nesting
+a log's end) from regular files only -- a FIFO or a device is refused, never waited on or read
+forever -- bounded in size (uncompressed too), line length and nesting
 (:mod:`lstmablate.limits`); a damaged file is one message naming it.  :func:`open_regular` is
 that check of the file's kind, for other readers (the data files, :mod:`lstmablate.data`;
 checkpoints); :func:`check_dir_path` refuses a directory path no file system takes (a NUL byte,

@@ -458,6 +458,11 @@ def came_back(tmp_path_factory):
     return root / "out", RunFiles.of(window_files.runs_dir(base), "tiny", "lstm", 1)
 
 
+#: the files a finished run's records hold, as landed
+RECORD_FILES = sorted([RunFiles.CONFIG, RunFiles.ENV, RunFiles.METRICS, RunFiles.RESULT,
+                       f"{RunFiles.SCORES}/test{RunFiles.SCORES_SUFFIX}"])
+
+
 def _tree(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
             if p.is_file()}
@@ -473,8 +478,7 @@ def test_land_writes_the_finished_runs_records_as_train_wrote_them(came_back, tm
     assert f"landed {into / 'tiny' / 'lstm' / 'seed-1'}: {result['epochs']} epochs; test " in said
     assert "1 run(s) landed" in said
     landed = _tree(into / "tiny" / "lstm" / "seed-1")
-    assert sorted(landed) == ["config.yaml", "env.json", "metrics.jsonl", "result.json",
-                              "scores/test.jsonl.gz"]
+    assert sorted(landed) == RECORD_FILES
     assert landed == {name: (trained.root / name).read_bytes() for name in landed}
     assert [p.name for p in into.iterdir()] == ["tiny"] and not (into / "tiny" / "lstm-srnn").exists()
     from lstmablate.run.record import Run
@@ -489,7 +493,7 @@ def test_land_replaces_records_only_with_force(came_back, tmp_path, capsys):
     into = tmp_path / "results"
     target = into / "tiny" / "lstm" / "seed-1"
     (target / "scores").mkdir(parents=True)
-    (target / "result.json").write_text("{}")
+    (target / RunFiles.RESULT).write_text("{}")
     (target / "scores" / "dev.jsonl.gz").write_bytes(b"an older run's")
     (target / "NOTES.md").write_text("mine")
     before = _tree(into)
@@ -500,9 +504,8 @@ def test_land_replaces_records_only_with_force(came_back, tmp_path, capsys):
     assert window.main(["land", str(out), "--into", str(into), "--force"]) == 0
     after = _tree(target)
     assert after.pop("NOTES.md") == b"mine"  # the user's own file stays
-    assert sorted(after) == ["config.yaml", "env.json", "metrics.jsonl", "result.json",
-                             "scores/test.jsonl.gz"]  # the older scores file is gone
-    assert after["result.json"] == trained.result.read_bytes()
+    assert sorted(after) == RECORD_FILES  # the older scores file is gone
+    assert after[RunFiles.RESULT] == trained.result.read_bytes()
 
 
 ARCHIVE_NAME = window_archive.ARCHIVE
@@ -556,7 +559,7 @@ def test_land_refuses_a_run_whose_records_do_not_read(came_back, tmp_path, capsy
     assert window.main(["land", str(archive), "--into", str(into)]) == 2
     err = capsys.readouterr().err
     assert "the run tiny/lstm/seed-1 does not read as a run's records" in err
-    assert "result.json" in err and (not into.exists() or not any(into.iterdir()))
+    assert RunFiles.RESULT in err and (not into.exists() or not any(into.iterdir()))
     (tmp_path / "nothing.tar.gz").write_bytes(b"not an archive")
     assert window.main(["land", str(tmp_path / "nothing.tar.gz"), "--into", str(into)]) == 2
     assert "is not a gzip-compressed tar archive" in capsys.readouterr().err

@@ -93,7 +93,6 @@ def record_text(path: Path) -> str:
 def write_record_text(path: Path, text: str) -> None:
     """``text`` written into a record as lstmablate writes it: gzip-compressed where the name
     ends in ``.gz`` (a test that damages a scores file damages its lines, not its stream)."""
-    from lstmablate.io import GZIP_SUFFIX, atomic_write, atomic_write_gzip
+    from lstmablate.io import atomic_write_as_named
 
-    write = atomic_write_gzip if Path(path).name.endswith(GZIP_SUFFIX) else atomic_write
-    write(path, lambda f: f.write(text.encode("utf-8")))
+    atomic_write_as_named(path, lambda f: f.write(text.encode("utf-8")))

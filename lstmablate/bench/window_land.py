@@ -68,7 +68,7 @@ def read_archive(archive: Path) -> dict[str, LandedRun]:
     runs: dict[str, LandedRun] = {}
     fd = io.open_regular(archive, WindowError)  # (a FIFO or a device: refused, never read)
     try:
-        with open(fd, "rb", closefd=False) as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
+        with os.fdopen(fd, "rb") as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
             for member in tar:
                 climbs = member.name.startswith("/") or ".." in member.name.split("/")
                 if not climbs and (not member.name.startswith(f"{RUNS_PREFIX}/")
@@ -77,7 +77,7 @@ def read_archive(archive: Path) -> dict[str, LandedRun]:
                 m = None if climbs else _MEMBER.fullmatch(member.name)
                 file = m["file"] if m else ""
                 scores = file.startswith("scores/") and file.endswith(endings) \
-                    and ".." not in file and not file[len("scores/"):].startswith(".")
+                    and not file[len("scores/"):].startswith(".")
                 if not m or not (file in names or scores):
                     raise WindowError(f"{archive}: the member {member.name[:120]!r} is not a run's "
                                       "record (runs/<experiment>/<cell>/seed-<n>/ and config.yaml, "
@@ -90,15 +90,13 @@ def read_archive(archive: Path) -> dict[str, LandedRun]:
                                          f"{member.size:,} bytes, more than a record's "
                                          f"{MAX_RECORD_BYTES:,}")
                                       + "; a window's archive holds neither. Nothing was written.")
-                run = runs.setdefault(f"{m['experiment']}/{m['cell']}/seed-{int(m['seed'])}",
-                                      LandedRun(m["experiment"], m["cell"], int(m["seed"])))
+                found = LandedRun(m["experiment"], m["cell"], int(m["seed"]))
+                run = runs.setdefault(found.key, found)
                 data = tar.extractfile(member)
                 run.files[file] = data.read() if data is not None else b""
     except (tarfile.TarError, EOFError, OSError) as e:
         raise WindowError(f"{archive} is not a gzip-compressed tar archive, or is damaged or cut "
                           f"short ({e}); a window writes {ARCHIVE}. Nothing was written.") from None
-    finally:
-        os.close(fd)
     return runs
 
 

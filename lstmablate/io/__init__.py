@@ -27,13 +27,14 @@ from .machine import environment, git_commit, package_version, processor_name
 from .read import (GZIP_SUFFIX, check_depth, check_dir_path, load_yaml, open_regular, parse_json,
                    parse_yaml, path_exists, read_json, read_lines, read_tail, read_text)
 from .write import (FIFO_WAIT_S, FILE, RUN_AGAIN, STREAM, append_json_line, append_text,
-                    atomic_write, atomic_write_gzip, atomic_write_json, atomic_write_text,
-                    atomic_write_yaml, check_can_write, is_stream, output_kind,
+                    atomic_write, atomic_write_as_named, atomic_write_gzip, atomic_write_json,
+                    atomic_write_text, atomic_write_yaml, check_can_write, is_stream, output_kind,
                     remove_interrupted_writes, write_failed)
 
 __all__ = [
     "FIFO_WAIT_S", "FILE", "GZIP_SUFFIX", "RUN_AGAIN", "STREAM", "append_json_line", "append_text",
-    "atomic_write", "atomic_write_gzip", "atomic_write_json", "atomic_write_text",
+    "atomic_write", "atomic_write_as_named", "atomic_write_gzip", "atomic_write_json",
+    "atomic_write_text",
     "atomic_write_yaml", "check_can_write", "check_depth", "check_dir_path", "environment",
     "git_commit", "is_stream", "load_yaml", "open_regular", "output_kind", "package_version",
     "parse_json", "parse_yaml", "path_exists", "processor_name", "read_json", "read_lines",

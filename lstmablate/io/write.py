@@ -303,6 +303,15 @@ def atomic_write_gzip(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]
     atomic_write(path, compressed)
 
 
+def atomic_write_as_named(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> None:
+    """``path`` written by :func:`atomic_write_gzip` where its name ends in ``.gz``
+    (:data:`~lstmablate.io.GZIP_SUFFIX`), else by :func:`atomic_write`: the name says how the
+    content is stored, as :func:`~lstmablate.io.read_text` reads it back."""
+    from .read import GZIP_SUFFIX
+
+    (atomic_write_gzip if Path(path).name.endswith(GZIP_SUFFIX) else atomic_write)(path, write)
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 

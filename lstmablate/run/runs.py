@@ -367,13 +367,12 @@ def clear_run_dir(files: RunFiles) -> None:
     check_run_entries(files.root)  # (the caller checked them; a link is never followed)
     for p in (files.result, files.metrics, files.last, files.best, files.config, files.env):
         p.unlink(missing_ok=True)
-    for folder, pattern in ((files.artefacts, "*.json"),  # (the manifest included)
-                            (files.tensorboard, EVENTS_GLOB),  # events of the replaced run
-                            (files.root / RunFiles.SCORES, f"*{RunFiles.SCORES_SUFFIX}"),
-                            (files.root / RunFiles.SCORES, f"*{RunFiles.SCORES_SUFFIX_BEFORE}")):
-        for p in folder.glob(pattern) if folder.is_dir() else ():  # its models' scores ^
-            if not p.is_dir() or p.is_symlink():  # (a link is removed, what it points to not)
-                p.unlink()
+    found = [p for folder, pattern in ((files.artefacts, "*.json"),  # (the manifest included)
+                                       (files.tensorboard, EVENTS_GLOB))  # the replaced run's
+             for p in (folder.glob(pattern) if folder.is_dir() else ())]
+    for p in found + files.score_files():  # (+ its models' scores, of either name)
+        if not p.is_dir() or p.is_symlink():  # (a link is removed, what it points to not)
+            p.unlink()
 
 
 def write_config(files: RunFiles, cfg: RunConfig) -> None:

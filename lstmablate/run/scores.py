@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from lstmablate.errors import DataError, UserError
-from lstmablate.io import GZIP_SUFFIX, atomic_write, atomic_write_gzip, parse_json, read_lines
+from lstmablate.io import atomic_write_as_named, parse_json, read_lines
 from lstmablate.limits import is_number, is_seed
 from lstmablate.runfolder import RunNames
 
@@ -126,7 +126,7 @@ def write_scores(path: Path, header: Mapping[str, Any], records: Sequence[Mappin
         for line in lines():
             f.write(line)
 
-    (atomic_write_gzip if Path(path).name.endswith(GZIP_SUFFIX) else atomic_write)(path, write)
+    atomic_write_as_named(path, write)
 
 
 def _bad(path: Path, line: int, what: str) -> DataError:

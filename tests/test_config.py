@@ -13,7 +13,7 @@ from lstmablate.task import get_task
 from lstmablate_tasks.dyck.task import DyckTask
 
 
-def test_defaults_then_recipe_then_overrides(tiny_recipe):
+def test_defaults_then_recipe_then_overrides(tiny_recipe, monkeypatch):
     cfg = resolve_config(DyckTask, "lstm")
     assert cfg.train.optimizer == "adam" and cfg.train.lr == 0.01  # task defaults (Hewitt)
     assert cfg.experiment == "dyck" and cfg.data.train_tokens == 200_000
@@ -28,6 +28,15 @@ def test_defaults_then_recipe_then_overrides(tiny_recipe):
     saved = cfg.to_dict()
     assert not {"cells", "seeds", "cell_seeds", "reference", "reference_source"} & set(saved)
     assert set(cfg.identity()) == {"task", "cell", "seed", "data", "model", "train"}
+
+    # a recipe named (not a file given): the run records no path, and the report looks the
+    # name up as `train` did (a shipped recipe, or one of $LSTMABLATE_RECIPES)
+    by_name = resolve_config(get_task("ptb"), "lstm", recipe="ptb-small")
+    assert by_name.recipe == "ptb-small" and by_name.recipe_file is None
+    monkeypatch.setenv("LSTMABLATE_RECIPES", str(tiny_recipe.parent))
+    by_name = resolve_config(DyckTask, "lstm", recipe="tiny")
+    assert by_name.recipe == "tiny" and by_name.recipe_file is None
+    assert by_name.identity() == resolve_config(DyckTask, "lstm", recipe=str(tiny_recipe)).identity()
 
     cfg = resolve_config(DyckTask, "lstm", recipe=str(tiny_recipe), seed=7,
                          overrides=["train.lr=0.5", "train.max_steps=3", "model.num_layers=2",

@@ -14,7 +14,7 @@ from typing import Any
 from ..config import (SECTIONS, RunConfig, TrainConfig, _validate, apply_renamed_keys,
                       check_experiment, check_seed, parse_overrides, update_dataclass)
 from ..errors import ConfigError
-from .load import load_recipe
+from .load import load_recipe, looks_like_path
 
 def report_tables(name: str) -> list[str]:
     """The tables ``make reproduce-NAME`` prints after sweeping NAME: NAME's own, or each of
@@ -122,5 +122,17 @@ def resolve_config(
         train=cfgs["train"],
         eval=cfgs["eval"],
         recipe=recipe_name,
-        recipe_file=str(Path(rdata["_path"]).resolve()) if rdata else None,
+        recipe_file=recorded_recipe_file(recipe, rdata),
     )
+
+
+def recorded_recipe_file(recipe: str | None, rdata: dict[str, Any]) -> str | None:
+    """What a run records as the file its recipe came from: the file's absolute path when
+    ``--recipe`` named a file (a user's own recipe, read from there by the report wherever it
+    is made), None when it named a recipe (``lstmablate list recipes``): the report then looks
+    the name up as ``train`` did, so a run's records hold no path of the machine it was
+    trained on, and a report never reads a stale copy of a shipped recipe from another
+    checkout that happens to exist where the run was trained."""
+    if recipe is None or not rdata or not looks_like_path(recipe):
+        return None
+    return str(Path(rdata["_path"]).resolve())

@@ -48,8 +48,11 @@ class RunNames:
     SCORES_SUFFIX_BEFORE = ".jsonl"
     #: sizes and sha256 of the artefacts, written after them (not a valid artefact key)
     MANIFEST = "_manifest.json"
+    #: a run copied from its twin, trained for another experiment: which run that was
+    #: (:mod:`lstmablate.run.twins`)
+    TWIN = "twin.json"
     #: the files a run folder owns, and its folders
-    FILE_NAMES = (CONFIG, ENV, METRICS, RESULT, LAST, BEST, LOCK)
+    FILE_NAMES = (CONFIG, ENV, METRICS, RESULT, LAST, BEST, LOCK, TWIN)
     FOLDERS = (ARTEFACTS, TENSORBOARD, SCORES)
 
     @classmethod

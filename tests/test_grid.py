@@ -104,6 +104,21 @@ def test_the_grid_table_shows_each_rate_s_dev_number_and_the_choice(tmp_path, mo
     assert lines[-1].startswith("Machine (from the runs' `env.json`): ")
 
 
+def test_a_grid_point_copied_from_its_twin_is_named_under_the_table(tmp_path, monkeypatch):
+    grid_records(tmp_path, {0.005: 78.5, 0.01: 79.25, 0.02: 80.75})
+    twin = {"of": {"experiment": "main", "cell": "sru", "seed": 1, "recipe": "main"},
+            "copied": "2026-11-29T04:00:00+0000"}
+    (tmp_path / "records" / "g-lr0.01" / "sru" / "seed-1" / RunFiles.TWIN).write_text(
+        json.dumps(twin), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    lines = pages.render(COMMAND).splitlines()
+    assert lines[2] == "| `sru` | 78.50 / 77.50 | 79.25 / 78.25 | **80.75** / 79.75 | 0.02 |"
+    assert lines[4] == ("Copied, not trained again, from a run with the same settings trained for "
+                        "another experiment (its `twin.json`): `sru` at lr 0.01 "
+                        "(`main/sru/seed-1`).")
+    assert lines[-1].startswith("Machine (from the runs' `env.json`): ")
+
+
 def test_a_cell_missing_a_rate_of_the_grid_has_no_choice(tmp_path, monkeypatch):
     grid_records(tmp_path, {0.005: 78.5, 0.01: 79.25, 0.02: 80.75})
     grid_records(tmp_path, {0.005: 77.0, 0.01: 76.5}, cell="qrnn")  # its 0.02: still to run

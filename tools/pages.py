@@ -47,7 +47,8 @@ status: 0 (written, or ``--check``: every page matches), 1 (``--check``: a page 
   (:func:`lstmablate.results.grid.choose`;
   ``--base``: the value the grid is built around, which wins a tie, its column named TEXT);
   with ``--recipe``, an error where the rate that recipe gives a cell is not its complete
-  grid's choice (:mod:`pagegen.grid`).
+  grid's choice; a line under the table names the runs copied from a twin (``sweep --reuse``)
+  (:mod:`pagegen.grid`).
 * ``pages records DIR``: one row per experiment under DIR, with its cells and the seeds of
   each (the index of the records: no machine line).
 * ``pages headline DIR``: the README's table of the five paper cells across tasks

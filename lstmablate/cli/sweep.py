@@ -34,6 +34,13 @@ def sweep(
     status: bool = typer.Option(False, "--status", help="Where each run stands (finished, running, "
                                 "queued, interrupted, failed with its log's last lines, missing); "
                                 "runs nothing."),
+    reuse: Optional[list[str]] = typer.Option(
+        None, "--reuse", metavar="DIR",
+        help="A runs tree (another sweep's --out, experiments/results) whose finished runs may "
+             "stand in for this sweep's: a run trained for another experiment with the same "
+             "task, cell, seed, data, model, train and eval settings (its twin) is copied into "
+             "the run folder instead of being trained again, with a twin.json naming it "
+             "(repeatable). Before --list or a Slurm submission: what is left is what they show."),
     launcher: str = typer.Option("local", "--launcher", metavar="local|slurm",
                                  help="local: run here; slurm: submit one Slurm array job."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the sbatch script, submit nothing.",
@@ -72,12 +79,17 @@ def sweep(
     lstmablate sweep table1 --list
     lstmablate sweep table1 --launcher slurm --device cuda --gpus-per-job 1 --time 12:00:00
     lstmablate sweep table1 --status
+    lstmablate sweep simpler-recurrences-ptb-small --reuse runs   # a rate grid's runs stand in
     """
     from ..run import cluster
     from ..run.slurm_options import check_launcher, slurm_options
-    from ..run.sweep import check_jobs, eval_differs_note, plan_sweep, run_sweep
+    from ..errors import UserError
+    from ..run.sweep import check_jobs, eval_differs_note, plan_sweep, reuse_twins, run_sweep
 
     check_jobs(jobs)
+    if reuse and (status or dry_run):
+        raise UserError(f"--reuse copies runs, and {'--status' if status else '--dry-run'} "
+                        "writes nothing: leave one of them out.")
     slurm = {"partition": partition, "gpus_per_job": gpus, "cpus_per_job": cpus, "mem": mem,
              "time": time_limit, "account": account, "qos": qos, "array_parallelism": parallel,
              "slurm_opts": slurm_opt}
@@ -89,6 +101,8 @@ def sweep(
     if status:
         cluster.print_status(cluster.sweep_status(plan), out, err)
         return
+    if reuse:
+        plan = reuse_twins(plan, reuse, err)
     note = eval_differs_note(plan)
     if note:
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)

@@ -33,6 +33,7 @@ from lstmablate.config import to_plain
 from lstmablate.errors import UnknownNameError, UserError
 from lstmablate.io import path_exists
 from lstmablate.run.record import Run, find_runs
+from lstmablate.run.twins import TwinRecord
 from lstmablate.task import Metric, get_task
 from .compare import SignificanceOptions
 from .experiments import Experiment, RecipeLookup, experiments_from_recipe, group_runs
@@ -313,6 +314,29 @@ def _grid_notes(groups: list[tuple[str, Experiment]], cells: list[str]) -> list[
     return notes
 
 
+def _twin_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
+    """A note naming the finished runs of ``cells`` that were not trained for this experiment
+    but copied from their twin, trained for another with the same config
+    (:mod:`lstmablate.run.twins`: ``sweep --reuse``), each with the run it copies; and a note
+    for a ``twin.json`` that cannot be read (the run is still counted)."""
+    copies, damaged = [], []
+    for cell in cells:
+        for r in exp.runs_of(cell, "finished"):
+            try:
+                twin = TwinRecord.read(r.files)
+            except UserError as e:
+                damaged.append(str(e).rstrip("."))
+                continue
+            if twin is not None:
+                copies.append(f"`{cell}` seed {r.seed} (of {twin.run})")
+    notes = []
+    if copies:
+        notes.append(f"{where}{len(copies)} run(s) copied from a twin trained for another "
+                     "experiment with the same task, cell, seed, data, model, train and eval "
+                     f"settings (`sweep --reuse`; its twin.json): {', '.join(copies)}")
+    return notes + [f"{where}{d}" for d in damaged]
+
+
 def _eval_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     """A note when the finished runs of ``cells`` were evaluated with different eval options
     (a decoder changed between them): their final numbers were not made the same way."""
@@ -438,6 +462,7 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
         table.notes += [f"{where}{n}" for n in exp.notes]
         table.notes += _count_notes(where, exp, cells)
         table.notes += _eval_notes(where, exp, cells)
+        table.notes += _twin_notes(where, exp, cells)
         table.notes += _lr_notes(where, exp, cells)
         table.notes += _form_notes(where, exp, cells)
         times = _train_times(exp, cells)

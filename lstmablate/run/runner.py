@@ -36,6 +36,7 @@ from lstmablate.errors import CheckpointError, ConfigError, DataError, RunDirErr
 from .runlock import RunLock, lock_holder
 from .scores import reference_digest, write_scores
 from .record import Run, RunStart, inspect_run_dir, make_task, split_name
+from . import twins
 from .runs import (RunFiles, RunResult, check_out_dir, clear_run_dir, read_artefacts,
                    remove_interrupted_writes, write_artefacts, write_config, write_env, write_result)
 from lstmablate.task import Task, get_task
@@ -430,7 +431,8 @@ def load_run_model(run_path: Path, checkpoint: str | None = None, data_dir: str 
     task = make_task(cfg, resolve_data_dir(data_dir), files.root)
     splits = tuple(split_name(task, s) for s in splits)
     # before any data is read
-    ckpt = load_checkpoint(ckpt_path, expect=cfg.checkpoint_key(), hint=files.checkpoint_hint(ckpt_path))
+    ckpt = load_checkpoint(ckpt_path, expect=twins.checkpoint_key(files, cfg),
+                           hint=files.checkpoint_hint(ckpt_path))
     use_artefacts(task, run_artefacts(task, files)[0], files)
     task.setup(splits)
     model = build_model(task, cfg)

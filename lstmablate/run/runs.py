@@ -10,7 +10,8 @@ vocabulary, so evaluation never re-reads training data, and ``_manifest.json``
 with the size and sha256 of each, checked whenever they are read) and
 ``scores/<split>.jsonl.gz`` (the final evaluation item by item, for significance
 tests, gzip-compressed; the format is :mod:`lstmablate.run.scores`'s; a run written before
-scores were compressed has ``scores/<split>.jsonl``, read alike).  Everything
+scores were compressed has ``scores/<split>.jsonl``, read alike); a run copied from its twin
+(``sweep --reuse``, :mod:`lstmablate.run.twins`) also ``twin.json``.  Everything
 is written atomically.  The folder protects itself: it is a boundary
 (:mod:`lstmablate.runfolder`: an entry that is a symbolic link, or not of its kind, is
 refused before anything is written, never followed; no command writes its outputs into a
@@ -92,6 +93,10 @@ class RunFiles(RunNames):
     @property
     def metrics(self) -> Path:
         return self.root / self.METRICS
+
+    @property
+    def twin(self) -> Path:
+        return self.root / self.TWIN
 
     @property
     def last(self) -> Path:
@@ -365,7 +370,8 @@ def clear_run_dir(files: RunFiles) -> None:
     else (a file of the user's own in the folder stays), never through a symbolic link; the
     lock file stays."""
     check_run_entries(files.root)  # (the caller checked them; a link is never followed)
-    for p in (files.result, files.metrics, files.last, files.best, files.config, files.env):
+    for p in (files.result, files.metrics, files.last, files.best, files.config, files.env,
+              files.twin):
         p.unlink(missing_ok=True)
     found = [p for folder, pattern in ((files.artefacts, "*.json"),  # (the manifest included)
                                        (files.tensorboard, EVENTS_GLOB))  # the replaced run's

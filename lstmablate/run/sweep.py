@@ -20,6 +20,8 @@ from pathlib import Path
 from rich.console import Console
 
 from lstmablate.recipes import grid_points, load_recipe, recipe_seeds, resolve_config
+from lstmablate import io
+from lstmablate.config import RunConfig
 from lstmablate.console import escape
 from lstmablate.errors import ConfigError, RunDirError, UserError
 from lstmablate.limits import check_int, max_threads
@@ -48,6 +50,10 @@ class SweepItem:
     #: a finished run's eval options that differ from this item's (not a conflict: the same
     #: training, but its final numbers are not this recipe's)
     eval_differs: list[str] = field(default_factory=list)
+    #: the config it resolves to (as ``train`` resolves it)
+    config: RunConfig | None = field(default=None, repr=False, compare=False)
+    #: the run it was copied from by :func:`reuse_twins` (``<experiment>/<cell>/seed-<n>``)
+    twin_of: str = ""
 
     @property
     def command(self) -> str:
@@ -135,7 +141,8 @@ def _plan(recipe: str, out: Path, *, overrides: list[str] | None, threads: int |
                 items.append(SweepItem(recipe, r["task"], experiment, str(cell), seed, Path(out),
                                        files.root, finished, files.config.exists(),
                                        sets, threads, device, data_dir, conflict,
-                                       saved_eval_differences(files, cfg) if finished else []))
+                                       saved_eval_differences(files, cfg) if finished else [],
+                                       cfg))
     return items
 
 
@@ -156,6 +163,42 @@ def has_data(recipe: str, data_dir: str | None) -> bool:
     except DataError:
         return False
     return True
+
+
+def reuse_twins(plan: list[SweepItem], roots: list[str | Path],
+                console: Console | None = None) -> list[SweepItem]:
+    """``sweep --reuse DIR``: into each run folder of ``plan`` that holds nothing yet, copy the
+    finished run found under ``roots`` that is its twin — trained for another experiment with
+    the same config (:mod:`lstmablate.run.twins`) — instead of training it.  Returns the plan
+    with those runs finished (``twin_of`` naming the run copied); a folder another process is
+    writing is left alone.  A root that is not a folder is a UserError before anything is
+    copied."""
+    from .twins import copy_twin, find_twin
+
+    for root in roots:
+        io.check_dir_path(root, "--reuse", RunDirError)
+        if not str(root).strip() or not Path(root).is_dir():
+            raise RunDirError(f"--reuse {root}: not a folder of runs (a runs tree, "
+                              "<experiment>/<cell>/seed-<n>/, such as a sweep's --out or "
+                              "experiments/results). Nothing was copied.")
+    console = console or Console(stderr=True)
+    out = []
+    for it in plan:
+        if it.finished or it.started or it.config is None or lock_holder(it.run_dir):
+            out.append(it)
+            continue
+        target = RunFiles(it.run_dir)
+        twin = find_twin(it.config, target, [Path(r) for r in roots])
+        if twin is None:
+            out.append(it)
+            continue
+        record = copy_twin(twin, target, it.config)
+        what = ("the same run" if record.experiment == it.experiment else
+                f"its twin: the same settings, trained as {record.run}")
+        console.print(f"copied {escape(twin.root)} -> {escape(it.run_dir)} ({escape(what)})",
+                      highlight=False, soft_wrap=True)
+        out.append(replace(it, finished=True, started=True, twin_of=record.run))
+    return out
 
 
 class SweepInterrupted(UserError):

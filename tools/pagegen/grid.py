@@ -10,7 +10,8 @@ a row per cell and point, then the cell's row of means over the points, which ca
 choice.  With ``--recipe NAME``, a recipe that gives a cell (by its ``train.lr``, or its
 ``cell_overrides``') another value than its complete grid chooses is an error naming the
 recipe, the cell and the value to write: the page cannot show a choice its recipe does not
-make.
+make.  A run of the grid copied from its twin (a run with the same settings trained for another
+experiment, ``lstmablate sweep --reuse``) is named under the table with the run it copies.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from lstmablate.results.experiments import Expectations
 from lstmablate.results.grid import choose, pooled, shown
+from lstmablate.run.twins import TwinRecord
 
 from .markers import PageError, Parser
 from .tables import Run, find, machine_line, recipe_of
@@ -126,4 +128,22 @@ def grid_table(argv: list[str]) -> str:
                     "and train the cell at that rate")
         lines.append("| " + " | ".join(row) + " |")
     shown_runs = [r for grid in at.values() for r in grid.values()]
-    return "\n".join(lines) + "\n\n" + machine_line(shown_runs, args.runs_dir) + "\n"
+    return ("\n".join(lines) + "\n\n" + twins_line(shown_runs, args.by)
+            + machine_line(shown_runs, args.runs_dir) + "\n")
+
+
+def twins_line(runs: list[Run], by: str) -> str:
+    """A line naming the grid's runs copied from a twin trained for another experiment
+    (``sweep --reuse``: :mod:`lstmablate.run.twins`), each with the run it copies, and a blank
+    line; empty where every run was trained for its grid point."""
+    copies = []
+    for run in runs:
+        twin = TwinRecord.read(run.files)
+        if twin is not None:
+            value = setting(run, by)
+            copies.append(f"`{run.cell}` at {by.split('.')[-1]} {value:g} "
+                          f"(`{twin.run}`)")
+    if not copies:
+        return ""
+    return ("Copied, not trained again, from a run with the same settings trained for another "
+            f"experiment (its `twin.json`): {', '.join(copies)}.\n\n")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from lstmablate.config import RunConfig
 from lstmablate.errors import DataError
 from lstmablate.limits import is_seed
 from lstmablate.runfolder import check_run_entries
-from .record import saved_config_differences, saved_eval_differences
+from .record import Run, saved_config_differences, saved_eval_differences
 from .runlock import RunLock
 from .runs import RunFiles, write_config
 
@@ -121,16 +121,14 @@ def copy_twin(source: RunFiles, target: RunFiles, cfg: RunConfig) -> TwinRecord:
     ``cfg`` (its twin), holding ``target``'s lock; ``result.json`` last.  Returns the run that
     was trained; ``twin.json`` says so where that run was trained for another experiment (a
     run copied from another runs tree into its own experiment is the run itself)."""
-    from .record import Run
-
     check_run_entries(source.root)  # (a link in the run copied is refused, never followed)
-    trained = Run.open(source.root)
+    now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     earlier = TwinRecord.read(source)
-    record = (TwinRecord(earlier.experiment, earlier.cell, earlier.seed, earlier.recipe,
-                         time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-              if earlier else
-              TwinRecord(trained.experiment, trained.cell, trained.seed, trained.recipe,
-                         time.strftime("%Y-%m-%dT%H:%M:%S%z")))
+    if earlier is not None:  # a copy itself: the run trained is the one it names
+        record = replace(earlier, copied=now)
+    else:
+        trained = Run.open(source.root)
+        record = TwinRecord(trained.experiment, trained.cell, trained.seed, trained.recipe, now)
     with RunLock(target.root):
         write_config(target, cfg)
         if record.experiment != cfg.experiment:

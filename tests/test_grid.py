@@ -128,6 +128,19 @@ def test_a_cell_missing_a_rate_of_the_grid_has_no_choice(tmp_path, monkeypatch):
     assert lines[3] == "| `sru` | 78.50 / 77.50 | 79.25 / 78.25 | **80.75** / 79.75 | 0.02 |"
 
 
+def test_a_rate_the_grid_s_recipe_lists_and_no_run_has_yet_leaves_the_grid_incomplete(
+        tmp_path, monkeypatch):
+    grid_records(tmp_path, {0.005: 78.5, 0.01: 79.25})  # the recipe's 0.02: still to run
+    for run in (tmp_path / "records").glob("g-lr*/sru/seed-1"):
+        config = yaml.safe_load((run / RunFiles.CONFIG).read_text(encoding="utf-8"))
+        config["recipe"] = "simpler-recurrences-sst2-cpu-lr"  # grid: train.lr [0.005, 0.01, 0.02]
+        (run / RunFiles.CONFIG).write_text(yaml.safe_dump(config), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    lines = pages.render(COMMAND.replace(" --table g-lr0.02", "")).splitlines()
+    assert lines[0].endswith("| lr 0.02: dev / test accuracy | chosen lr |")
+    assert lines[2] == "| `sru` | 78.50 / 77.50 | 79.25 / 78.25 | — | grid incomplete |"
+
+
 def test_a_recipe_that_does_not_make_its_grid_s_choice_is_named(tmp_path, monkeypatch):
     """simpler-recurrences-sst2-cpu gives sru the LSTM's 0.01 unless its grid chose otherwise:
     a grid that chooses 0.02 cannot be shown beside it."""
@@ -181,10 +194,12 @@ DYCK = RECORDS / "dyck-report-m4" / "sru" / "seed-1"
 DYCK_GRID = "dyck-report-simpler"  # simpler-recurrences-dyck-report-lr's experiment
 
 
-def dyck_grid_records(tmp_path, dev: dict[tuple[float, int], float], cell: str = "sru") -> None:
+def dyck_grid_records(tmp_path, dev: dict[tuple[float, int], float], cell: str = "sru",
+                      recipe: str | None = None) -> None:
     """Real Dyck-report records of ``cell`` copied into the points of the rate x m grid
     (``dyck-report-simpler-m<m>-lr<lr>``), each run's rate, m, best dev loss and test loss
-    (dev + 0.01) set to ``dev``'s."""
+    (dev + 0.01) set to ``dev``'s; with ``recipe``, the recipe each run names (a grid of other
+    values than the rate grid's recipe lists names one without a grid: ``dyck``)."""
     for (lr, m), loss in dev.items():
         experiment = f"{DYCK_GRID}-m{m}-lr{lr:g}"
         run = tmp_path / "records" / experiment / cell / "seed-1"
@@ -192,6 +207,8 @@ def dyck_grid_records(tmp_path, dev: dict[tuple[float, int], float], cell: str =
         config = yaml.safe_load((run / RunFiles.CONFIG).read_text(encoding="utf-8"))
         config["experiment"], config["cell"] = experiment, cell
         config["train"]["lr"], config["data"]["m"] = lr, m
+        if recipe is not None:
+            config["recipe"] = recipe
         (run / RunFiles.CONFIG).write_text(yaml.safe_dump(config), encoding="utf-8")
         res = json.loads((run / RunFiles.RESULT).read_text(encoding="utf-8"))
         res["experiment"], res["cell"] = experiment, cell
@@ -208,9 +225,9 @@ def test_a_grid_over_m_gives_each_cell_one_rate_by_the_mean_over_m(tmp_path, mon
     """sru is best at m = 8 with 0.0005 and at m = 4 with 0.001; the mean over m chooses
     0.0005 ((0.02 + 0.10) / 2 = 0.06 against (0.01 + 0.13) / 2 = 0.07); qrnn lacks a point."""
     dyck_grid_records(tmp_path, {(0.0005, 4): 0.02, (0.0005, 8): 0.10,
-                                 (0.001, 4): 0.01, (0.001, 8): 0.13})
+                                 (0.001, 4): 0.01, (0.001, 8): 0.13}, recipe="dyck")
     dyck_grid_records(tmp_path, {(0.0005, 4): 0.05, (0.001, 4): 0.04, (0.001, 8): 0.2},
-                      cell="qrnn")
+                      cell="qrnn", recipe="dyck")
     monkeypatch.chdir(tmp_path)
     lines = pages.render(OVER).splitlines()
     assert lines[0] == ("| cell | m | lr 0.0005: dev / test loss | lr 0.001 (base): dev / test "
@@ -231,7 +248,7 @@ def test_a_recipe_that_does_not_make_the_mean_s_choice_is_named(tmp_path, monkey
     rate = pages_tables_rate("simpler-recurrences-dyck-report", "sru")
     other = 0.0005 if rate != 0.0005 else 0.001
     dyck_grid_records(tmp_path, {(lr, m): (0.01 if lr == other else 0.05)
-                                 for lr in (0.0005, 0.001) for m in (4, 8)})
+                                 for lr in (0.0005, 0.001) for m in (4, 8)}, recipe="dyck")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(pages_markers.PageError, match=re.escape(
             f"gives `sru` train.lr = {rate:g}, but its grid chooses {other:g} (best mean dev "

@@ -4,8 +4,10 @@ One row per cell, one column per value of the setting found in the runs: the run
 validation number (the task's primary metric, ``result.json``'s ``best.dev``, as
 :func:`lstmablate.results.grid.shown` writes it; the grid's choice in bold,
 :func:`lstmablate.results.grid.choose`) and its test number, then the value chosen.
-With ``--over SECTION.KEY`` (the Dyck report's ``data.m``) the grid also varies that setting
-and a cell has one value of ``--by`` for all of its points (:func:`lstmablate.results.grid.pooled`):
+The values are those the runs have and those the grids of their recipes list (a value no run
+has yet is a column of dashes, and no choice is made without it).  With ``--over
+SECTION.KEY`` (the Dyck report's ``data.m``) the grid also varies that setting and a cell has
+one value of ``--by`` for all of its points (:func:`lstmablate.results.grid.pooled`):
 a row per cell and point, then the cell's row of means over the points, which carries the
 choice.  With ``--recipe NAME``, a recipe that gives a cell (by its ``train.lr``, or its
 ``cell_overrides``') another value than its complete grid chooses is an error naming the
@@ -19,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lstmablate.errors import UserError
 from lstmablate.results.experiments import Expectations
 from lstmablate.results.grid import choose, pooled, shown
 from lstmablate.run.twins import TwinRecord
@@ -33,6 +36,22 @@ def setting(run: Run, key: str) -> float | None:
     for part in key.split("."):
         value = value.get(part) if isinstance(value, dict) else None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def planned(runs: list[Run], key: str) -> set[float]:
+    """The values of ``key`` that the grids of the runs' recipes list (``grid: {KEY: [...]}``),
+    whether or not a run has them yet: a value no run has is a column of dashes, and no cell's
+    choice is made without it.  A recipe that cannot be read adds nothing."""
+    out: set[float] = set()
+    for name in sorted({str(r.config().get("recipe") or "") for r in runs} - {""}):
+        try:
+            grid = recipe_of(name).get("grid") or {}
+        except UserError:
+            continue
+        listed = grid.get(key) if isinstance(grid, dict) else None
+        out |= {float(v) for v in listed or [] if isinstance(v, (int, float))
+                and not isinstance(v, bool)}
+    return out
 
 
 def grid_table(argv: list[str]) -> str:
@@ -71,8 +90,9 @@ def grid_table(argv: list[str]) -> str:
         at[run.cell][value, point] = run
     if not at:
         raise PageError(f"pages grid: no finished run of {', '.join(cells)}")
-    values = sorted({v for grid in at.values() for v, _ in grid})
-    points = sorted({p for grid in at.values() for _, p in grid}, key=lambda p: p or 0.0)
+    values = sorted({v for grid in at.values() for v, _ in grid} | planned(runs, args.by))
+    points = sorted({p for grid in at.values() for _, p in grid}
+                    | (planned(runs, args.over) if args.over else set()), key=lambda p: p or 0.0)
     first = next(iter(next(iter(at.values())).values())).result()
     metric, higher = first["primary"], bool(first["higher_is_better"])
     wants = Expectations.of(recipe_of(args.recipe)).lr if args.recipe else {}

@@ -136,9 +136,11 @@ def test_a_rate_the_grid_s_recipe_lists_and_no_run_has_yet_leaves_the_grid_incom
         config["recipe"] = "simpler-recurrences-sst2-cpu-lr"  # grid: train.lr [0.005, 0.01, 0.02]
         (run / RunFiles.CONFIG).write_text(yaml.safe_dump(config), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    lines = pages.render(COMMAND.replace(" --table g-lr0.02", "")).splitlines()
+    lines = pages.render(COMMAND.replace(" --table g-lr0.02", "").replace(
+        "--cells sru", "--cells sru,qrnn")).splitlines()
     assert lines[0].endswith("| lr 0.02: dev / test accuracy | chosen lr |")
     assert lines[2] == "| `sru` | 78.50 / 77.50 | 79.25 / 78.25 | — | grid incomplete |"
+    assert lines[3] == "| `qrnn` | — | — | — | grid incomplete |"  # no run yet
 
 
 def test_a_recipe_that_does_not_make_its_grid_s_choice_is_named(tmp_path, monkeypatch):

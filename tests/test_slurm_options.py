@@ -367,6 +367,7 @@ WORDS = {"nan", ".nan", "inf", "-.inf", "zero", "minus-one", "billion", "1e30", 
 MAY_ACCEPT = {
     "RECIPE": set(), "--set": set(), "--threads": set(), "--device": set(), "--jobs": set(),
     "--launcher": set(), "--time": set(), "--cpus-per-job": set(), "--array-parallelism": set(),
+    "--reuse": set(),  # (no value names a folder of runs here)
     "--out": set(VALUES) - {"deep"}, "--data-dir": set(VALUES),
     "--gpus-per-job": {"zero"}, "--mem": {"zero"},
     "--partition": WORDS, "--account": WORDS, "--qos": WORDS,

@@ -111,8 +111,8 @@ def grid_table(argv: list[str]) -> str:
     columns = ([f"{over}"] if args.over else []) + [
         f"{header(v)}: dev / test {metric}" for v in values] + [f"chosen {name}"]
     lines = ["| cell | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for cell in [c for c in cells if c in at]:
-        grid = at[cell]
+    for cell in cells:  # (a cell with no finished run yet: a row of dashes)
+        grid = at.get(cell, {})
         results = {k: r.result() for k, r in grid.items()}  # each result.json read once
         dev = {k: float((res.get("best") or {}).get("dev", {}).get(metric, math.nan))
                for k, res in results.items()}

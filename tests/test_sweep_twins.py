@@ -196,7 +196,7 @@ def test_refusals(trained, tmp_path):
     expect_error(run_cli("sweep", "tmain.yaml", "--out", "runs", "--reuse", "nowhere", cwd=root),
                  "--reuse nowhere: not a folder of runs", "Nothing was copied")
     expect_error(run_cli("sweep", "tmain.yaml", "--out", "runs", "--reuse", "", cwd=root),
-                 "not a folder of runs")
+                 "--reuse '': not a folder of runs")
     expect_error(run_cli("sweep", "tmain.yaml", "--out", "runs", "--reuse", "grid", "--status",
                          cwd=root), "--reuse copies runs, and --status writes nothing")
     assert not (root / "runs").exists()

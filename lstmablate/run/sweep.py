@@ -178,7 +178,7 @@ def reuse_twins(plan: list[SweepItem], roots: list[str | Path],
     for root in roots:
         io.check_dir_path(root, "--reuse", RunDirError)
         if not str(root).strip() or not Path(root).is_dir():
-            raise RunDirError(f"--reuse {root}: not a folder of runs (a runs tree, "
+            raise RunDirError(f"--reuse {shlex.quote(str(root))}: not a folder of runs (a runs tree, "
                               "<experiment>/<cell>/seed-<n>/, such as a sweep's --out or "
                               "experiments/results). Nothing was copied.")
     console = console or Console(stderr=True)

@@ -12,7 +12,7 @@ import shutil
 import pytest
 import yaml
 
-from lstmablate.results.grid import choose, pooled, shown
+from lstmablate.results.grid import choose, pooled, shown, dev_of_tested_model
 from lstmablate.run.runs import RunFiles
 
 from test_pages import RECORDS, pages, pages_markers, pages_tables
@@ -31,6 +31,19 @@ def test_the_best_validation_number_wins_in_the_metric_s_direction():
     assert choose({0.5: 120.0, 1.0: 115.9, 2.0: 131.2}, higher_is_better=False) == 1.0
     assert choose({0.5: 120.0, 1.0: 115.9, 2.0: 101.0}, higher_is_better=False) == 2.0
     assert choose({0.001: 80.1, 0.002: 81.9, 0.004: 82.3}, higher_is_better=True) == 0.004
+
+
+def test_a_run_is_compared_by_the_validation_number_of_the_model_it_tests():
+    evaluations = [{"epoch": 1, "ppl": 157.76}, {"epoch": 2, "ppl": 145.94},
+                   {"epoch": 3, "lr": 1.0}, {"epoch": 13, "ppl": 197.99}]
+    best = {"ppl": 145.94, "nll": 4.98}
+    # the best checkpoint tested: its number; the last model tested: the last evaluation's
+    assert dev_of_tested_model("ppl", "best", best, evaluations) == 145.94
+    assert dev_of_tested_model("ppl", "last", best, evaluations) == 197.99
+    assert dev_of_tested_model("ppl", "last", best, evaluations[:3]) == 145.94  # (a line without it)
+    assert math.isnan(dev_of_tested_model("ppl", "last", best, []))
+    assert math.isnan(dev_of_tested_model("bleu", "best", best, evaluations))
+    assert math.isnan(dev_of_tested_model("ppl", "best", None, evaluations))
 
 
 def test_a_tie_keeps_the_value_nearest_the_base_then_the_lower():
@@ -102,6 +115,26 @@ def test_the_grid_table_shows_each_rate_s_dev_number_and_the_choice(tmp_path, mo
                         "test accuracy | lr 0.02: dev / test accuracy | chosen lr |")
     assert lines[2] == "| `sru` | 78.50 / 77.50 | 79.25 / 78.25 | **80.75** / 79.75 | 0.02 |"
     assert lines[-1].startswith("Machine (from the runs' `env.json`): ")
+
+
+def test_a_run_that_tests_its_last_model_is_shown_and_chosen_by_its_last_evaluation(
+        tmp_path, monkeypatch):
+    """0.02's best dev accuracy (80.75) came early and its last model, the one tested, fell to
+    76.00: the grid shows and compares 76.00, and 0.01 (79.25 at the end) is chosen."""
+    grid_records(tmp_path, {0.005: 78.5, 0.01: 79.25, 0.02: 80.75})
+    for lr, last in ((0.005, 78.5), (0.01, 79.25), (0.02, 76.0)):
+        run = tmp_path / "records" / f"g-lr{lr:g}" / "sru" / "seed-1"
+        res = json.loads((run / RunFiles.RESULT).read_text(encoding="utf-8"))
+        res["test_checkpoint"] = "last"
+        (run / RunFiles.RESULT).write_text(json.dumps(res), encoding="utf-8")
+        lines = (run / RunFiles.METRICS).read_text(encoding="utf-8").splitlines()
+        final = json.loads(lines[-1])
+        final["accuracy"] = last
+        (run / RunFiles.METRICS).write_text("\n".join(lines[:-1] + [json.dumps(final)]) + "\n",
+                                            encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    lines = pages.render(COMMAND).splitlines()
+    assert lines[2] == "| `sru` | 78.50 / 77.50 | **79.25** / 78.25 | 76.00 / 79.75 | 0.01 |"
 
 
 def test_a_grid_point_copied_from_its_twin_is_named_under_the_table(tmp_path, monkeypatch):

@@ -3,10 +3,13 @@
 Levy et al. gave −GATES a learning rate of its own because it would not train at the LSTM's;
 this is that practice as a rule: train the cell at a few values around the base one (the
 LSTM's), one seed, whole runs, and keep the value whose run has the best validation number —
-the task's primary metric at the run's best dev evaluation (``result.json``'s ``best.dev``;
-higher or lower as the task says).  The test set plays no part; a run that diverged is never
-the choice.  A tie keeps the value nearest the base one (by ratio: a learning rate is a
-scale), then the lower one.  The simpler recurrences' rate grids
+the task's primary metric (higher or lower as the task says) of the model the run tests
+(:func:`dev_of_tested_model`): its best dev evaluation (``result.json``'s ``best.dev``) where the run
+tests its best checkpoint, its last where it tests the model at the end of training
+(``train.test_checkpoint: last``: PTB as the TensorFlow tutorial, the parser as Parser-v1,
+NMT as the recipe).  The test set plays no part; a run that diverged is never the choice.  A
+tie keeps the value nearest the base one (by ratio: a learning rate is a scale), then the
+lower one.  The simpler recurrences' rate grids
 (``recipes/simpler-recurrences-*-lr.yaml``) are chosen this way, and the results page checks
 that each recipe's rate is its grid's choice.
 
@@ -19,7 +22,24 @@ value of the other: the rate whose runs have the best mean validation number ove
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
+
+
+def dev_of_tested_model(metric: str, test_checkpoint: str, best_dev: Mapping[str, Any] | None,
+               evaluations: Sequence[Mapping[str, Any]]) -> float:
+    """The validation number of the model a run tests, in ``metric``: with ``test_checkpoint``
+    ``"last"``, the last of its dev ``evaluations`` (``metrics.jsonl``'s lines, in order) that
+    has ``metric``; otherwise ``best_dev``'s (``result.json``'s ``best.dev``).  A rate whose
+    best epoch came early and whose last model — the one tested — is worse is compared by
+    that last model, so that a grid's dev and test numbers are of one model.  NaN where the
+    run has no such number."""
+    if test_checkpoint == "last":
+        found = [e[metric] for e in evaluations if isinstance(e.get(metric), (int, float))
+                 and not isinstance(e.get(metric), bool)]
+        return float(found[-1]) if found else math.nan
+    value = (best_dev or {}).get(metric)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else math.nan
 
 
 def choose(dev: Mapping[float, float], higher_is_better: bool, base: float | None = None) -> float:

@@ -37,7 +37,7 @@ from lstmablate.run.twins import TwinRecord
 from lstmablate.task import Metric, get_task
 from .compare import SignificanceOptions
 from .experiments import Experiment, RecipeLookup, experiments_from_recipe, group_runs
-from .grid import choose, pooled, shown
+from .grid import choose, pooled, shown, dev_of_tested_model
 from .marks import CellTest, cell_test, mark_tests
 
 
@@ -279,7 +279,8 @@ def _form_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
 def _grid_notes(groups: list[tuple[str, Experiment]], cells: list[str]) -> list[str]:
     """For a table of several experiments in which a cell has one finished run in each, of one
     seed, at two or more learning rates — a rate grid, complete — the rate its grid chooses by
-    the best dev value of the task's primary metric (:func:`lstmablate.results.grid.choose`; a
+    the best dev value of the task's primary metric, of the model each run tests
+    (:func:`lstmablate.results.grid.dev_of_tested_model`, :func:`lstmablate.results.grid.choose`; a
     tie goes to the recipe's own train.lr, the rate the grid is built around).  Where the grid
     also varies another setting (the Dyck report's m), each rate has one run per value of it
     and its number is their mean (:func:`lstmablate.results.grid.pooled`)."""
@@ -300,8 +301,9 @@ def _grid_notes(groups: list[tuple[str, Experiment]], cells: list[str]) -> list[
             continue
         first = runs[0].result
         metric = first.primary
-        dev = pooled({lr: [float((r.result.dev or {}).get(metric, math.nan)) for r in rs]
-                      for lr, rs in at.items()})
+        dev = pooled({lr: [dev_of_tested_model(metric, r.result.test_checkpoint, r.result.dev,
+                                      r.metrics() if r.result.test_checkpoint == "last" else [])
+                           for r in rs] for lr, rs in at.items()})
         try:
             chosen = choose(dev, first.higher_is_better, base)
         except ValueError:

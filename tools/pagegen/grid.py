@@ -1,9 +1,11 @@
 """``pages grid``: a grid over one setting (a learning rate) as a results page shows it.
 
-One row per cell, one column per value of the setting found in the runs: the run's best
-validation number (the task's primary metric, ``result.json``'s ``best.dev``, as
-:func:`lstmablate.results.grid.shown` writes it; the grid's choice in bold,
-:func:`lstmablate.results.grid.choose`) and its test number, then the value chosen.
+One row per cell, one column per value of the setting found in the runs: the validation
+number of the model the run tests (the task's primary metric,
+:func:`lstmablate.results.grid.dev_of_tested_model`: the best dev evaluation, or the last where the
+run tests the model at the end of training; as :func:`lstmablate.results.grid.shown` writes
+it; the grid's choice in bold, :func:`lstmablate.results.grid.choose`) and its test number,
+then the value chosen.
 The values are those the runs have and those the grids of their recipes list (a value no run
 has yet is a column of dashes, and no choice is made without it).  With ``--over
 SECTION.KEY`` (the Dyck report's ``data.m``) the grid also varies that setting and a cell has
@@ -23,7 +25,7 @@ from typing import Any
 
 from lstmablate.errors import UserError
 from lstmablate.results.experiments import Expectations
-from lstmablate.results.grid import choose, pooled, shown
+from lstmablate.results.grid import choose, pooled, shown, dev_of_tested_model
 from lstmablate.run.twins import TwinRecord
 
 from .markers import PageError, Parser
@@ -114,7 +116,9 @@ def grid_table(argv: list[str]) -> str:
     for cell in cells:  # (a cell with no finished run yet: a row of dashes)
         grid = at.get(cell, {})
         results = {k: r.result() for k, r in grid.items()}  # each result.json read once
-        dev = {k: float((res.get("best") or {}).get("dev", {}).get(metric, math.nan))
+        dev = {k: dev_of_tested_model(metric, str(res.get("test_checkpoint") or "best"),
+                             (res.get("best") or {}).get("dev"),
+                             grid[k].evaluations() if res.get("test_checkpoint") == "last" else [])
                for k, res in results.items()}
         test = {k: (res.get("test") or {}).get(metric) for k, res in results.items()}
         complete = len(grid) == len(values) * len(points)
@@ -139,7 +143,7 @@ def grid_table(argv: list[str]) -> str:
             if complete and want != chosen:
                 assert chosen is not None
                 best = (f"best mean dev {metric} over {over}" if args.over
-                        else f"best dev {metric}")
+                        else f"best dev {metric}")  # (of the model each run tests)
                 raise PageError(
                     f"recipe {args.recipe} gives `{cell}` {args.by} = "
                     f"{'nothing' if want is None else f'{want:g}'}, but its grid chooses "

@@ -11,7 +11,7 @@ import yaml
 from rich.console import Console
 
 from lstmablate.errors import RunDirError
-from lstmablate.results.report import format_duration
+from lstmablate.results.notes import format_duration
 from lstmablate.results.formats import render_report
 from lstmablate.run.runner import evaluate_run, train_run
 from lstmablate.run.runs import RunFiles

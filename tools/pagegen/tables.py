@@ -69,6 +69,11 @@ class Run:
         return read_json(self.files.result)
 
     def config(self) -> dict[str, Any]:
+        """``config.yaml``, read once per run (a grid asks it for several keys)."""
+        return self._config
+
+    @functools.cached_property
+    def _config(self) -> dict[str, Any]:
         return load_yaml(self.files.config)
 
     def env(self) -> dict[str, Any] | None:

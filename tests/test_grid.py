@@ -147,8 +147,8 @@ def test_a_grid_point_copied_from_its_twin_is_named_under_the_table(tmp_path, mo
     lines = pages.render(COMMAND).splitlines()
     assert lines[2] == "| `sru` | 78.50 / 77.50 | 79.25 / 78.25 | **80.75** / 79.75 | 0.02 |"
     assert lines[4] == ("Copied, not trained again, from a run with the same settings trained for "
-                        "another experiment (its `twin.json`): `sru` at lr 0.01 "
-                        "(`main/sru/seed-1`).")
+                        "another experiment (its `twin.json`; the copy holds all of that run's "
+                        "records): `sru` at lr 0.01 (trained as `main/sru/seed-1`).")
     assert lines[-1].startswith("Machine (from the runs' `env.json`): ")
 
 

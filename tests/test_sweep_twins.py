@@ -88,8 +88,8 @@ def test_the_twins_are_copied_and_the_rest_trained(trained, tmp_path):
     assert r.returncode == 0, r.stderr
     report = " ".join(r.stdout.split())
     assert ("2 run(s) copied from a twin trained for another experiment" in report
-            and "`lstm` seed 1 (of tgrid-lr0.02/lstm/seed-1)" in report
-            and "`gru` seed 1 (of tgrid-lr0.01/gru/seed-1)" in report), report
+            and "`lstm` seed 1 (trained as tgrid-lr0.02/lstm/seed-1)" in report
+            and "`gru` seed 1 (trained as tgrid-lr0.01/gru/seed-1)" in report), report
     # a sweep run again has nothing left to do
     r = run_cli("sweep", "tmain.yaml", "--out", "runs", "--reuse", "grid", "--list", cwd=root)
     assert r.returncode == 0 and r.stdout == "" and "is finished" in r.stderr
@@ -99,7 +99,7 @@ def test_the_twins_are_copied_and_the_rest_trained(trained, tmp_path):
     assert r.returncode == 0, r.stderr
     assert not (root / "runs" / "tmain" / "gru" / "seed-1" / RunFiles.TWIN).exists()
     report = " ".join(run_cli("report", "runs/tmain", cwd=root).stdout.split())
-    assert "1 run(s) copied from a twin" in report and "`gru` seed 1 (of" not in report
+    assert "1 run(s) copied from a twin" in report and "`gru` seed 1 (trained as" not in report
 
 
 def test_a_twin_is_what_training_the_run_again_gives(trained, tmp_path):

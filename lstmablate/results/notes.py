@@ -155,7 +155,7 @@ def twin_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
                 damaged.append(str(e).rstrip("."))
                 continue
             if twin is not None:
-                copies.append(f"`{cell}` seed {r.seed} (of {twin.run})")
+                copies.append(f"`{cell}` seed {r.seed} (trained as {twin.run})")
     notes = []
     if copies:
         notes.append(f"{where}{len(copies)} run(s) copied from a twin trained for another "

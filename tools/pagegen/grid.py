@@ -166,8 +166,9 @@ def twins_line(runs: list[Run], by: str) -> str:
         if twin is not None:
             value = setting(run, by)
             copies.append(f"`{run.cell}` at {by.split('.')[-1]} {value:g} "
-                          f"(`{twin.run}`)")
+                          f"(trained as `{twin.run}`)")
     if not copies:
         return ""
     return ("Copied, not trained again, from a run with the same settings trained for another "
-            f"experiment (its `twin.json`): {', '.join(copies)}.\n\n")
+            "experiment (its `twin.json`; the copy holds all of that run's records): "
+            f"{', '.join(copies)}.\n\n")

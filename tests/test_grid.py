@@ -38,12 +38,12 @@ def test_a_run_is_compared_by_the_validation_number_of_the_model_it_tests():
                    {"epoch": 3, "lr": 1.0}, {"epoch": 13, "ppl": 197.99}]
     best = {"ppl": 145.94, "nll": 4.98}
     # the best checkpoint tested: its number; the last model tested: the last evaluation's
-    assert dev_of_tested_model("ppl", "best", best, evaluations) == 145.94
-    assert dev_of_tested_model("ppl", "last", best, evaluations) == 197.99
-    assert dev_of_tested_model("ppl", "last", best, evaluations[:3]) == 145.94  # (a line without it)
-    assert math.isnan(dev_of_tested_model("ppl", "last", best, []))
-    assert math.isnan(dev_of_tested_model("bleu", "best", best, evaluations))
-    assert math.isnan(dev_of_tested_model("ppl", "best", None, evaluations))
+    assert dev_of_tested_model("ppl", "best", best, lambda: evaluations) == 145.94
+    assert dev_of_tested_model("ppl", "last", best, lambda: evaluations) == 197.99
+    assert dev_of_tested_model("ppl", "last", best, lambda: evaluations[:3]) == 145.94  # (a line without it)
+    assert math.isnan(dev_of_tested_model("ppl", "last", best, list))
+    assert math.isnan(dev_of_tested_model("bleu", "best", best, lambda: evaluations))
+    assert math.isnan(dev_of_tested_model("ppl", "best", None, lambda: evaluations))
 
 
 def test_a_tie_keeps_the_value_nearest_the_base_then_the_lower():

@@ -22,24 +22,24 @@ value of the other: the rate whose runs have the best mean validation number ove
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 
 def dev_of_tested_model(metric: str, test_checkpoint: str, best_dev: Mapping[str, Any] | None,
-               evaluations: Sequence[Mapping[str, Any]]) -> float:
+                        evaluations: Callable[[], Sequence[Mapping[str, Any]]]) -> float:
     """The validation number of the model a run tests, in ``metric``: with ``test_checkpoint``
-    ``"last"``, the last of its dev ``evaluations`` (``metrics.jsonl``'s lines, in order) that
-    has ``metric``; otherwise ``best_dev``'s (``result.json``'s ``best.dev``).  A rate whose
-    best epoch came early and whose last model — the one tested — is worse is compared by
-    that last model, so that a grid's dev and test numbers are of one model.  NaN where the
-    run has no such number."""
+    ``"last"``, the last of its dev ``evaluations()`` (``metrics.jsonl``'s lines, in order,
+    read only then) that has ``metric``; otherwise ``best_dev``'s (``result.json``'s
+    ``best.dev``).  A rate whose best epoch came early and whose last model — the one tested —
+    is worse is compared by that last model, so that a grid's dev and test numbers are of one
+    model.  NaN where the run has no such number."""
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
     if test_checkpoint == "last":
-        found = [e[metric] for e in evaluations if isinstance(e.get(metric), (int, float))
-                 and not isinstance(e.get(metric), bool)]
+        found = [e[metric] for e in evaluations() if number(e.get(metric))]
         return float(found[-1]) if found else math.nan
     value = (best_dev or {}).get(metric)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else math.nan
+    return float(value) if number(value) else math.nan
 
 
 def choose(dev: Mapping[float, float], higher_is_better: bool, base: float | None = None) -> float:

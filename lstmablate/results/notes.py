@@ -127,8 +127,8 @@ def grid_notes(groups: list[tuple[str, Experiment]], cells: list[str]) -> list[s
         first = runs[0].result
         metric = first.primary
         dev = pooled({lr: [dev_of_tested_model(metric, r.result.test_checkpoint, r.result.dev,
-                                      r.metrics() if r.result.test_checkpoint == "last" else [])
-                           for r in rs] for lr, rs in at.items()})
+                                               r.metrics) for r in rs]
+                      for lr, rs in at.items()})
         try:
             chosen = choose(dev, first.higher_is_better, base)
         except ValueError:

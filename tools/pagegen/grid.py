@@ -117,8 +117,7 @@ def grid_table(argv: list[str]) -> str:
         grid = at.get(cell, {})
         results = {k: r.result() for k, r in grid.items()}  # each result.json read once
         dev = {k: dev_of_tested_model(metric, str(res.get("test_checkpoint") or "best"),
-                             (res.get("best") or {}).get("dev"),
-                             grid[k].evaluations() if res.get("test_checkpoint") == "last" else [])
+                                      (res.get("best") or {}).get("dev"), grid[k].evaluations)
                for k, res in results.items()}
         test = {k: (res.get("test") or {}).get(metric) for k, res in results.items()}
         complete = len(grid) == len(values) * len(points)

@@ -117,6 +117,24 @@ def test_the_grid_table_shows_each_rate_s_dev_number_and_the_choice(tmp_path, mo
     assert lines[-1].startswith("Machine (from the runs' `env.json`): ")
 
 
+def test_the_grid_table_shows_another_test_metric_where_asked(tmp_path, monkeypatch):
+    """--test: the choice stays the validation one's; the test column is the named metric
+    (NMT: chosen by validation perplexity, tested in BLEU)."""
+    grid_records(tmp_path, {0.005: 78.5, 0.01: 79.25, 0.02: 80.75})
+    for lr, loss in ((0.005, 0.61), (0.01, 0.6), (0.02, 0.7)):
+        run = tmp_path / "records" / f"g-lr{lr:g}" / "sru" / "seed-1"
+        res = json.loads((run / RunFiles.RESULT).read_text(encoding="utf-8"))
+        res["test"]["loss"] = loss
+        (run / RunFiles.RESULT).write_text(json.dumps(res), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    lines = pages.render(COMMAND + " --test loss").splitlines()
+    assert lines[0] == ("| cell | lr 0.005: dev accuracy / test loss | lr 0.01 (the LSTM's): dev "
+                        "accuracy / test loss | lr 0.02: dev accuracy / test loss | chosen lr |")
+    assert lines[2] == "| `sru` | 78.50 / 0.61 | 79.25 / 0.60 | **80.75** / 0.70 | 0.02 |"
+    assert pages.render(COMMAND + " --test nonsense").splitlines()[2] == (
+        "| `sru` | 78.50 / — | 79.25 / — | **80.75** / — | 0.02 |")
+
+
 def test_a_run_that_tests_its_last_model_is_shown_and_chosen_by_its_last_evaluation(
         tmp_path, monkeypatch):
     """0.02's best dev accuracy (80.75) came early and its last model, the one tested, fell to

@@ -5,7 +5,9 @@ number of the model the run tests (the task's primary metric,
 :func:`lstmablate.results.grid.dev_of_tested_model`: the best dev evaluation, or the last where the
 run tests the model at the end of training; as :func:`lstmablate.results.grid.shown` writes
 it; the grid's choice in bold, :func:`lstmablate.results.grid.choose`) and its test number,
-then the value chosen.
+then the value chosen.  ``--test METRIC`` shows that test metric instead of the primary one, to
+two decimals as a report does (NMT: the grid chooses by validation perplexity, the table
+tests BLEU).
 The values are those the runs have and those the grids of their recipes list (a value no run
 has yet is a column of dashes, and no choice is made without it).  With ``--over
 SECTION.KEY`` (the Dyck report's ``data.m``) the grid also varies that setting and a cell has
@@ -58,7 +60,7 @@ def planned(runs: list[Run], key: str) -> set[float]:
 
 def grid_table(argv: list[str]) -> str:
     """``pages grid DIR --table NAME ... --cells A,B --by SECTION.KEY [--over SECTION.KEY]
-    [--seeds 1] [--base V [--base-name TEXT]] [--recipe NAME]``."""
+    [--seeds 1] [--base V [--base-name TEXT]] [--recipe NAME] [--test METRIC]``."""
     parser = Parser(prog="pages grid")
     parser.add_argument("runs_dir")
     parser.add_argument("--table", action="append", default=[])
@@ -69,6 +71,7 @@ def grid_table(argv: list[str]) -> str:
     parser.add_argument("--base", type=float, default=None)
     parser.add_argument("--base-name", default="base")
     parser.add_argument("--recipe", default="")
+    parser.add_argument("--test", default="")
     args = parser.parse_args(argv)
     if args.recipe and args.by != "train.lr":
         raise PageError("pages grid: --recipe checks a recipe's learning rates (--by train.lr)")
@@ -97,6 +100,7 @@ def grid_table(argv: list[str]) -> str:
                     | (planned(runs, args.over) if args.over else set()), key=lambda p: p or 0.0)
     first = next(iter(next(iter(at.values())).values())).result()
     metric, higher = first["primary"], bool(first["higher_is_better"])
+    tested = args.test or metric
     wants = Expectations.of(recipe_of(args.recipe)).lr if args.recipe else {}
     name = args.by.split(".")[-1]
     over = args.over.split(".")[-1]
@@ -109,9 +113,11 @@ def grid_table(argv: list[str]) -> str:
         if dev is None:
             return "—"
         return ((f"**{shown(dev)}**" if bold else shown(dev)) + " / "
-                + (shown(test) if isinstance(test, (int, float)) and math.isfinite(test) else "—"))
+                + ("—" if not isinstance(test, (int, float)) or not math.isfinite(test)
+                   else shown(test) if tested == metric else f"{test:.2f}"))
     columns = ([f"{over}"] if args.over else []) + [
-        f"{header(v)}: dev / test {metric}" for v in values] + [f"chosen {name}"]
+        f"{header(v)}: dev / test {metric}" if tested == metric
+        else f"{header(v)}: dev {metric} / test {tested}" for v in values] + [f"chosen {name}"]
     lines = ["| cell | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for cell in cells:  # (a cell with no finished run yet: a row of dashes)
         grid = at.get(cell, {})
@@ -119,7 +125,7 @@ def grid_table(argv: list[str]) -> str:
         dev = {k: dev_of_tested_model(metric, str(res.get("test_checkpoint") or "best"),
                                       (res.get("best") or {}).get("dev"), grid[k].evaluations)
                for k, res in results.items()}
-        test = {k: (res.get("test") or {}).get(metric) for k, res in results.items()}
+        test = {k: (res.get("test") or {}).get(tested) for k, res in results.items()}
         complete = len(grid) == len(values) * len(points)
         mean_dev = pooled({v: [dev[v, p] for p in points if (v, p) in dev] for v in values})
         chosen = choose(mean_dev, higher, args.base) if complete else None

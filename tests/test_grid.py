@@ -322,3 +322,22 @@ def test_the_report_of_a_rate_grid_over_m_names_the_mean_s_choice(tmp_path):
     assert notes == ["`sru`: the rate grid (seed 1) chooses lr 0.002, the best dev loss (mean "
                      "over the 3 runs at each rate: 0.0667; 0.0005: 0.0673, 0.001: 0.0700, "
                      "0.002: 0.0667)"]
+
+
+def test_a_grid_point_with_no_finished_run_has_the_columns_of_the_others(tmp_path):
+    """`report --table simpler-recurrences-nmt-multi30k-cpu-lr` with one run (lr 0.5): the
+    rates with no finished run show the columns the run decided (test BLEU, sacreBLEU, val
+    BLEU), not every metric of the task (NMT's teacher-forced perplexity, which it computes
+    only to select checkpoints)."""
+    from lstmablate.results.report import build_report
+    experiment = "nmt-multi30k-cpu-simpler-lr0.5"
+    shutil.copytree(RECORDS / experiment / "minlstm" / "seed-1",
+                    tmp_path / "records" / experiment / "minlstm" / "seed-1")
+    report = build_report(tmp_path / "records", table="simpler-recurrences-nmt-multi30k-cpu-lr")
+    [table] = report.tables
+    by_group: dict[str, list[tuple[str, str]]] = {}
+    for column in table.columns:
+        by_group.setdefault(column.group, []).append((column.metric.name, column.section))
+    assert sorted(by_group) == ["lr=0.5", "lr=1.0", "lr=2.0"]
+    assert by_group["lr=0.5"] == [("bleu", "test"), ("sacrebleu", "test"), ("bleu", "dev_final")]
+    assert by_group["lr=1.0"] == by_group["lr=0.5"] == by_group["lr=2.0"]

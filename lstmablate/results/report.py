@@ -172,25 +172,32 @@ def _ours(runs: list[Run], metric: Metric, section: str = "test") -> Stat | None
                  and math.isfinite(float(v))])
 
 
-def _tested(exp: Experiment, cells: list[str], metric: Metric, section: str = "test") -> bool:
+def _finished(groups: list[tuple[str, Experiment]], task: str, cells: list[str]) -> list[Run]:
+    """The finished runs of ``cells`` in every experiment of the table with task ``task``: the
+    runs that decide its columns, so that an experiment of a grid with no finished run yet has
+    the same columns as those that have one."""
+    return [r for _, exp in groups if exp.task == task for c in cells
+            for r in exp.runs_of(c, "finished")]
+
+
+def _tested(finished: list[Run], metric: Metric, section: str = "test") -> bool:
     """False when runs finished and not one of them has ``metric`` among its ``section``
     numbers: a metric the task computes only to select checkpoints (NMT's teacher-forced
     perplexity), whose column would read n/a in every row."""
-    finished = [r for c in cells for r in exp.runs_of(c, "finished")]
     return not finished or any(metric.name in (r.result.section(section) or {}) for r in finished)
 
 
-def _dev_columns(exp: Experiment, label: str, metrics: list[Metric], cells: list[str]
+def _dev_columns(exp: Experiment, label: str, metrics: list[Metric], finished: list[Run]
                  ) -> list[Column]:
     """The dev columns of ``exp``: its task's ``dev_report_metrics`` among ``metrics``, where a
-    finished run has them."""
+    finished run (of ``finished``: :func:`_finished`) has them."""
     try:
         task = get_task(exp.task)
     except UnknownNameError:
         return []
     return [Column(label, m, False, "dev_final", task.dev_split, tested=False) for m in metrics
-            if m.name in task.dev_report_metrics and _tested(exp, cells, m, "dev_final")
-            and any(exp.runs_of(c, "finished") for c in cells)]
+            if m.name in task.dev_report_metrics and finished
+            and _tested(finished, m, "dev_final")]
 
 
 
@@ -230,15 +237,17 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
     columns: list[tuple[Experiment, Column]] = []
     for label, exp in groups:
         extra = _extra_metric_names(exp.task)
+        finished = _finished(groups, exp.task, cells)
         for m in metrics:
             paper = any(m.name in (exp.expect.reference.get(c) or {}) for c in cells)
-            if not paper and not _tested(exp, cells, m):
+            if not paper and not _tested(finished, m):
                 continue
             columns.append((exp, Column(label if several else "", m, False,
                                         tested=m.name not in extra)))
             if paper:
                 columns.append((exp, Column(label if several else "", m, True)))
-        columns += [(exp, c) for c in _dev_columns(exp, label if several else "", metrics, cells)]
+        columns += [(exp, c) for c in _dev_columns(exp, label if several else "", metrics,
+                                                   finished)]
     rows = []
     for cell in cells:
         entries, not_run, caveats = [], set(), {}

@@ -235,9 +235,10 @@ def build_table(title: str, groups: list[tuple[str, Experiment]], metrics: list[
     cells = table_cells(groups, cells)
     several = len(groups) > 1
     columns: list[tuple[Experiment, Column]] = []
+    finished_of = {task: _finished(groups, task, cells) for task in {e.task for _, e in groups}}
     for label, exp in groups:
         extra = _extra_metric_names(exp.task)
-        finished = _finished(groups, exp.task, cells)
+        finished = finished_of[exp.task]
         for m in metrics:
             paper = any(m.name in (exp.expect.reference.get(c) or {}) for c in cells)
             if not paper and not _tested(finished, m):

@@ -139,6 +139,25 @@ def test_a_bad_plan_file_is_named_with_where_it_is_wrong(tmp_path, text, expecte
         window_plan.load_plan(str(tmp_path / "missing.json"))
 
 
+@pytest.mark.parametrize("group,expected", [
+    ('"x"', "slot 1, group 2: the group is a JSON object, not str"),
+    ('{"name": "b", "recipe": "r", "lr": [1]}',
+     "slot 1, group 2: unknown field 'lr' in group 'b', which has name, recipe, cells, lrs"),
+    ('{"name": "b"}', "slot 1, group 2: group 'b' has no 'recipe'"),
+    ('{"recipe": "r"}', "slot 1, group 2: the group has no 'name'"),
+    ('{"name": "b", "recipe": "r", "lrs": [0.5, 0.5]}',
+     "slot 1, group 2: group 'b''s 'lrs' must be a non-empty list of distinct positive "
+     "learning rates, got \\[0.5, 0.5\\]"),
+    ('{"name": "a", "recipe": "r"}', "slot 1, group 2: a second group named 'a'")])
+def test_a_bad_plan_group_is_named_with_its_slot_group_and_field(tmp_path, group, expected):
+    path = tmp_path / "plan.json"
+    path.write_text(f'[[{{"name": "a", "recipe": "ptb-medium"}}, {group}]]')
+    with pytest.raises(window_files.WindowError, match=expected) as err:
+        window_plan.load_plan(str(path))
+    assert str(err.value).startswith(f"{path}: slot 1, group 2: ")
+    assert "\n" not in str(err.value)
+
+
 def _run_files(base: Path, experiment="exp", cell="lstm") -> RunFiles:
     return RunFiles.of(window_files.work_dir(base) / "runs", experiment, cell, 1)
 

@@ -95,6 +95,28 @@ def _unique(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
                       and len({json.dumps(x) for x in v}) == len(v))
 
 
+def _check_object(obj: Any, spec: dict[str, tuple[Callable[[Any], bool], str]],
+                  required: tuple[str, ...] | list[str], at: str, what: str,
+                  hint: str = "") -> None:
+    """Nothing if ``obj`` is a JSON object with the ``required`` keys, no key outside
+    ``spec`` and each value passing its check; else a :class:`WindowError` that names ``at``,
+    ``what`` and the key, and ends with ``hint``."""
+    if not isinstance(obj, dict):
+        raise WindowError(f"{at}: {what} is a JSON object, not {type(obj).__name__}{hint}")
+    unknown = [k for k in obj if k not in spec]
+    if unknown:
+        raise WindowError(f"{at}: unknown field {str(unknown[0])[:40]!r} in {what}, which has "
+                          f"{', '.join(spec)}{hint}")
+    missing = [k for k in required if k not in obj]
+    if missing:
+        raise WindowError(f"{at}: {what} has no {missing[0]!r}{hint}")
+    for key, value in obj.items():
+        ok, must = spec[key]
+        if not ok(value):
+            raise WindowError(f"{at}: {what}'s {key!r} must be {must}, got "
+                              f"{json.dumps(value, default=str)[:60]}{hint}")
+
+
 #: a plan group's fields: (check, what it must be)
 GROUP_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "name": (_text, "a non-empty string naming the group"),
@@ -123,20 +145,9 @@ def check_plan(plan: Any, where: object) -> list[list[dict[str, Any]]]:
     for i, slot in enumerate(plan, 1):
         for j, group in enumerate(slot, 1):
             at = f"{where}: slot {i}, group {j}"
-            if not isinstance(group, dict):
-                raise WindowError(f"{at}: a group is a JSON object; {PLAN_SHAPE}.")
-            unknown = [k for k in group if k not in GROUP_FIELDS]
-            if unknown:
-                raise WindowError(f"{at}: unknown field {str(unknown[0])[:40]!r}; a group has "
-                                  f"{', '.join(GROUP_FIELDS)}.")
-            missing = [k for k in GROUP_REQUIRED if k not in group]
-            if missing:
-                raise WindowError(f"{at}: no {missing[0]!r}; {PLAN_SHAPE}.")
-            for key, value in group.items():
-                ok, what = GROUP_FIELDS[key]
-                if not ok(value):
-                    raise WindowError(f"{at} ({group.get('name')!r:.40}): {key!r} must be {what}"
-                                      f", got {json.dumps(value)[:60]}.")
+            name = group.get("name") if isinstance(group, dict) else None
+            what = f"group {name!r:.40}" if isinstance(name, str) else "the group"
+            _check_object(group, GROUP_FIELDS, GROUP_REQUIRED, at, what, f"; {PLAN_SHAPE}.")
             if group["name"] in names:
                 raise WindowError(f"{at}: a second group named {group['name']!r}; each group's "
                                   "name is its own (the summary names groups by it).")
@@ -289,23 +300,6 @@ CALL_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "then": (lambda v: _is_number(v) and 0 <= v <= 600, "minutes from 0 to 600"),
     "ended": (_text, "a time"),
 }
-
-
-def _check_object(obj: Any, spec: dict[str, tuple[Callable[[Any], bool], str]],
-                  required: tuple[str, ...] | list[str], at: str, what: str) -> None:
-    if not isinstance(obj, dict):
-        raise WindowError(f"{at}: {what} is a JSON object, not {type(obj).__name__}")
-    unknown = [k for k in obj if k not in spec]
-    if unknown:
-        raise WindowError(f"{at}: unknown field {str(unknown[0])[:40]!r} in {what}")
-    missing = [k for k in required if k not in obj]
-    if missing:
-        raise WindowError(f"{at}: {what} has no {missing[0]!r}")
-    for key, value in obj.items():
-        ok, must = spec[key]
-        if not ok(value):
-            raise WindowError(f"{at}: {what}'s {key!r} must be {must}, got "
-                              f"{json.dumps(value, default=str)[:60]}")
 
 
 #: the fields a run in the state file must have (those without a default in :class:`Run`)

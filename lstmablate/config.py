@@ -39,10 +39,12 @@ STEP_CAPTURES = ("auto", "off", "graphs", "compile")
 #: what train.step_capture=auto is per device type: off until a GPU's measurement
 #: (gpu-check's step-capture stage) says which is faster there
 STEP_CAPTURE_AUTO = {"cpu": "off", "cuda": "off"}
-#: train options that change how a step runs, not what it computes: not part of a run's
-#: identity (a run may be resumed with another)
-NOT_IDENTITY = {"train": ("step_capture", "capture_slots")}
+#: train options that change how a step runs or when last.pt is saved, not what a run
+#: computes: not part of a run's identity (a run may be resumed with another)
+NOT_IDENTITY = {"train": ("step_capture", "capture_slots", "save_every_minutes")}
 MAX_CAPTURE_SLOTS = 64
+#: train.save_every_minutes: a week; a longer period is no period at all
+MAX_SAVE_MINUTES = 7 * 24 * 60
 #: the largest learning rate (and Adagrad's initial accumulator): the largest published rates
 #: are tens (SGD on language models); far larger ones only overflow PyTorch's float32
 #: arithmetic (a traceback from inside the optimiser) or give NaN at the first step
@@ -90,6 +92,10 @@ class TrainConfig:
     max_epochs: int = 1
     max_steps: int = 0  # 0 = no limit
     eval_every: int = 0  # evaluate every N steps; 0 = at the end of every epoch
+    # also save last.pt between evaluations once this many minutes (wall clock) have passed
+    # since the last save, so a run killed outright (SIGKILL, a lost machine) loses at most
+    # that much when resumed; 0 = only at evaluations (and on Ctrl-C / SIGTERM)
+    save_every_minutes: float = 10.0
     patience: int = 0  # early stopping: evaluations without improvement; 0 = off
     stop_at: float | None = None  # stop once the primary dev metric is this good (e.g. loss 1e-5)
     # what a NaN/inf loss or gradient does: stop | skip (the batch) | zero (set the non-finite
@@ -160,6 +166,8 @@ class TrainConfig:
             check_range("train", self, name, low=0, why="0 = off" if name in (
                 "max_steps", "patience") else "0 = every epoch" if name == "eval_every" else "")
         check_range("train", self, "max_epochs", low=1)
+        check_range("train", self, "save_every_minutes", low=0, high=MAX_SAVE_MINUTES,
+                    why="0 = save only at evaluations")
         check_range("train", self, "decay_steps", low=1)
 
 

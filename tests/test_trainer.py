@@ -231,6 +231,78 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
     assert full.task.collated == 18 and resumed.task.collated == 18 - 7
 
 
+class Killed(Exception):
+    """A process killed outright (SIGKILL, a lost machine): nothing runs after it, no save."""
+
+
+def killed_at(trainer, step):
+    real_step = trainer._train_step
+
+    def step_or_die(batch):
+        if trainer.pos.step + 1 == step:
+            raise Killed
+        return real_step(batch)
+    trainer._train_step = step_or_die
+    return trainer
+
+
+def test_last_pt_is_saved_between_evaluations_every_save_every_minutes(tmp_path, monkeypatch):
+    """Wall-clock minutes from the start of training or the last save: a clock that moves 2.5
+    minutes per step and a period of 5 save every second step within an epoch; the epoch's
+    evaluation saves and restarts the count; the epoch's last batch is left to it."""
+    from lstmablate.train import saving, trainer as trainer_module
+
+    clock = {"t": 1000.0}
+    fake = type("FakeTime", (), {"perf_counter": staticmethod(lambda: clock["t"]),
+                                 "process_time": staticmethod(lambda: 0.0)})
+    monkeypatch.setattr(saving, "time", fake)
+    monkeypatch.setattr(trainer_module, "time", fake)
+    # 6 batches an epoch, 3 epochs, evaluated at each epoch's end
+    tr = make_trainer(tmp_path, TrainConfig(optimizer="sgd", lr=0.1, max_epochs=3,
+                                            save_every_minutes=5))
+    real_step, real_save = tr._train_step, tr._save_last
+    saves = []
+
+    def step(batch):
+        clock["t"] += 150.0
+        return real_step(batch)
+
+    def save():
+        saves.append((tr.pos.epoch, tr.pos.batch))
+        real_save()
+    tr._train_step, tr._save_last = step, save
+    tr.fit()
+    # (epoch, batch) at each save: 2 and 4 by the clock, the evaluation's at the epoch's end
+    # (batch 6 of epoch e is saved as epoch e + 1, batch 0), then the run's final save
+    assert saves == [(0, 2), (0, 4), (1, 0), (1, 2), (1, 4), (2, 0), (2, 2), (2, 4), (3, 0),
+                     (3, 0)]
+
+
+def test_a_run_killed_outright_resumes_exactly_from_its_save_between_evaluations(tmp_path):
+    """A kill that gives the run no chance to save (SIGKILL) mid-epoch: with a save after
+    every step, last.pt holds the step before the kill, and --resume from it writes the
+    metrics of an uninterrupted run; with the periodic save off it holds the last epoch's."""
+    every_step = TrainConfig(optimizer="adam", lr=0.01, max_epochs=3, save_every_minutes=1e-9)
+    full = make_trainer(tmp_path, every_step, name="full")
+    full.fit()
+
+    part = killed_at(make_trainer(tmp_path, every_step, name="part"), step=10)
+    with pytest.raises(Killed):
+        part.fit()
+    position = load_checkpoint(part.last_path)["position"]
+    assert (position["step"], position["epoch"], position["batch"]) == (9, 1, 3)
+    resumed = make_trainer(tmp_path, every_step, name="part")
+    resumed.fit(resume=True)
+    assert resumed.metrics_path.read_bytes() == full.metrics_path.read_bytes()
+
+    off = TrainConfig(optimizer="adam", lr=0.01, max_epochs=3, save_every_minutes=0)
+    part = killed_at(make_trainer(tmp_path, off, name="off"), step=10)
+    with pytest.raises(Killed):
+        part.fit()
+    position = load_checkpoint(part.last_path)["position"]
+    assert (position["step"], position["epoch"], position["batch"]) == (6, 1, 0)
+
+
 def test_sigterm_twice_still_saves_and_resumes_exactly_a_second_ctrl_c_gives_up(tmp_path):
     """Slurm signals every process of a job and srun forwards signals too, so a run can get
     SIGTERM more than once: the second one must not abandon the save of last.pt.  A second

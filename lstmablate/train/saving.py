@@ -1,7 +1,8 @@
 """What the trainer keeps of a run in its folder, and reads back (:class:`Saving`, part of
 :class:`~lstmablate.train.trainer.Trainer`): ``last.pt`` — the model, optimiser, schedule,
-position, every RNG state and the task's carry, written atomically after every evaluation,
-so ``--resume`` continues exactly where the run stopped; ``best.pt``, the model the primary
+position, every RNG state and the task's carry, written atomically after every evaluation
+and every ``train.save_every_minutes`` between them, so ``--resume`` continues exactly where
+the run stopped; ``best.pt``, the model the primary
 dev metric selected; ``metrics.jsonl``, a line per evaluation, cut back on resume to the
 lines its ``last.pt`` had seen.  The file names come from the :class:`RunPaths` the trainer
 is handed; the checkpoints' format and their checks are ``checkpoint.py``.
@@ -81,6 +82,7 @@ class Saving:
     dist: DistInfo
     _t_start: float | None  # perf_counter at the (virtual) start of training
     _cpu_start: float  # process_time at the same (virtual) start
+    _saved_at: float  # perf_counter at the last save of last.pt (or the start of training)
 
     # -- paths ----------------------------------------------------------------------
     @property
@@ -113,8 +115,19 @@ class Saving:
         if self.pos.train_cpu_s is not None:
             self.pos.train_cpu_s = time.process_time() - self._cpu_start
 
+    def _save_due(self) -> bool:
+        """Whether ``train.save_every_minutes`` have passed since ``last.pt`` was last saved (or
+        training started): the loop then saves it between evaluations, at the position it has
+        reached, so a run killed without a chance to save (SIGKILL, a lost machine) resumes
+        from there.  Only the process that writes decides (the others' save writes nothing)."""
+        minutes = self.cfg.save_every_minutes
+        if not minutes or not self.dist.is_main:
+            return False
+        return time.perf_counter() - self._saved_at >= 60.0 * minutes
+
     def _save_last(self) -> None:
         self._sync()  # never save a state that a non-finite step produced
+        self._saved_at = time.perf_counter()
         if self._t_start is not None:
             self._clock()
         if not self.dist.is_main:

@@ -7,7 +7,8 @@ passes of training and evaluation in ``train.precision``, the float32 products' 
 the whole run).  Evaluation of the primary dev metric every epoch (or every ``eval_every``
 steps) appends a line to ``metrics.jsonl``, keeps ``best.pt`` and writes ``last.pt`` —
 atomically, with every RNG state and the data position, so ``--resume`` continues exactly
-where the run stopped (``saving.py``).  The schedule and early stopping follow the
+where the run stopped (``saving.py``); ``last.pt`` is also saved between evaluations every
+``train.save_every_minutes``.  The schedule and early stopping follow the
 evaluations.  SIGINT/SIGTERM finish the current step, save ``last.pt`` and return.  At the
 end the selected checkpoint is evaluated item by item (``Task.evaluate_items``).
 """
@@ -149,6 +150,7 @@ class Trainer(Saving, Steps):
             raise
         self.prepare_steps()
         self._t_start = time.perf_counter() - self.pos.train_time_s
+        self._saved_at = time.perf_counter()  # train.save_every_minutes counts from here
         self._cpu_start = time.process_time() - (self.pos.train_cpu_s or 0.0)
         progress = Progress(
             TextColumn("[bold blue]epoch {task.fields[epoch]}"), BarColumn(),
@@ -246,6 +248,8 @@ class Trainer(Saving, Steps):
             if cfg.max_steps and pos.step >= cfg.max_steps:
                 pos.done = True
                 break
+            if pos.batch < n_batches and self._save_due():  # (the epoch's end saves anyway)
+                self._save_last()  # between evaluations: a kill outright loses at most this
             if self.dist.enabled:  # every rank stops at the same step
                 stop = all_reduce_sum(1.0 if self._stop_signal else 0.0, self.dist, self.device)
                 if stop and not self._stop_signal:

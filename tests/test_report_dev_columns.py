@@ -98,6 +98,6 @@ def test_runs_evaluated_differently_are_named(runs, tmp_path):
     cfg_path.write_text(yaml.safe_dump(cfg))
     (table,) = build_report(mixed).tables
     (note,) = [n for n in table.notes if "evaluated with different eval options" in n]
-    assert "eval.length_normalise: false (1 runs), true (2 runs)" in note or \
-        "eval.length_normalise: false (2 runs), true (1 runs)" in note
+    assert "eval.length_normalise: false (1 run), true (2 runs)" in note or \
+        "eval.length_normalise: false (2 runs), true (1 run)" in note
     assert "eval.beam_size" not in note  # only the keys that differ

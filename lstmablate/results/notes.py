@@ -181,7 +181,8 @@ def eval_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     differ = {k: v for k, v in values.items() if len(v) > 1}
     if not differ:
         return []
-    parts = "; ".join(f"eval.{k}: " + ", ".join(f"{v} ({n} run{'' if n == 1 else 's'})" for v, n in sorted(vals.items()))
+    parts = "; ".join(f"eval.{k}: " + ", ".join(f"{v} ({n} run{'' if n == 1 else 's'})"
+                                               for v, n in sorted(vals.items()))
                       for k, vals in sorted(differ.items()))
     return [f"{where}the runs were evaluated with different eval options ({parts}): their final "
             "numbers were not made the same way"]

@@ -49,6 +49,19 @@ def test_defaults_then_recipe_then_overrides(tiny_recipe, monkeypatch):
     assert cfg.seed == 7
 
 
+def test_how_often_last_pt_is_saved_and_how_a_step_runs_are_not_a_runs_identity(tiny_recipe):
+    """--resume compares identities: a run may continue with another save period or step
+    capture, never with another rate."""
+    def identity(*overrides):
+        return resolve_config(DyckTask, "lstm", recipe=str(tiny_recipe),
+                              overrides=list(overrides)).identity()
+    base = identity()
+    assert identity("train.save_every_minutes=2") == base
+    assert identity("train.save_every_minutes=0", "train.step_capture=off",
+                    "train.capture_slots=3") == base
+    assert identity("train.lr=0.5") != base
+
+
 def test_unknown_key_suggests_the_right_one(tiny_recipe):
     with pytest.raises(UnknownNameError) as e:
         resolve_config(DyckTask, "lstm", recipe=str(tiny_recipe), overrides=["train.max_step=3"])

@@ -2,10 +2,10 @@
 :class:`~lstmablate.train.trainer.Trainer`): ``last.pt`` — the model, optimiser, schedule,
 position, every RNG state and the task's carry, written atomically after every evaluation
 and every ``train.save_every_minutes`` between them, so ``--resume`` continues exactly where
-the run stopped; ``best.pt``, the model the primary
-dev metric selected; ``metrics.jsonl``, a line per evaluation, cut back on resume to the
-lines its ``last.pt`` had seen.  The file names come from the :class:`RunPaths` the trainer
-is handed; the checkpoints' format and their checks are ``checkpoint.py``.
+the run stopped; ``best.pt``, the model the primary dev metric selected; ``metrics.jsonl``, a
+line per evaluation, cut back on resume to the lines its ``last.pt`` had seen.  The file
+names come from the :class:`RunPaths` the trainer is handed; the checkpoints' format and
+their checks are ``checkpoint.py``.
 """
 
 from __future__ import annotations

@@ -27,6 +27,12 @@ def escape(text: object) -> str:
     return _escape(str(text))
 
 
+def count(n: int, noun: str, plural: str = "") -> str:
+    """``n`` and its noun, plural unless ``n`` is 1: ``count(1, "run")`` is "1 run",
+    ``count(3, "run")`` "3 runs", ``count(2, "scores file")`` "2 scores files"."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def tsv_field(value: object) -> str:
     """One TSV field: tabs and line breaks become spaces (they would split the row)."""
     return " ".join(str(value).split()) if any(c in str(value) for c in "\t\r\n") else str(value)

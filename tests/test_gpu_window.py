@@ -495,7 +495,7 @@ def test_land_writes_the_finished_runs_records_as_train_wrote_them(came_back, tm
     assert "not finished in the window (no result.json): tiny/lstm-srnn/seed-1; left out" in said
     result = json.loads(trained.result.read_text())
     assert f"landed {into / 'tiny' / 'lstm' / 'seed-1'}: {result['epochs']} epochs; test " in said
-    assert "1 run(s) landed" in said
+    assert f"runs landed in {into}: 1;" in said
     landed = _tree(into / "tiny" / "lstm" / "seed-1")
     assert sorted(landed) == RECORD_FILES
     assert landed == {name: (trained.root / name).read_bytes() for name in landed}

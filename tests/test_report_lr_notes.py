@@ -33,7 +33,7 @@ def test_a_rate_other_than_the_recipes_is_named(tmp_path):
     recipe_lr = yaml.safe_load((Path(__file__).resolve().parents[1] / "recipes" / "ptb-medium.yaml"
                                 ).read_text())["cell_overrides"]["lstm-gates"]["train"]["lr"]
     _copy(tmp_path / "a", "ptb-medium", 0.1)
-    assert _notes(tmp_path / "a") == [f"`lstm-gates`: 1 of its 1 run(s) trained at lr 0.1; its "
+    assert _notes(tmp_path / "a") == [f"`lstm-gates`: 1 of its 1 run trained at lr 0.1; its "
                                       f"recipe now gives it {recipe_lr:g}"]
     _copy(tmp_path / "b", "ptb-medium", recipe_lr)
     assert _notes(tmp_path / "b") == []
@@ -58,7 +58,7 @@ def test_a_form_other_than_the_recipes_is_named(tmp_path):
         assert cfg["model"]["cell_options"] == {"mode": "log"}  # the record as trained
         cfg["model"]["cell_options"] = options
         (run / RunFiles.CONFIG).write_text(yaml.safe_dump(cfg))
-    assert _forms(tmp_path / "plain") == ['`minlstm`: 1 of its 1 run(s) trained with '
+    assert _forms(tmp_path / "plain") == ['`minlstm`: 1 of its 1 run trained with '
                                           'model.cell_options {}; its recipe now gives it '
                                           '{"mode": "log"}']
     assert _forms(tmp_path / "log") == []
@@ -74,5 +74,5 @@ def test_a_cell_another_recipe_trains_into_an_experiment_is_held_to_that_recipe(
     cfg = yaml.safe_load((run / RunFiles.CONFIG).read_text())
     cfg["model"]["cell_options"] = {}
     (run / RunFiles.CONFIG).write_text(yaml.safe_dump(cfg))
-    assert _forms(tmp_path) == ['`minlstm`: 1 of its 1 run(s) trained with model.cell_options '
+    assert _forms(tmp_path) == ['`minlstm`: 1 of its 1 run trained with model.cell_options '
                                 '{}; its recipe now gives it {"mode": "log"}']

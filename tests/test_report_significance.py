@@ -80,7 +80,7 @@ def test_markdown_marks_each_ablation_with_a_footnote(here):
     assert "the paired permutation test (10,000 shuffles, seed 12345)" in text
     assert "level 0.05" in text and "Almost Stochastic Order" in text
     assert "Holm-Bonferroni (family-wise error) of the item-level p-values" in text
-    assert ("No per-item scores for 1 run(s)" in text and "runs/sig/lstm-srnn-out/seed-1" in text
+    assert ("No per-item scores for 1 run," in text and "runs/sig/lstm-srnn-out/seed-1" in text
             and "lstmablate eval RUN --split test --scores" in text)
 
 
@@ -435,7 +435,7 @@ def test_two_sides_scored_against_different_gold_data_are_refused(here, tmp_path
     write_record_text(scores, "\n".join([json.dumps(head), *lines[1:]]) + "\n")
     done = run_cli("compare", str(other), "runs/sig/lstm/seed-1", cwd=here)
     assert done.returncode == 0, done.stderr
-    assert "record no hash of their gold data" in " ".join(done.stdout.split())
+    assert "1 scores file records no hash of their gold data" in " ".join(done.stdout.split())
 
 
 def test_too_few_items_for_a_paired_test_is_refused(here, tmp_path):

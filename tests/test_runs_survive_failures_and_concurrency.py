@@ -107,7 +107,7 @@ def test_parallel_sweep_reads_each_runs_status_and_stops_after_an_interrupt(tmp_
             return 0
 
     monkeypatch.setattr(S.subprocess, "Popen", Child)
-    with pytest.raises(S.SweepInterrupted, match=r"2 run\(s\) interrupted.*2 not started") as e:
+    with pytest.raises(S.SweepInterrupted, match=r"2 runs interrupted.*2 not started") as e:
         S.run_sweep(plan, console=QUIET, jobs=2)
     assert e.value.exit_code == 130 and len(started) == 2  # no new run after the interrupt
     assert [S.run_status(it) for it in plan] == ["interrupted"] * 2 + ["not started"] * 2
@@ -165,7 +165,7 @@ def test_sweep_leaves_a_run_that_another_process_trains_and_names_it(tmp_path, t
     assert sorted(started) == [("lstm", 1), ("lstm-srnn", 2)]
     assert f"left alone {locked}: being trained by PID {os.getpid()}" in text
     assert f"finished meanwhile (elsewhere): {done_meanwhile}" in text
-    assert "1 run(s) were being trained by other processes and were left to them" in text
+    assert "1 run was being trained by other processes and left to them" in text
 
 
 # ------------------------------------------------------------------ every value validated

@@ -36,7 +36,7 @@ def test_a_run_decoded_another_way_is_finished_and_named(tmp_path):
                                  "eval.eos_stop (False -> True)",
                                  "eval.length_normalise (True -> False)"]
     note = eval_differs_note(list(_plan(tmp_path).values()))
-    assert note.startswith("1 finished run(s) were evaluated with other eval options")
+    assert note.startswith("1 finished run was evaluated with other eval options")
     assert str(run) in note and "lstmablate eval RUN --set" in note
     # evaluated as the recipe says: nothing to say
     cfg["eval"].update(length_normalise=False, eos_stop=True, also_length_normalised=True)

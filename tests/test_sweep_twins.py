@@ -87,7 +87,7 @@ def test_the_twins_are_copied_and_the_rest_trained(trained, tmp_path):
     r = run_cli("report", "runs/tmain", cwd=root)
     assert r.returncode == 0, r.stderr
     report = " ".join(r.stdout.split())
-    assert ("2 run(s) copied from a twin trained for another experiment" in report
+    assert ("2 runs copied from a twin trained for another experiment" in report
             and "`lstm` seed 1 (trained as tgrid-lr0.02/lstm/seed-1)" in report
             and "`gru` seed 1 (trained as tgrid-lr0.01/gru/seed-1)" in report), report
     # a sweep run again has nothing left to do
@@ -99,7 +99,7 @@ def test_the_twins_are_copied_and_the_rest_trained(trained, tmp_path):
     assert r.returncode == 0, r.stderr
     assert not (root / "runs" / "tmain" / "gru" / "seed-1" / RunFiles.TWIN).exists()
     report = " ".join(run_cli("report", "runs/tmain", cwd=root).stdout.split())
-    assert "1 run(s) copied from a twin" in report and "`gru` seed 1 (trained as" not in report
+    assert "1 run copied from a twin" in report and "`gru` seed 1 (trained as" not in report
 
 
 def test_a_twin_is_what_training_the_run_again_gives(trained, tmp_path):
@@ -187,7 +187,7 @@ def test_a_damaged_twin_record_is_named_and_the_run_still_counts(trained, tmp_pa
         assert r.returncode == 0, r.stderr
         report = " ".join(r.stdout.split())
         assert f"runs/tmain/lstm/seed-1/{RunFiles.TWIN}" in report, report
-        assert "1 run(s) copied from a twin" in report  # gru's
+        assert "1 run copied from a twin" in report  # gru's
         assert "lstm | " in report.replace("`", "")
 
 

@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(argv)
         if args.mode == "land":
             landed = land(args.archive, args.into, args.force)
-            say(f"{len(landed)} run(s) landed in {args.into}; regenerate the pages that read them "
+            say(f"runs landed in {args.into}: {len(landed)}; regenerate the pages that read them "
                 "(`make pages`)")
             return 0
         return {"prepare": prepare, "run": run_window, "watch": watch_window}[args.mode](args)

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from ..console import err, escape, out, print_listing
+from ..console import count, err, escape, out, print_listing
 from .options import DATA_DIR_HELP, PLAIN_HELP
 
 
@@ -166,7 +166,7 @@ def data_check(
         what = "damaged" if any(r.damaged for r in bad) else "missing"
         blocks = sorted({b for r in bad for b in r.blocks})
         files = ", ".join(shown for shown, _ in ds.summarise([r.relpath for r in bad]))
-        err.print(f"{name}: {len(bad)} of {len(d.files)} file(s) {what} ({escape(files)})"
+        err.print(f"{name}: {len(bad)} of {count(len(d.files), 'file')} {what} ({escape(files)})"
                   + (f"; this blocks {', '.join(blocks)}" if blocks else "")
                   + f". To get them: {escape(ds.advice(d))}", soft_wrap=True)
     if all(r.usable for r in rows):

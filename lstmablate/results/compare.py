@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lstmablate.console import count
 from lstmablate.errors import ConfigError, DataError, UserError, check_choice
 from lstmablate.io import path_exists
 from lstmablate.limits import MAX_RESAMPLES, check_float, check_int, check_seed
@@ -226,7 +227,8 @@ def compare(side_a: list[Run], side_b: list[Run], split: str = "test",
                              "recomputed on another machine or version?)")
     unhashed = unscored_reference(results, split)
     if unhashed:
-        notes.append(f"{len(unhashed)} scores file(s) record no hash of their gold data (written "
+        verb = "records" if len(unhashed) == 1 else "record"
+        notes.append(f"{count(len(unhashed), 'scores file')} {verb} no hash of their gold data (written "
                      "before lstmablate recorded one), so their test sets were matched by item "
                      "count and lengths only: " + ", ".join(map(str, unhashed)))
     va = metric_values(side_a, split, declared.name, metric)
@@ -259,8 +261,8 @@ def render(c: Comparison) -> str:
     fmt = m.fmt
     way = "higher" if m.higher_is_better else "lower"
     interval = f"{100 * (1 - c.level):g}% interval"
-    lines = [f"A: {side_name(c.a)} ({len(c.a)} run{'s' if len(c.a) != 1 else ''})",
-             f"B: {side_name(c.b)} ({len(c.b)} run{'s' if len(c.b) != 1 else ''})",
+    lines = [f"A: {side_name(c.a)} ({count(len(c.a), 'run')})",
+             f"B: {side_name(c.b)} ({count(len(c.b), 'run')})",
              f"metric: {m.name} ({way} is better), {c.split} split, level {c.level:g}", ""]
     if c.pairs:
         n_items = c.pairs[0][2].n_items

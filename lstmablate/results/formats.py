@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from lstmablate.console import count
 from lstmablate.errors import UnknownNameError
 from lstmablate.run.record import Run
 from lstmablate.run.runs import RunResult
@@ -127,12 +128,13 @@ def significance_notes(table: Table) -> list[str]:
         notes.append("Marks rest on: " + "; ".join(f"{RESTS_ON[b]}" for b in rests) + ".")
     missing = list(dict.fromkeys(p for _, _, t in tests for p in t.missing))
     if missing:
-        notes.append(f"No per-item scores for {len(missing)} run(s), so no paired test with "
+        notes.append(f"No per-item scores for {count(len(missing), 'run')}, so no paired test with "
                      "them (`lstmablate eval RUN --split test --scores` writes them from the run's "
                      "checkpoint): " + ", ".join(str(p) for p in missing) + ".")
     unhashed = list(dict.fromkeys(p for _, _, t in tests for p in t.unhashed))
     if unhashed:
-        notes.append(f"{len(unhashed)} scores file(s) record no hash of their gold data (written "
+        verb = "records" if len(unhashed) == 1 else "record"
+        notes.append(f"{count(len(unhashed), 'scores file')} {verb} no hash of their gold data (written "
                      "before lstmablate recorded one): their test sets were matched by item count "
                      "and lengths only.")
     untested: dict[tuple[str, str], list[str]] = {}  # (cell, why) -> metrics
@@ -252,7 +254,7 @@ def _caption_n(table: Table) -> str:
         return "no finished runs"
     if len(set(per_cell.values())) == 1 and len(per_cell) == len(table.rows):
         n = next(iter(per_cell.values()))
-        return f"$n = {n}$ seed{'s' if n != 1 else ''} per cell"
+        return f"$n = {n}$ seed{'' if n == 1 else 's'} per cell"
     listed = ", ".join(rf"\texttt{{{tex_escape(c)}}} {n}" for c, n in per_cell.items())
     missing = [r.cell for r in table.rows if r.cell not in per_cell]
     return f"$n$ seeds per cell: {listed}" + (

@@ -13,6 +13,7 @@ import statistics
 from typing import Any
 
 from lstmablate.config import to_plain
+from lstmablate.console import count
 from lstmablate.errors import UserError
 from lstmablate.run.record import Run
 from lstmablate.run.twins import TwinRecord
@@ -33,7 +34,7 @@ def count_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
         if n_expected and cell in exp.expect.cells and done < n_expected:
             notes.append(f"{where}`{cell}`: {done} of {n_expected} seeds finished{extra}")
         elif unfinished or damaged:
-            notes.append(f"{where}`{cell}`: " + extra[2:] + " run(s) not counted")
+            notes.append(f"{where}`{cell}`: not counted: " + extra[2:])
         folders: dict[int, list[str]] = {}
         for r in finished:
             if r.seed is not None:
@@ -73,7 +74,7 @@ def lr_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
         other = sorted({x for x in rates if x != want})
         if other:
             n = sum(x != want for x in rates)
-            notes.append(f"{where}`{cell}`: {n} of its {len(rates)} run(s) trained at lr "
+            notes.append(f"{where}`{cell}`: {n} of its {count(len(rates), 'run')} trained at lr "
                          f"{', '.join(f'{x:g}' for x in other)}; its recipe now gives it "
                          f"{want:g}")
     return notes
@@ -95,7 +96,7 @@ def form_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
         other = [f for f in forms if f != want]
         if other:
             found = sorted({json.dumps(f, sort_keys=True) for f in other})
-            notes.append(f"{where}`{cell}`: {len(other)} of its {len(forms)} run(s) trained with "
+            notes.append(f"{where}`{cell}`: {len(other)} of its {count(len(forms), 'run')} trained with "
                          f"model.cell_options {', '.join(found)}; its recipe now gives it "
                          f"{json.dumps(want, sort_keys=True)}")
     return notes
@@ -158,7 +159,7 @@ def twin_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
                 copies.append(f"`{cell}` seed {r.seed} (trained as {twin.run})")
     notes = []
     if copies:
-        notes.append(f"{where}{len(copies)} run(s) copied from a twin trained for another "
+        notes.append(f"{where}{count(len(copies), 'run')} copied from a twin trained for another "
                      "experiment with the same task, cell, seed, data, model, train and eval "
                      f"settings (`sweep --reuse`; its twin.json): {', '.join(copies)}")
     return notes + [f"{where}{d}" for d in damaged]
@@ -181,7 +182,7 @@ def eval_notes(where: str, exp: Experiment, cells: list[str]) -> list[str]:
     differ = {k: v for k, v in values.items() if len(v) > 1}
     if not differ:
         return []
-    parts = "; ".join(f"eval.{k}: " + ", ".join(f"{v} ({n} run{'' if n == 1 else 's'})"
+    parts = "; ".join(f"eval.{k}: " + ", ".join(f"{v} ({count(n, 'run')})"
                                                for v, n in sorted(vals.items()))
                       for k, vals in sorted(differ.items()))
     return [f"{where}the runs were evaluated with different eval options ({parts}): their final "

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lstmablate.console import count
 from lstmablate.errors import UnknownNameError, UserError
 from lstmablate.io import path_exists
 from lstmablate.run.record import Run, find_runs
@@ -391,8 +392,8 @@ def _plans(runs_dir: Path, table: str | None, runs: list[Run], skipped: list[str
             metrics = _task_metrics(exp.task)
             if metrics is None:
                 skipped.append(f"experiment {name!r}: task {exp.task!r} is not installed, so it "
-                               f"has no table (its {len(exp.runs)} run(s) are rows of --format "
-                               "csv/json)")
+                               f"has no table (--format csv/json lists its "
+                               f"{count(len(exp.runs), 'run')})")
                 continue
             plans.append((exp.name, [("", exp)], metrics, None))
         return plans, runs

@@ -41,7 +41,7 @@ from typing import Any
 
 from rich.console import Console
 
-from lstmablate.console import escape
+from lstmablate.console import count, escape
 from lstmablate.errors import UserError
 from lstmablate.io import atomic_write_json, read_json
 from .runlock import lock_holder
@@ -200,7 +200,7 @@ def submit_sweep(plan: list[SweepItem], recipe: str, opts: SlurmOptions, *, dry_
         else:
             todo.append(it)
     if waiting:
-        console.print(f"{len(waiting)} run(s) already queued or running, not submitted again: "
+        console.print(f"{count(len(waiting), 'run')} already queued or running, not submitted again: "
                       + escape("; ".join(waiting)), soft_wrap=True)
     if not todo:
         console.print(f"nothing to submit: {len(plan) - len(waiting)} of {len(plan)} runs are "
@@ -243,7 +243,7 @@ def submit_sweep(plan: list[SweepItem], recipe: str, opts: SlurmOptions, *, dry_
     atomic_write_json(files.submission(master), {
         "job": master, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "recipe": recipe,
         "runs": [{"run": _rel(it), "job": j} for it, j in zip(todo, ids)]})
-    console.print(f"submitted Slurm job {master}: {len(todo)} run(s) "
+    console.print(f"submitted Slurm job {master}: {count(len(todo), 'run')} "
                   f"({len(plan) - len(todo) - len(waiting)} finished); Slurm's logs in "
                   f"{escape(files.folder)}, each run's beside its folder (.log). "
                   f"`{escape(shlex.join(status_command))}` "
@@ -386,4 +386,4 @@ def print_status(statuses: list[RunStatus], out: Console, err: Console) -> None:
         counts[s.state] = counts.get(s.state, 0) + 1
     order = ("finished", "running", "queued", "interrupted", "failed", "missing", "conflict")
     shown = ", ".join(f"{counts[k]} {k}" for k in order if k in counts)
-    err.print(f"{len(statuses)} run{'s' if len(statuses) != 1 else ''}: {shown}", soft_wrap=True)
+    err.print(f"{count(len(statuses), 'run')}: {shown}", soft_wrap=True)

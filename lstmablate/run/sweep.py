@@ -22,7 +22,7 @@ from rich.console import Console
 from lstmablate.recipes import grid_points, load_recipe, recipe_seeds, resolve_config
 from lstmablate import io
 from lstmablate.config import RunConfig
-from lstmablate.console import escape
+from lstmablate.console import count, escape
 from lstmablate.errors import ConfigError, RunDirError, UserError
 from lstmablate.limits import check_int, max_threads
 from .runlock import lock_holder
@@ -215,7 +215,8 @@ def eval_differs_note(plan: list[SweepItem]) -> str:
         return ""
     shown = "; ".join(f"{it.run_dir} ({', '.join(it.eval_differs)})" for it in odd[:5])
     more = f"; and {len(odd) - 5} more" if len(odd) > 5 else ""
-    return (f"{len(odd)} finished run(s) were evaluated with other eval options than this "
+    verb = "was" if len(odd) == 1 else "were"
+    return (f"{count(len(odd), 'finished run')} {verb} evaluated with other eval options than this "
             f"sweep's (saved -> this sweep): {shown}{more}. They count as finished (the same "
             "training), but their final numbers are not this recipe's: re-evaluate one from its "
             "checkpoint with `lstmablate eval RUN --set eval.KEY=VALUE`, or remove its folder "
@@ -250,9 +251,11 @@ def claim(item: SweepItem, console: Console, busy: list[str]) -> SweepItem | Non
 
 def _report_busy(busy: list[str], console: Console) -> None:
     if busy:
-        console.print(f"[yellow]{len(busy)} run(s) were being trained by other processes and were "
-                      "left to them[/]: " + escape("; ".join(busy)) + ". Run the same sweep command again "
-                      "after they end to check that every run finished.", highlight=False, soft_wrap=True)
+        verb = "was" if len(busy) == 1 else "were"
+        console.print(f"[yellow]{count(len(busy), 'run')} {verb} being trained by other processes "
+                      "and left to them[/]: " + escape("; ".join(busy)) + ". Run the same sweep "
+                      "command again after they end to check that every run finished.",
+                      highlight=False, soft_wrap=True)
 
 
 def check_jobs(jobs: int, option: str = "--jobs") -> int:
@@ -336,10 +339,11 @@ def run_sweep(plan: list[SweepItem], console: Console | None = None, jobs: int =
                             out=it.out, device=it.device, threads=it.threads,
                             resume=it.started, data_dir=it.data_dir, console=console)
         if outcome.interrupted:
+            left = len(todo) - i
             raise SweepInterrupted(
                 f"sweep interrupted: {it.run_dir} was interrupted (its progress is saved) and "
-                f"{len(todo) - i} run(s) were not started. Run the same sweep command again to "
-                "continue: finished runs are skipped, interrupted ones resumed.")
+                f"{count(left, 'run')} {'was' if left == 1 else 'were'} not started. Run the same "
+                "sweep command again to continue: finished runs are skipped, interrupted ones resumed.")
     _report_busy(busy, console)
 
 
@@ -399,7 +403,7 @@ def _run_parallel(todo: list[SweepItem], console: Console, jobs: int, busy: list
     not_started = [it for it in pending if it not in interrupted]
     if interrupted:
         raise SweepInterrupted(
-            f"sweep interrupted: {len(interrupted)} run(s) interrupted ("
+            f"sweep interrupted: {count(len(interrupted), 'run')} interrupted ("
             + ", ".join(str(it.run_dir) for it in interrupted) + f"), {len(not_started)} not "
             "started" + (f", {len(failed)} failed" if failed else "") + ". Run the same sweep "
             "command again to continue: finished runs are skipped, interrupted ones resumed.")

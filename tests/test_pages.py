@@ -246,19 +246,19 @@ def test_the_machine_is_named_from_env_json_never_the_host():
 
 def test_a_report_of_some_cells_names_the_machines_of_their_runs_only():
     """`lstmablate report DIR --cells ...` in a marker: the machine line counts the runs of
-    the rows shown, not every run of the experiment's folder (SST-2's runs were made on two
-    machines, so the line counts each one's runs)."""
+    the rows shown, not every run of the experiment's folder (the CPU parser's runs were made
+    on several machines, so the line counts each one's runs)."""
     def counted(text: str) -> int:
         line = next(x for x in text.splitlines() if x.startswith("Machine (from the runs'"))
-        return sum(int(n) for n in re.findall(r"\((\d+) runs\)", line))
+        return sum(int(n) for n in re.findall(r"\((\d+) runs?\)", line))
 
-    folder = RECORDS / "sst2-bilstm-max-cpu"
+    folder = RECORDS / "parsing-ewt-cpu"
     every = pages.render(f"lstmablate report {folder.relative_to(ROOT)}")
-    two = pages.render(f"lstmablate report {folder.relative_to(ROOT)} --cells lstm-gates,qrnn")
+    two = pages.render(f"lstmablate report {folder.relative_to(ROOT)} --cells lstm,sru")
     runs = list(folder.glob("*/seed-*"))
-    mine = [p for p in runs if p.parent.name in ("lstm-gates", "qrnn")]
-    assert len(mine) == 10 and len(runs) > len(mine)
-    assert "| `qrnn` |" in two and "| `mingru` |" not in two and "| `mingru` |" in every
+    mine = [p for p in runs if p.parent.name in ("lstm", "sru")]
+    assert len(mine) == 6 and len(runs) > len(mine)
+    assert "| `sru`" in two and "| `qrnn`" not in two and "| `qrnn`" in every
     assert (counted(two), counted(every)) == (len(mine), len(runs))
 
 

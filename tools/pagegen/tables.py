@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lstmablate import cli
+from lstmablate.console import count
 from lstmablate.io import load_yaml, read_json, read_text
 from lstmablate.recipes import load_recipe
 from lstmablate.run.record import read_metrics
@@ -135,7 +136,7 @@ def machines(runs: list[Run], runs_dir: str) -> str:
             unrecorded.add(run.row["experiment"])
         else:
             seen[machine_of(env)] += 1
-    parts = [m if len(seen) + len(unrecorded) == 1 else f"{m} ({n} run{'s' if n > 1 else ''})"
+    parts = [m if len(seen) + len(unrecorded) == 1 else f"{m} ({count(n, 'run')})"
              for m, n in seen.items()]
     for experiment in sorted(unrecorded):
         provenance = Path(runs_dir) / experiment / "PROVENANCE.md"

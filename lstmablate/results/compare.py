@@ -43,7 +43,8 @@ from lstmablate.limits import MAX_RESAMPLES, check_float, check_int, check_seed
 from lstmablate.run.record import Run, find_runs
 from lstmablate.run.runs import RunFiles
 from lstmablate.task import ItemMetric, Metric
-from .pairing import check_items, check_sides, item_metric, paired, pairs_of, unscored_reference
+from .pairing import check_items, check_sides, item_metric, paired, pairs_of, unhashed_note, \
+    unscored_reference
 from .significance import (DEFAULT_SEED, MIN_SAMPLES, MIN_SEEDS, TESTS, PairedResult, SeedResult,
                            compare_seeds)
 from .verdict import (CORRECTIONS, DEFAULT_LEVEL, DEFAULT_TEST, RESTS_ON, combined_verdict,
@@ -227,9 +228,7 @@ def compare(side_a: list[Run], side_b: list[Run], split: str = "test",
                              "recomputed on another machine or version?)")
     unhashed = unscored_reference(results, split)
     if unhashed:
-        verb = "records" if len(unhashed) == 1 else "record"
-        notes.append(f"{count(len(unhashed), 'scores file')} {verb} no hash of their gold data (written "
-                     "before lstmablate recorded one), so their test sets were matched by item "
+        notes.append(unhashed_note(len(unhashed)) + ", so their test sets were matched by item "
                      "count and lengths only: " + ", ".join(map(str, unhashed)))
     va = metric_values(side_a, split, declared.name, metric)
     vb = metric_values(side_b, split, declared.name, metric)

@@ -28,6 +28,7 @@ from lstmablate.errors import UnknownNameError
 from lstmablate.run.record import Run
 from lstmablate.run.runs import RunResult
 from lstmablate.task import get_task
+from .pairing import unhashed_note
 from .report import Report, Row, Stat, Table, build_report, run_caveats, run_deviations
 from .significance import ASO_THRESHOLD, MIN_SEEDS
 from .verdict import CORRECTION_NAMES, RESTS_ON, test_name
@@ -133,10 +134,8 @@ def significance_notes(table: Table) -> list[str]:
                      "checkpoint): " + ", ".join(str(p) for p in missing) + ".")
     unhashed = list(dict.fromkeys(p for _, _, t in tests for p in t.unhashed))
     if unhashed:
-        verb = "records" if len(unhashed) == 1 else "record"
-        notes.append(f"{count(len(unhashed), 'scores file')} {verb} no hash of their gold data (written "
-                     "before lstmablate recorded one): their test sets were matched by item count "
-                     "and lengths only.")
+        notes.append(unhashed_note(len(unhashed)) + ": their test sets were matched by item "
+                     "count and lengths only.")
     untested: dict[tuple[str, str], list[str]] = {}  # (cell, why) -> metrics
     for row, j, t in tests:
         if t.why and t.why != "no finished run":

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from lstmablate.console import count
 from lstmablate.errors import DataError, UserError
 from lstmablate.run.record import Run, config_differences
 from lstmablate.run.scores import Scores, scores_command
@@ -210,3 +211,10 @@ def unscored_reference(pairs: list[tuple[Run, Run, PairedResult]], split: str) -
     lstmablate recorded one): their test sets were matched by item count and lengths only."""
     return list(dict.fromkeys(r.scores_path(split) for x, y, _ in pairs for r in (x, y)
                               if not r.scores(split).reference))
+
+
+def unhashed_note(n: int) -> str:
+    """The head of the note on ``n`` such scores files (``compare``'s and the report's)."""
+    verb = "records" if n == 1 else "record"
+    return (f"{count(n, 'scores file')} {verb} no hash of their gold data (written before "
+            "lstmablate recorded one)")
